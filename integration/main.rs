@@ -1,0 +1,1 @@
+//! berth's integration tests, built as one binary.

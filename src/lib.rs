@@ -1,0 +1,10 @@
+//! berth: a provisioning engine in the model of Juju's provisioner.
+//!
+//! Users declare applications, units and machines with constraints, bases
+//! and placement; berth records that intent and turns it into cloud
+//! instances. The modules, innermost first:
+//!
+//! - [`domain`]: pure types and decisions (constraints, bases, placement,
+//!   names, instance-type choice, zone choice, machine lifecycle).
+
+pub mod domain;
