@@ -1040,7 +1040,6 @@ mod tests {
 
     mod properties {
         use super::*;
-        use proptest::option;
         use proptest::prelude::*;
 
         /// The canonical `key=value` word of every set key.
