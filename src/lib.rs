@@ -8,3 +8,4 @@
 //!   names, instance-type choice, zone choice, machine lifecycle).
 
 pub mod domain;
+pub mod store;

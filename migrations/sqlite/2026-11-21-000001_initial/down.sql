@@ -1,0 +1,9 @@
+DROP TABLE zones;
+DROP TABLE relations;
+DROP TABLE units;
+DROP TABLE machines;
+DROP TABLE applications;
+DROP TABLE charms;
+DROP TABLE changes;
+DROP TABLE log_head;
+DROP TABLE model;

@@ -1,0 +1,197 @@
+//! Connections: one diesel connection type over both backends, the r2d2
+//! pool, SQLite's per-connection settings, and the embedded migrations.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::{PgConnection, SqliteConnection};
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::store::StoreError;
+
+/// How long an SQLite connection waits for another writer's lock before it
+/// reports `database is locked`.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a caller waits for a pooled connection before giving up.
+pub const POOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// A connection to either backend. Queries written once against it run on
+/// both; the few places that differ match on the variant.
+#[derive(diesel::MultiConnection)]
+pub enum Conn {
+    Sqlite(SqliteConnection),
+    Postgres(PgConnection),
+}
+
+/// Where the state lives, parsed from `--database-url`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// A SQLite file (created if missing).
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (`postgres://...`).
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    /// `postgres://` and `postgresql://` URLs name a PostgreSQL database;
+    /// `sqlite://PATH` or a bare path names a SQLite file.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::BadUrl`] for an empty string or another scheme.
+    pub fn parse(url: &str) -> Result<DatabaseUrl, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DatabaseUrl::Postgres(url.to_string()));
+        }
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        if path.is_empty() || (path.contains("://") && !url.starts_with("sqlite://")) {
+            return Err(StoreError::BadUrl(url.to_string()));
+        }
+        Ok(DatabaseUrl::Sqlite(PathBuf::from(path)))
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, DatabaseUrl::Sqlite(_))
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    /// Never prints a PostgreSQL password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            DatabaseUrl::Postgres(url) => f.write_str(&redact_password(url)),
+        }
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Opens connections of the right backend for a [`DatabaseUrl`].
+#[derive(Clone, Debug)]
+pub struct Manager {
+    url: DatabaseUrl,
+}
+
+impl Manager {
+    pub fn new(url: DatabaseUrl) -> Manager {
+        Manager { url }
+    }
+
+    /// Opens one connection, with SQLite's settings applied.
+    pub fn connect(&self) -> Result<Conn, diesel::ConnectionError> {
+        match &self.url {
+            DatabaseUrl::Sqlite(path) => {
+                let mut conn = SqliteConnection::establish(&path.to_string_lossy())?;
+                // WAL lets readers (status) run while a writer commits;
+                // NORMAL sync is durable across process crashes in WAL mode.
+                conn.batch_execute(&format!(
+                    "PRAGMA busy_timeout = {};
+                     PRAGMA journal_mode = WAL;
+                     PRAGMA synchronous = NORMAL;
+                     PRAGMA foreign_keys = ON;",
+                    SQLITE_BUSY_TIMEOUT.as_millis()
+                ))
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                Ok(Conn::Sqlite(conn))
+            }
+            DatabaseUrl::Postgres(url) => PgConnection::establish(url).map(Conn::Postgres),
+        }
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<Conn, Self::Error> {
+        Manager::connect(self).map_err(diesel::r2d2::Error::ConnectionError)
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), Self::Error> {
+        use diesel::r2d2::R2D2Connection;
+        conn.ping().map_err(diesel::r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        use diesel::r2d2::R2D2Connection;
+        conn.is_broken()
+    }
+}
+
+pub type Pool = r2d2::Pool<Manager>;
+
+/// Builds a pool of `size` connections.
+pub fn pool(url: &DatabaseUrl, size: u32) -> Result<Pool, StoreError> {
+    r2d2::Pool::builder()
+        .max_size(size)
+        .connection_timeout(POOL_TIMEOUT)
+        .build(Manager::new(url.clone()))
+        .map_err(|e| StoreError::Connect(e.to_string()))
+}
+
+/// Brings the schema up to date.
+pub fn run_migrations(conn: &mut Conn) -> Result<(), StoreError> {
+    let result = match conn {
+        Conn::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|_| ()),
+        Conn::Postgres(c) => c.run_pending_migrations(POSTGRES_MIGRATIONS).map(|_| ()),
+    };
+    result.map_err(|e| StoreError::Migration(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls_name_postgres_and_anything_else_a_sqlite_file() {
+        assert_eq!(
+            DatabaseUrl::parse("postgres://u@h/db").unwrap(),
+            DatabaseUrl::Postgres("postgres://u@h/db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("postgresql://u@h/db").unwrap(),
+            DatabaseUrl::Postgres("postgresql://u@h/db".into())
+        );
+        assert_eq!(DatabaseUrl::parse("sqlite:///tmp/x.db").unwrap(), DatabaseUrl::Sqlite("/tmp/x.db".into()));
+        assert_eq!(DatabaseUrl::parse("berth.db").unwrap(), DatabaseUrl::Sqlite("berth.db".into()));
+    }
+
+    #[test]
+    fn an_empty_or_foreign_url_is_refused() {
+        assert!(DatabaseUrl::parse("").is_err());
+        assert!(DatabaseUrl::parse("sqlite://").is_err());
+        assert!(DatabaseUrl::parse("mysql://u@h/db").is_err());
+    }
+
+    #[test]
+    fn a_postgres_password_is_never_printed() {
+        let url = DatabaseUrl::parse("postgres://berth:s3cret@db:5432/berth").unwrap();
+        assert_eq!(url.to_string(), "postgres://berth:***@db:5432/berth");
+        assert!(!format!("{url:?}").contains("s3cret"));
+    }
+}

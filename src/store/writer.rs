@@ -1,0 +1,236 @@
+//! The write path: one thread owns the write connection and commits every
+//! queued operation in one transaction (group commit).
+//!
+//! Callers hand over a closure and wait for its result; they never know
+//! whether they were batched. Each operation runs in its own savepoint, so
+//! one failing operation rolls back only its own writes, and its change-log
+//! entries are dropped with them. Revisions are assigned to the batch's
+//! entries just before the commit, by bumping the `log_head` row inside the
+//! transaction: the row lock orders concurrent committers (several
+//! controllers on one PostgreSQL), so the log never has a gap or a reorder.
+
+use std::thread;
+
+use diesel::prelude::*;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::store::db::Conn;
+use crate::store::schema::{changes, log_head};
+use crate::store::{now_ms, ChangeKind, Entity, StoreError};
+
+/// The most operations committed in one transaction.
+pub const MAX_BATCH: usize = 1024;
+
+/// How many operations may wait for the writer before callers are held
+/// back (backpressure instead of unbounded memory).
+pub const WRITE_QUEUE_CAPACITY: usize = 16 * 1024;
+
+/// A change-log entry made by an operation, before it has a revision.
+#[derive(Clone, Debug)]
+struct PendingChange {
+    entity: Entity,
+    entity_id: String,
+    change: ChangeKind,
+    detail: String,
+}
+
+/// What an operation sees: the connection, inside the batch's transaction,
+/// and the change log to append to.
+pub struct Tx<'a> {
+    pub conn: &'a mut Conn,
+    /// The batch's clock reading, so every row of one batch has one time.
+    pub now_ms: i64,
+    changes: &'a mut Vec<PendingChange>,
+}
+
+impl Tx<'_> {
+    /// Appends an entry to the change log; it gets its revision at commit.
+    pub fn record(&mut self, entity: Entity, entity_id: impl Into<String>, change: ChangeKind, detail: impl Into<String>) {
+        self.changes.push(PendingChange {
+            entity,
+            entity_id: entity_id.into(),
+            change,
+            detail: detail.into(),
+        });
+    }
+}
+
+/// An operation waiting for the writer, with the way back to its caller.
+trait Job: Send {
+    /// Runs the operation; an `Err` makes the writer roll back its savepoint.
+    fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError>;
+    /// Hands the caller its result once the batch has committed (or not).
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+struct TypedJob<T, F> {
+    op: Option<F>,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Job for TypedJob<T, F>
+where
+    T: Send,
+    F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        let Some(op) = self.op.take() else {
+            return Ok(());
+        };
+        let outcome = op(tx);
+        let failed = outcome.as_ref().err().cloned();
+        self.result = Some(outcome);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let result = match (commit, self.result) {
+            (Ok(()), Some(result)) => result,
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::WriterGone),
+        };
+        // The caller may have stopped waiting; the write stands regardless.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// The handle callers use to submit writes.
+#[derive(Clone)]
+pub struct Writer {
+    queue: mpsc::Sender<Box<dyn Job>>,
+}
+
+impl Writer {
+    /// Starts the writer thread on its own connection. `head` is told the
+    /// change log's revision after every commit.
+    pub fn spawn(conn: Conn, head: watch::Sender<i64>) -> Result<Writer, StoreError> {
+        let (queue, jobs) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+        thread::Builder::new()
+            .name("berth-store-writer".into())
+            .spawn(move || write_loop(conn, jobs, head))
+            .map_err(|e| StoreError::Connect(format!("cannot start the writer thread: {e}")))?;
+        Ok(Writer { queue })
+    }
+
+    /// Runs `op` in the next batch and returns its result once committed.
+    ///
+    /// # Errors
+    ///
+    /// The operation's own error (its writes are rolled back), or the
+    /// commit's error, or [`StoreError::WriterGone`] if the writer stopped.
+    pub async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, result) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(TypedJob {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        self.queue.send(job).await.map_err(|_| StoreError::WriterGone)?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// [`Writer::write`] for callers outside an async runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`Writer::write`].
+    pub fn write_blocking<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, result) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(TypedJob {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        self.queue.blocking_send(job).map_err(|_| StoreError::WriterGone)?;
+        result.blocking_recv().map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+fn write_loop(mut conn: Conn, mut jobs: mpsc::Receiver<Box<dyn Job>>, head: watch::Sender<i64>) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = jobs.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let committed = commit_batch(&mut conn, &mut batch);
+        if let Ok(Some(revision)) = &committed {
+            head.send_replace(*revision);
+        }
+        let outcome = committed.map(|_| ());
+        for job in batch.drain(..) {
+            job.finish(outcome.clone());
+        }
+    }
+}
+
+/// Runs every job of the batch in one transaction and appends their
+/// change-log entries. Returns the new head revision if the log grew.
+fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
+    let now = now_ms();
+    conn.transaction::<_, StoreError, _>(|conn| {
+        let mut pending = Vec::new();
+        for job in batch.iter_mut() {
+            let mark = pending.len();
+            let ran = conn.transaction::<_, StoreError, _>(|conn| {
+                job.run(&mut Tx {
+                    conn,
+                    now_ms: now,
+                    changes: &mut pending,
+                })
+            });
+            if ran.is_err() {
+                pending.truncate(mark);
+            }
+        }
+        append_changes(conn, now, pending)
+    })
+}
+
+fn append_changes(conn: &mut Conn, now: i64, pending: Vec<PendingChange>) -> Result<Option<i64>, StoreError> {
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    let count = i64::try_from(pending.len()).map_err(|_| StoreError::Invariant("batch too large".into()))?;
+    diesel::update(log_head::table.find(1))
+        .set(log_head::revision.eq(log_head::revision + count))
+        .execute(conn)?;
+    let last: i64 = log_head::table.find(1).select(log_head::revision).first(conn)?;
+    let first = last - count + 1;
+    let rows: Vec<_> = pending
+        .into_iter()
+        .zip(first..)
+        .map(|(c, revision)| {
+            (
+                changes::revision.eq(revision),
+                changes::entity.eq(c.entity.as_str()),
+                changes::entity_id.eq(c.entity_id),
+                changes::change.eq(c.change.as_str()),
+                changes::detail.eq(c.detail),
+                changes::at_ms.eq(now),
+            )
+        })
+        .collect();
+    // Chunked so no statement exceeds SQLite's bound-parameter limit.
+    // Multi-row inserts are backend-specific in diesel, hence the match.
+    for chunk in rows.chunks(1000) {
+        let insert = diesel::insert_into(changes::table).values(chunk);
+        match conn {
+            Conn::Sqlite(c) => insert.execute(c)?,
+            Conn::Postgres(c) => insert.execute(c)?,
+        };
+    }
+    Ok(Some(last))
+}
