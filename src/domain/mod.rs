@@ -7,3 +7,4 @@
 
 pub mod constraints;
 pub mod names;
+pub mod zones;
