@@ -166,34 +166,37 @@ impl FromStr for MachineId {
     /// container (`0/lxd/1/lxd/2`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let invalid = || MachineIdError::Invalid(s.to_string());
-        let parts: Vec<&str> = s.split('/').collect();
-        let host = parse_number(parts[0]).ok_or_else(invalid)?;
+        let mut parts = s.split('/');
+        let host = parts.next().and_then(parse_number).ok_or_else(invalid)?;
         // Juju's grammar: a number, then any number of `/<type>/<number>`.
-        let well_formed = parts.len() % 2 == 1
-            && parts[1..].chunks(2).all(|pair| {
-                !pair[0].is_empty()
-                    && pair[0].bytes().all(|b| b.is_ascii_lowercase())
-                    && parse_number(pair[1]).is_some()
-            });
-        if !well_formed {
+        let rest: Vec<&str> = parts.collect();
+        let pairs = rest.chunks_exact(2);
+        if !pairs.remainder().is_empty() {
             return Err(invalid());
         }
-        if let Some(kind) = parts[1..]
+        let mut containers = Vec::new();
+        for pair in pairs {
+            let [kind, number] = pair else {
+                return Err(invalid());
+            };
+            let kind_ok = !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase());
+            match (kind_ok, parse_number(number)) {
+                (true, Some(number)) => containers.push((*kind, number)),
+                _ => return Err(invalid()),
+            }
+        }
+        if let Some((kind, _)) = containers
             .iter()
-            .step_by(2)
-            .find(|kind| **kind != ContainerType::Lxd.as_str())
+            .find(|(kind, _)| *kind != ContainerType::Lxd.as_str())
         {
             return Err(MachineIdError::UnsupportedContainer {
                 id: s.to_string(),
                 kind: kind.to_string(),
             });
         }
-        match parts.len() {
-            1 => Ok(MachineId::new(host)),
-            3 => {
-                let k = parse_number(parts[2]).ok_or_else(invalid)?;
-                Ok(MachineId::lxd_container(host, k))
-            }
+        match containers.as_slice() {
+            [] => Ok(MachineId::new(host)),
+            [(_, k)] => Ok(MachineId::lxd_container(host, *k)),
             _ => Err(MachineIdError::Nested(s.to_string())),
         }
     }
