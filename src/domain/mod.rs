@@ -8,3 +8,4 @@
 pub mod base;
 pub mod constraints;
 pub mod names;
+pub mod placement;
