@@ -5,6 +5,9 @@
 //! Strings are parsed into these types once, at the edge (API, CLI, store),
 //! and everything inside works on the parsed values.
 
+pub mod base;
 pub mod constraints;
+pub mod machine;
 pub mod names;
+pub mod placement;
 pub mod zones;
