@@ -590,12 +590,12 @@ pub struct Policy {
 }
 
 impl Default for Policy {
-    /// The default backoff, a 20-minute bootstrap timeout (Juju's
-    /// `bootstrap-timeout` default) and three bootstrap attempts.
+    /// The default backoff, a 10-minute bootstrap timeout (berth's
+    /// `bootstrap_timeout_s = 600`) and three bootstrap attempts.
     fn default() -> Self {
         Policy {
             backoff: Backoff::default(),
-            bootstrap_timeout: Duration::from_secs(20 * 60),
+            bootstrap_timeout: Duration::from_secs(600),
             bootstrap_attempts: THREE,
         }
     }
@@ -1263,7 +1263,7 @@ mod tests {
         assert_eq!(
             t.effect,
             Effect::WatchBootstrap {
-                after: Duration::from_secs(1200)
+                after: Duration::from_secs(600)
             }
         );
     }
@@ -1473,7 +1473,7 @@ mod tests {
         assert_eq!(t.next.lifecycle.bootstrap_timeouts, 1);
         assert_eq!(
             t.next.lifecycle.last_error.as_deref(),
-            Some("machine agent did not check in within 20m (attempt 1 of 3)")
+            Some("machine agent did not check in within 10m (attempt 1 of 3)")
         );
         assert_eq!(
             t.effect,
@@ -1515,7 +1515,7 @@ mod tests {
         assert_eq!(machine.lifecycle.instance_id, None);
         assert_eq!(
             machine.lifecycle.last_error.as_deref(),
-            Some("machine agent did not check in within 20m after 3 attempts")
+            Some("machine agent did not check in within 10m after 3 attempts")
         );
     }
 
@@ -1751,7 +1751,7 @@ mod tests {
                 S::AwaitingAgent,
                 S::AwaitingAgent,
                 Effect::WatchBootstrap {
-                    after: Duration::from_secs(1200),
+                    after: Duration::from_secs(600),
                 },
             ),
             (

@@ -177,8 +177,14 @@ mod tests {
             DatabaseUrl::parse("postgresql://u@h/db").unwrap(),
             DatabaseUrl::Postgres("postgresql://u@h/db".into())
         );
-        assert_eq!(DatabaseUrl::parse("sqlite:///tmp/x.db").unwrap(), DatabaseUrl::Sqlite("/tmp/x.db".into()));
-        assert_eq!(DatabaseUrl::parse("berth.db").unwrap(), DatabaseUrl::Sqlite("berth.db".into()));
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///tmp/x.db").unwrap(),
+            DatabaseUrl::Sqlite("/tmp/x.db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("berth.db").unwrap(),
+            DatabaseUrl::Sqlite("berth.db".into())
+        );
     }
 
     #[test]

@@ -122,9 +122,13 @@ impl ChangeKind {
     }
 
     fn parse(s: &str) -> Option<ChangeKind> {
-        [ChangeKind::Created, ChangeKind::Updated, ChangeKind::Removed]
-            .into_iter()
-            .find(|c| c.as_str() == s)
+        [
+            ChangeKind::Created,
+            ChangeKind::Updated,
+            ChangeKind::Removed,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
     }
 }
 
@@ -169,8 +173,9 @@ impl Store {
     pub fn open(url: &DatabaseUrl) -> Result<Store, StoreError> {
         if let DatabaseUrl::Sqlite(path) = url {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| StoreError::Connect(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Connect(format!("cannot create {}: {e}", dir.display()))
+                })?;
             }
         }
         let manager = db::Manager::new(url.clone());
@@ -204,7 +209,10 @@ impl Store {
     ///
     /// The read's own error, or [`StoreError::Connect`] if no connection
     /// could be had.
-    pub fn read<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut conn = self.pool.get()?;
         f(&mut conn)
     }
@@ -262,11 +270,13 @@ impl Store {
                 .map(|(revision, entity, id, change, detail, at_ms)| {
                     Ok(Change {
                         revision,
-                        entity: Entity::parse(&entity)
-                            .ok_or_else(|| StoreError::Invariant(format!("unknown entity {entity:?}")))?,
+                        entity: Entity::parse(&entity).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown entity {entity:?}"))
+                        })?,
                         id,
-                        change: ChangeKind::parse(&change)
-                            .ok_or_else(|| StoreError::Invariant(format!("unknown change {change:?}")))?,
+                        change: ChangeKind::parse(&change).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown change {change:?}"))
+                        })?,
                         detail,
                         at_ms,
                     })

@@ -130,5 +130,13 @@ diesel::joinable!(units -> machines (machine_id));
 diesel::joinable!(applications -> charms (charm_url));
 
 diesel::allow_tables_to_appear_in_same_query!(
-    model, log_head, changes, charms, applications, machines, units, relations, zones,
+    model,
+    log_head,
+    changes,
+    charms,
+    applications,
+    machines,
+    units,
+    relations,
+    zones,
 );

@@ -45,7 +45,13 @@ pub struct Tx<'a> {
 
 impl Tx<'_> {
     /// Appends an entry to the change log; it gets its revision at commit.
-    pub fn record(&mut self, entity: Entity, entity_id: impl Into<String>, change: ChangeKind, detail: impl Into<String>) {
+    pub fn record(
+        &mut self,
+        entity: Entity,
+        entity_id: impl Into<String>,
+        change: ChangeKind,
+        detail: impl Into<String>,
+    ) {
         self.changes.push(PendingChange {
             entity,
             entity_id: entity_id.into(),
@@ -130,7 +136,10 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue.send(job).await.map_err(|_| StoreError::WriterGone)?;
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
         result.await.map_err(|_| StoreError::WriterGone)?
     }
 
@@ -150,7 +159,9 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue.blocking_send(job).map_err(|_| StoreError::WriterGone)?;
+        self.queue
+            .blocking_send(job)
+            .map_err(|_| StoreError::WriterGone)?;
         result.blocking_recv().map_err(|_| StoreError::WriterGone)?
     }
 }
@@ -199,15 +210,23 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
     })
 }
 
-fn append_changes(conn: &mut Conn, now: i64, pending: Vec<PendingChange>) -> Result<Option<i64>, StoreError> {
+fn append_changes(
+    conn: &mut Conn,
+    now: i64,
+    pending: Vec<PendingChange>,
+) -> Result<Option<i64>, StoreError> {
     if pending.is_empty() {
         return Ok(None);
     }
-    let count = i64::try_from(pending.len()).map_err(|_| StoreError::Invariant("batch too large".into()))?;
+    let count = i64::try_from(pending.len())
+        .map_err(|_| StoreError::Invariant("batch too large".into()))?;
     diesel::update(log_head::table.find(1))
         .set(log_head::revision.eq(log_head::revision + count))
         .execute(conn)?;
-    let last: i64 = log_head::table.find(1).select(log_head::revision).first(conn)?;
+    let last: i64 = log_head::table
+        .find(1)
+        .select(log_head::revision)
+        .first(conn)?;
     let first = last - count + 1;
     let rows: Vec<_> = pending
         .into_iter()
