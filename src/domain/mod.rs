@@ -6,4 +6,5 @@
 //! and everything inside works on the parsed values.
 
 pub mod constraints;
+pub mod instance_types;
 pub mod names;
