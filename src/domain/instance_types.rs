@@ -25,6 +25,7 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 
 use crate::domain::constraints::{Amount, Arch, Constraints, ListItem, Setting};
+use crate::domain::machine::MachineRole;
 use crate::domain::names::ContainerType;
 
 pub mod defaults {
@@ -263,14 +264,17 @@ pub struct InstanceType {
 }
 
 impl InstanceType {
-    /// Whether this type is at least `floor` in every dimension: memory,
-    /// vCPUs, CPU power, GPUs and instance storage.
+    /// Whether this type is at least `floor` in every dimension a
+    /// constraint can ask for: memory, vCPUs, CPU power, and GPUs.
+    ///
+    /// Local instance storage is not one of them (no constraint selects it,
+    /// and the root disk is sized per launch), so naming an old type that
+    /// happened to carry instance storage does not force a storage type.
     fn covers(&self, floor: &InstanceType) -> bool {
         self.mem_mib >= floor.mem_mib
             && self.vcpus >= floor.vcpus
             && self.cpu_power >= floor.cpu_power
             && self.gpus >= floor.gpus
-            && self.instance_storage_gb >= floor.instance_storage_gb
     }
 }
 
@@ -564,13 +568,6 @@ impl Row<'_> {
 // ---------------------------------------------------------------------------
 // Requirements: constraints resolved for one machine
 // ---------------------------------------------------------------------------
-
-/// What a machine is for; controllers get a larger default memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MachineRole {
-    Workload,
-    Controller,
-}
 
 /// A machine's constraints resolved for instance-type choice: berth's
 /// [`defaults`] applied, and every key either a requirement or absent.
@@ -1345,7 +1342,7 @@ mod tests {
     }
 
     #[test]
-    fn a_covering_type_must_match_the_named_types_gpus_and_instance_storage() {
+    fn a_covering_type_must_match_the_named_types_gpus_but_not_its_instance_storage() {
         let mut named_type = amd("named", 2, 2 * G, 10_000);
         named_type.gpus = 1;
         named_type.instance_storage_gb = 100;
@@ -1362,7 +1359,7 @@ mod tests {
             mem: at_least(8 * G),
             ..Constraints::default()
         };
-        assert_eq!(pick(&cons, &cat), Ok("both".to_string()));
+        assert_eq!(pick(&cons, &cat), Ok("no-disk".to_string()));
     }
 
     #[test]
@@ -2094,7 +2091,6 @@ mod tests {
                         && t.vcpus >= f.vcpus
                         && t.cpu_power >= f.cpu_power
                         && t.gpus >= f.gpus
-                        && t.instance_storage_gb >= f.instance_storage_gb
                 }),
             };
             let tags_ok = req.tags.iter().all(|item| {

@@ -78,6 +78,33 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::constraints::Constraints;
 
+/// Whether a machine is a controller (Juju's `manage-model` job) or hosts
+/// workloads. Controllers form their own distribution group and get a
+/// larger default memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineRole {
+    Controller,
+    Workload,
+}
+
+impl MachineRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineRole::Controller => "controller",
+            MachineRole::Workload => "workload",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MachineRole> {
+        match s {
+            "controller" => Some(MachineRole::Controller),
+            "workload" => Some(MachineRole::Workload),
+            _ => None,
+        }
+    }
+}
+
 /// Where a machine is in its life, as berth stores it and as the engine
 /// drives it. The words of [`MachineState::as_str`] are what the store
 /// persists; they are stable.

@@ -25,6 +25,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::constraints::Setting;
+use crate::domain::machine::MachineRole;
 
 /// Whether a zone may receive new machines.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -67,15 +68,6 @@ impl Zone {
     pub fn is_available(&self) -> bool {
         self.health == ZoneHealth::Available
     }
-}
-
-/// Whether a machine is a controller. Controllers are spread among
-/// themselves, whatever units they host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MachineRole {
-    Controller,
-    Workload,
 }
 
 /// What a machine is, as far as zone spreading cares: its role and the
