@@ -9,8 +9,15 @@
 //! use a pool and never wait for the writer.
 
 pub mod db;
+pub mod machines;
+pub mod model;
+pub mod records;
 pub mod schema;
+pub mod units;
 pub mod writer;
+pub mod zones;
+
+pub(crate) use model::model_constraints_tx;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -183,6 +190,7 @@ impl Store {
             .connect()
             .map_err(|e| StoreError::Connect(format!("{url}: {e}")))?;
         db::run_migrations(&mut write_conn)?;
+        model::ensure_model(&mut write_conn)?;
         let revision: i64 = log_head::table
             .find(1)
             .select(log_head::revision)

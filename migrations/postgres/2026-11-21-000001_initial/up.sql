@@ -63,17 +63,22 @@ CREATE TABLE machines (
     base TEXT NOT NULL,
     constraints TEXT NOT NULL DEFAULT '',
     placement TEXT,
-    jobs TEXT NOT NULL,
-    life TEXT NOT NULL,
+    -- controller or workload (domain::machine::MachineRole).
+    role TEXT NOT NULL,
+    -- The lifecycle state (domain::machine::MachineState); life and the
+    -- status words follow from it.
     state TEXT NOT NULL,
     instance_id TEXT,
     instance_type TEXT,
     zone TEXT,
     hardware TEXT,
+    -- The last failure, in the provider's words.
     status_message TEXT NOT NULL DEFAULT '',
-    agent_status TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
+    -- Zones that refused the machine this round, comma-separated.
+    zones_failed TEXT NOT NULL DEFAULT '',
     bootstrap_attempts INTEGER NOT NULL DEFAULT 0,
+    stop_failures INTEGER NOT NULL DEFAULT 0,
     otp_hash TEXT,
     credential_hash TEXT,
     next_container BIGINT NOT NULL DEFAULT 0,

@@ -1,0 +1,530 @@
+//! Machine operations: add-machine, remove-machine, retry-provisioning, and
+//! the engine's own writes (transitions, instance details, agent check-in).
+
+use diesel::prelude::*;
+
+use crate::domain::base::Base;
+use crate::domain::constraints::{merge, Constraints};
+use crate::domain::machine::{
+    transition, Effect, Event, Jitter, Machine, MachineRole, MachineState, Policy,
+};
+use crate::domain::names::{ContainerType, MachineId};
+use crate::domain::placement::Placement;
+use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
+use crate::store::schema::{machines, model, units};
+use crate::store::writer::Tx;
+use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
+
+/// What `add-machine` asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddMachines {
+    /// Combined with the model's constraints (the model fills what these
+    /// leave unset).
+    pub constraints: Constraints,
+    pub base: Option<Base>,
+    pub placement: Option<Placement>,
+    pub count: u32,
+    pub role: Option<MachineRole>,
+}
+
+/// Where a new machine goes: a fresh top-level machine, or a container on
+/// an existing one.
+pub(crate) enum NewMachine<'a> {
+    TopLevel { placement: Option<&'a Placement> },
+    Container { host: MachineId },
+}
+
+pub(crate) fn load_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<MachineRecord, StoreError> {
+    let row: Option<MachineRow> = machines::table
+        .find(id.to_string())
+        .select(MachineRow::as_select())
+        .first(tx.conn)
+        .optional()?;
+    row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
+        .try_into()
+}
+
+/// Takes the next top-level machine number. The update comes first so that
+/// its row lock orders concurrent writers (several controllers sharing one
+/// PostgreSQL database never hand out one number twice).
+fn next_machine_number(tx: &mut Tx<'_>) -> Result<u64, StoreError> {
+    diesel::update(model::table.find(1))
+        .set(model::next_machine.eq(model::next_machine + 1))
+        .execute(tx.conn)?;
+    let next: i64 = model::table
+        .find(1)
+        .select(model::next_machine)
+        .first(tx.conn)?;
+    u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next machine {next}")))
+}
+
+fn next_container_number(tx: &mut Tx<'_>, host: &MachineId) -> Result<u64, StoreError> {
+    let key = host.to_string();
+    diesel::update(machines::table.find(&key))
+        .set(machines::next_container.eq(machines::next_container + 1))
+        .execute(tx.conn)?;
+    let next: i64 = machines::table
+        .find(&key)
+        .select(machines::next_container)
+        .first(tx.conn)?;
+    u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next container {next}")))
+}
+
+/// Checks that `host` can take a new container.
+pub(crate) fn check_container_host(
+    tx: &mut Tx<'_>,
+    host: &MachineId,
+) -> Result<MachineRecord, StoreError> {
+    let record = load_machine(tx, host)?;
+    if record.id.is_container() {
+        return Err(StoreError::Invalid(format!(
+            "machine {host} is a container and cannot host containers"
+        )));
+    }
+    if matches!(
+        record.state(),
+        MachineState::Dying | MachineState::Stopping | MachineState::Dead
+    ) {
+        return Err(StoreError::Conflict(format!(
+            "machine {host} is being removed"
+        )));
+    }
+    Ok(record)
+}
+
+/// Inserts one new machine, pending, and records it in the change log.
+pub(crate) fn create_machine(
+    tx: &mut Tx<'_>,
+    kind: NewMachine<'_>,
+    base: &Base,
+    constraints: &Constraints,
+    role: MachineRole,
+) -> Result<MachineId, StoreError> {
+    let (id, parent, placement) = match kind {
+        NewMachine::TopLevel { placement } => (
+            MachineId::new(next_machine_number(tx)?),
+            None,
+            placement.map(ToString::to_string),
+        ),
+        NewMachine::Container { host } => {
+            let k = next_container_number(tx, &host)?;
+            (
+                MachineId::lxd_container(host.host_number(), k),
+                Some(host.to_string()),
+                None,
+            )
+        }
+    };
+    diesel::insert_into(machines::table)
+        .values((
+            machines::id.eq(id.to_string()),
+            machines::host_number.eq(to_i64(id.host_number())?),
+            machines::container_number.eq(id.container_number().map(to_i64).transpose()?),
+            machines::parent_id.eq(parent),
+            machines::container_type.eq(id.is_container().then(|| ContainerType::Lxd.to_string())),
+            machines::base.eq(base.to_string()),
+            machines::constraints.eq(constraints.to_string()),
+            machines::placement.eq(placement),
+            machines::role.eq(role.as_str()),
+            machines::state.eq(MachineState::Pending.as_str()),
+            machines::created_at_ms.eq(tx.now_ms),
+            machines::updated_at_ms.eq(tx.now_ms),
+        ))
+        .execute(tx.conn)?;
+    tx.record(
+        Entity::Machine,
+        id.to_string(),
+        ChangeKind::Created,
+        "state=pending",
+    );
+    Ok(id)
+}
+
+fn add_machines_tx(tx: &mut Tx<'_>, request: &AddMachines) -> Result<Vec<MachineId>, StoreError> {
+    if request.count == 0 {
+        return Err(StoreError::Invalid(
+            "the number of machines must be at least 1".into(),
+        ));
+    }
+    let constraints = merge(&model_constraints_tx(tx)?, &request.constraints);
+    let base = request.base.unwrap_or_default();
+    let role = request.role.unwrap_or(MachineRole::Workload);
+    let mut added = Vec::new();
+    for _ in 0..request.count {
+        let id = match &request.placement {
+            Some(Placement::Machine(id)) => {
+                return Err(StoreError::Invalid(format!(
+                    "machine-id {id} cannot be specified when adding machines"
+                )))
+            }
+            Some(Placement::NewContainer { host: Some(host) }) => {
+                let host = MachineId::new(*host);
+                check_container_host(tx, &host)?;
+                create_machine(
+                    tx,
+                    NewMachine::Container { host },
+                    &base,
+                    &constraints,
+                    role,
+                )?
+            }
+            Some(Placement::NewContainer { host: None }) => {
+                // The host is made without a unit: it takes the model's
+                // constraints.
+                let model = model_constraints_tx(tx)?;
+                let host = create_machine(
+                    tx,
+                    NewMachine::TopLevel { placement: None },
+                    &base,
+                    &model,
+                    role,
+                )?;
+                create_machine(
+                    tx,
+                    NewMachine::Container { host },
+                    &base,
+                    &constraints,
+                    role,
+                )?
+            }
+            placement => create_machine(
+                tx,
+                NewMachine::TopLevel {
+                    placement: placement.as_ref(),
+                },
+                &base,
+                &constraints,
+                role,
+            )?,
+        };
+        added.push(id);
+    }
+    Ok(added)
+}
+
+/// Units (by name) hosted on a machine or on its containers.
+fn hosted_units(tx: &mut Tx<'_>, id: &MachineId) -> Result<Vec<String>, StoreError> {
+    let mut ids = vec![id.to_string()];
+    ids.extend(child_machines(tx, id)?);
+    Ok(units::table
+        .filter(units::machine_id.eq_any(&ids))
+        .filter(units::principal.is_null())
+        .select(units::name)
+        .order(units::name.asc())
+        .load(tx.conn)?)
+}
+
+fn child_machines(tx: &mut Tx<'_>, id: &MachineId) -> Result<Vec<String>, StoreError> {
+    Ok(machines::table
+        .filter(machines::parent_id.eq(id.to_string()))
+        .select(machines::id)
+        .load(tx.conn)?)
+}
+
+/// Applies the lifecycle's `destroy` to one machine (not its containers):
+/// a machine that never had an instance goes at once; one with an instance
+/// is left stopping (or dying) for the engine to stop it.
+fn destroy_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
+    let record = load_machine(tx, id)?;
+    let step = transition(
+        &record.machine,
+        &Event::Destroy,
+        &Policy::default(),
+        Jitter::NONE,
+    )
+    .map_err(|e| StoreError::Conflict(format!("cannot remove machine {id}: {e}")))?;
+    diesel::delete(units::table.filter(units::machine_id.eq(id.to_string()))).execute(tx.conn)?;
+    if step.effect == Effect::RemoveFromState {
+        delete_machine_row(tx, id)
+    } else {
+        save_machine_tx(tx, id, &step.next, &MachineUpdate::default())
+    }
+}
+
+pub(crate) fn delete_machine_row(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
+    diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
+    tx.record(Entity::Machine, id.to_string(), ChangeKind::Removed, "");
+    Ok(())
+}
+
+fn remove_machine_tx(tx: &mut Tx<'_>, id: &MachineId, force: bool) -> Result<(), StoreError> {
+    load_machine(tx, id)?;
+    let hosted = hosted_units(tx, id)?;
+    let containers = child_machines(tx, id)?;
+    if !force {
+        if !hosted.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "machine {id} is hosting units {}: remove them first, or use --force",
+                hosted.join(", ")
+            )));
+        }
+        if !containers.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "machine {id} is hosting containers {}: remove them first, or use --force",
+                containers.join(", ")
+            )));
+        }
+    }
+    for unit in &hosted {
+        crate::store::units::delete_unit_rows(tx, unit)?;
+    }
+    for container in containers {
+        destroy_machine(tx, &stored("machine id", &container)?)?;
+    }
+    destroy_machine(tx, id)
+}
+
+fn retry_tx(
+    tx: &mut Tx<'_>,
+    ids: &[MachineId],
+    constraints: Option<&Constraints>,
+) -> Result<Vec<MachineId>, StoreError> {
+    for id in ids {
+        let record = load_machine(tx, id)?;
+        let event = Event::Retry {
+            constraints: constraints.cloned().map(Box::new),
+        };
+        let step = transition(&record.machine, &event, &Policy::default(), Jitter::NONE).map_err(|_| {
+            StoreError::Conflict(format!(
+                "machine {id} is not in provisioning error (it is {}): only machines in error can be retried",
+                record.state()
+            ))
+        })?;
+        let update = MachineUpdate {
+            constraints: constraints.cloned(),
+            clear_retry_at: true,
+            ..MachineUpdate::default()
+        };
+        save_machine_tx(tx, id, &step.next, &update)?;
+    }
+    Ok(ids.to_vec())
+}
+
+/// Fields that change beside the lifecycle record when the engine (or a
+/// user operation) saves a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineUpdate {
+    pub constraints: Option<Constraints>,
+    pub instance_type: Option<String>,
+    pub hardware: Option<String>,
+    /// A fresh one-time password's hash, for a launch.
+    pub otp_hash: Option<String>,
+    pub retry_at_ms: Option<i64>,
+    pub clear_retry_at: bool,
+}
+
+/// One UPDATE's worth of machine columns. `None` leaves a column alone;
+/// for nullable columns `Some(None)` clears it.
+#[derive(AsChangeset)]
+#[diesel(table_name = machines)]
+struct MachineChanges<'a> {
+    state: &'a str,
+    instance_id: Option<Option<&'a str>>,
+    zone: Option<Option<&'a str>>,
+    status_message: &'a str,
+    attempts: i32,
+    zones_failed: String,
+    bootstrap_attempts: i32,
+    stop_failures: i32,
+    updated_at_ms: i64,
+    constraints: Option<String>,
+    instance_type: Option<Option<&'a str>>,
+    hardware: Option<Option<&'a str>>,
+    otp_hash: Option<Option<&'a str>>,
+    retry_at_ms: Option<Option<i64>>,
+}
+
+fn saturating_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// Writes a machine's lifecycle (and any extra fields) in one statement and
+/// logs the change.
+pub(crate) fn save_machine_tx(
+    tx: &mut Tx<'_>,
+    id: &MachineId,
+    machine: &Machine,
+    update: &MachineUpdate,
+) -> Result<(), StoreError> {
+    let life = &machine.lifecycle;
+    let key = id.to_string();
+    let has_instance = life.instance_id.is_some();
+    let changes = MachineChanges {
+        state: machine.state.as_str(),
+        instance_id: Some(life.instance_id.as_deref()),
+        zone: Some(life.zone.as_deref()),
+        status_message: life.last_error.as_deref().unwrap_or_default(),
+        attempts: saturating_i32(life.attempts_used),
+        zones_failed: life.zones_failed.join(","),
+        bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
+        stop_failures: saturating_i32(life.stop_failures),
+        updated_at_ms: tx.now_ms,
+        constraints: update.constraints.as_ref().map(ToString::to_string),
+        // No instance, so nothing it was: clear what the last one had.
+        instance_type: match (&update.instance_type, has_instance) {
+            (Some(t), _) => Some(Some(t.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        },
+        hardware: match (&update.hardware, has_instance) {
+            (Some(h), _) => Some(Some(h.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        },
+        otp_hash: update.otp_hash.as_deref().map(Some),
+        retry_at_ms: (update.retry_at_ms.is_some() || update.clear_retry_at)
+            .then_some(update.retry_at_ms),
+    };
+    let found = diesel::update(machines::table.find(&key))
+        .set(&changes)
+        .execute(tx.conn)?;
+    if found == 0 {
+        return Err(StoreError::NotFound(format!("machine {id} not found")));
+    }
+    let mut detail = format!("state={}", machine.state);
+    if let Some(zone) = &life.zone {
+        detail.push_str(&format!(" zone={zone}"));
+    }
+    tx.record(Entity::Machine, key, ChangeKind::Updated, detail);
+    Ok(())
+}
+
+impl Store {
+    /// `add-machine`: `count` new machines (or containers), pending.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a count of zero or a machine-id
+    /// placement; [`StoreError::NotFound`] for an unknown container host.
+    pub async fn add_machines(&self, request: AddMachines) -> Result<Vec<MachineId>, StoreError> {
+        self.write(move |tx| add_machines_tx(tx, &request)).await
+    }
+
+    /// `remove-machine`: a machine that never had an instance (and its
+    /// units, with `force`) is removed at once; one with an instance is left
+    /// stopping, and the engine removes it once the instance is gone.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Conflict`] when the machine
+    /// hosts units or containers and `force` is not given.
+    pub async fn remove_machine(&self, id: MachineId, force: bool) -> Result<(), StoreError> {
+        self.write(move |tx| remove_machine_tx(tx, &id, force))
+            .await
+    }
+
+    /// `retry-provisioning`: machines in provisioning error become pending
+    /// again, optionally with new constraints. All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Conflict`] if any machine is
+    /// not in provisioning error (and then none is changed).
+    pub async fn retry(
+        &self,
+        ids: Vec<MachineId>,
+        constraints: Option<Constraints>,
+    ) -> Result<Vec<MachineId>, StoreError> {
+        self.write(move |tx| retry_tx(tx, &ids, constraints.as_ref()))
+            .await
+    }
+
+    /// `retry-provisioning --all`: every machine in provisioning error.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::retry`].
+    pub async fn retry_all(
+        &self,
+        constraints: Option<Constraints>,
+    ) -> Result<Vec<MachineId>, StoreError> {
+        self.write(move |tx| {
+            let ids: Vec<String> = machines::table
+                .filter(machines::state.eq(MachineState::ProvisioningError.as_str()))
+                .select(machines::id)
+                .load(tx.conn)?;
+            let ids = ids
+                .iter()
+                .map(|id| stored("machine id", id))
+                .collect::<Result<Vec<MachineId>, _>>()?;
+            retry_tx(tx, &ids, constraints.as_ref())
+        })
+        .await
+    }
+
+    /// The engine saves a machine after a transition, before acting on it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] if the machine has gone.
+    pub async fn save_machine(
+        &self,
+        id: MachineId,
+        machine: Machine,
+        update: MachineUpdate,
+    ) -> Result<(), StoreError> {
+        self.write(move |tx| save_machine_tx(tx, &id, &machine, &update))
+            .await
+    }
+
+    /// The engine removes a machine whose instance is gone (its lifecycle
+    /// said `remove from state`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] only; removing a machine already gone is
+    /// not an error.
+    pub async fn delete_machine(&self, id: MachineId) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            diesel::delete(units::table.filter(units::machine_id.eq(id.to_string())))
+                .execute(tx.conn)?;
+            let gone = diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
+            if gone > 0 {
+                tx.record(Entity::Machine, id.to_string(), ChangeKind::Removed, "");
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// One machine.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`].
+    pub fn machine(&self, id: &MachineId) -> Result<MachineRecord, StoreError> {
+        self.read(|conn| {
+            let row: Option<MachineRow> = machines::table
+                .find(id.to_string())
+                .select(MachineRow::as_select())
+                .first(conn)
+                .optional()?;
+            row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
+                .try_into()
+        })
+    }
+
+    /// Every machine, in id order (2 before 10, hosts before their
+    /// containers).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn machines(&self) -> Result<Vec<MachineRecord>, StoreError> {
+        self.read(|conn| {
+            let rows: Vec<MachineRow> = machines::table
+                .select(MachineRow::as_select())
+                .order((
+                    machines::host_number.asc(),
+                    machines::container_number.asc(),
+                ))
+                .load(conn)?;
+            let mut records = rows
+                .into_iter()
+                .map(MachineRecord::try_from)
+                .collect::<Result<Vec<_>, _>>()?;
+            records.sort_by(|a, b| a.id.cmp(&b.id));
+            Ok(records)
+        })
+    }
+}

@@ -1,0 +1,264 @@
+//! Rows as diesel reads them, and the domain records the rest of berth
+//! sees. Stored text is parsed back into domain types here, once; a value
+//! that does not parse is a [`StoreError::Invariant`], never a panic.
+
+use std::str::FromStr;
+
+use diesel::prelude::*;
+use serde::Serialize;
+
+use crate::domain::base::Base;
+use crate::domain::constraints::Constraints;
+use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState};
+use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::domain::placement::Placement;
+use crate::store::schema::{applications, machines, model, units};
+use crate::store::StoreError;
+
+/// Parses a stored string, naming the column if it does not parse.
+pub(crate) fn stored<T: FromStr>(column: &str, value: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .parse()
+        .map_err(|e| StoreError::Invariant(format!("{column} {value:?}: {e}")))
+}
+
+pub(crate) fn to_i64(value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid(format!("{value} is too large")))
+}
+
+#[derive(Queryable, Selectable, Clone, Debug)]
+#[diesel(table_name = model)]
+pub(crate) struct ModelRow {
+    pub name: String,
+    pub uuid: String,
+    pub controller_uuid: String,
+    pub constraints: String,
+}
+
+/// The model this controller manages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ModelRecord {
+    pub name: String,
+    pub uuid: String,
+    pub controller_uuid: String,
+    pub constraints: Constraints,
+}
+
+impl TryFrom<ModelRow> for ModelRecord {
+    type Error = StoreError;
+
+    fn try_from(row: ModelRow) -> Result<Self, StoreError> {
+        Ok(ModelRecord {
+            constraints: stored("model constraints", &row.constraints)?,
+            name: row.name,
+            uuid: row.uuid,
+            controller_uuid: row.controller_uuid,
+        })
+    }
+}
+
+#[derive(Queryable, Selectable, Clone, Debug)]
+#[diesel(table_name = applications)]
+pub(crate) struct ApplicationRow {
+    pub name: String,
+    pub charm_url: String,
+    pub base: String,
+    pub constraints: String,
+    pub subordinate: bool,
+    pub settings: String,
+    pub life: String,
+}
+
+/// An application as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ApplicationRecord {
+    pub name: ApplicationName,
+    pub charm_url: String,
+    pub base: Base,
+    pub constraints: Constraints,
+    pub subordinate: bool,
+    pub settings: serde_json::Value,
+    pub life: String,
+}
+
+impl TryFrom<ApplicationRow> for ApplicationRecord {
+    type Error = StoreError;
+
+    fn try_from(row: ApplicationRow) -> Result<Self, StoreError> {
+        Ok(ApplicationRecord {
+            name: stored("application name", &row.name)?,
+            base: stored("application base", &row.base)?,
+            constraints: stored("application constraints", &row.constraints)?,
+            settings: serde_json::from_str(&row.settings)
+                .map_err(|e| StoreError::Invariant(format!("settings of {}: {e}", row.name)))?,
+            charm_url: row.charm_url,
+            subordinate: row.subordinate,
+            life: row.life,
+        })
+    }
+}
+
+#[derive(Queryable, Selectable, Clone, Debug)]
+#[diesel(table_name = units)]
+pub(crate) struct UnitRow {
+    pub name: String,
+    pub application: String,
+    pub base: String,
+    pub constraints: String,
+    pub machine_id: Option<String>,
+    pub principal: Option<String>,
+    pub agent_status: String,
+    pub workload_status: String,
+}
+
+/// A unit as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnitRecord {
+    pub name: UnitName,
+    pub application: ApplicationName,
+    pub base: Base,
+    /// The constraints snapshot taken when the unit was added.
+    pub constraints: Constraints,
+    pub machine: Option<MachineId>,
+    /// For a subordinate unit, the principal it was created for.
+    pub principal: Option<UnitName>,
+    pub agent_status: String,
+    pub workload_status: String,
+}
+
+impl TryFrom<UnitRow> for UnitRecord {
+    type Error = StoreError;
+
+    fn try_from(row: UnitRow) -> Result<Self, StoreError> {
+        Ok(UnitRecord {
+            name: stored("unit name", &row.name)?,
+            application: stored("unit application", &row.application)?,
+            base: stored("unit base", &row.base)?,
+            constraints: stored("unit constraints", &row.constraints)?,
+            machine: row
+                .machine_id
+                .as_deref()
+                .map(|m| stored("unit machine", m))
+                .transpose()?,
+            principal: row
+                .principal
+                .as_deref()
+                .map(|p| stored("unit principal", p))
+                .transpose()?,
+            agent_status: row.agent_status,
+            workload_status: row.workload_status,
+        })
+    }
+}
+
+#[derive(Queryable, Selectable, Clone, Debug)]
+#[diesel(table_name = machines)]
+pub(crate) struct MachineRow {
+    pub id: String,
+    pub base: String,
+    pub constraints: String,
+    pub placement: Option<String>,
+    pub role: String,
+    pub state: String,
+    pub instance_id: Option<String>,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub hardware: Option<String>,
+    pub status_message: String,
+    pub attempts: i32,
+    pub zones_failed: String,
+    pub bootstrap_attempts: i32,
+    pub stop_failures: i32,
+    pub otp_hash: Option<String>,
+    pub retry_at_ms: Option<i64>,
+    pub last_heartbeat_ms: Option<i64>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// A machine as stored: its intent (base, constraints, placement), its
+/// lifecycle, and what the cloud gave it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MachineRecord {
+    pub id: MachineId,
+    pub base: Base,
+    pub constraints: Constraints,
+    pub placement: Option<Placement>,
+    pub role: MachineRole,
+    /// The lifecycle state and its bookkeeping (attempts, zone, instance id,
+    /// last error), exactly as the engine's transition function uses it.
+    pub machine: Machine,
+    pub instance_type: Option<String>,
+    /// What the instance has: `arch=amd64 cores=2 mem=8192M availability-zone=a`.
+    pub hardware: Option<String>,
+    /// Whether a one-time password is waiting to be exchanged by the agent.
+    pub awaiting_check_in: bool,
+    pub retry_at_ms: Option<i64>,
+    pub last_heartbeat_ms: Option<i64>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl MachineRecord {
+    pub fn state(&self) -> MachineState {
+        self.machine.state
+    }
+
+    pub fn instance_id(&self) -> Option<&str> {
+        self.machine.lifecycle.instance_id.as_deref()
+    }
+}
+
+fn stored_u32(column: &str, value: i32) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|_| StoreError::Invariant(format!("{column} {value} is negative")))
+}
+
+impl TryFrom<MachineRow> for MachineRecord {
+    type Error = StoreError;
+
+    fn try_from(row: MachineRow) -> Result<Self, StoreError> {
+        let lifecycle = Lifecycle {
+            attempts_used: stored_u32("attempts", row.attempts)?,
+            zones_failed: split_list(&row.zones_failed),
+            zone: row.zone,
+            instance_id: row.instance_id,
+            bootstrap_timeouts: stored_u32("bootstrap_attempts", row.bootstrap_attempts)?,
+            stop_failures: stored_u32("stop_failures", row.stop_failures)?,
+            last_error: Some(row.status_message).filter(|m| !m.is_empty()),
+        };
+        Ok(MachineRecord {
+            id: stored("machine id", &row.id)?,
+            base: stored("machine base", &row.base)?,
+            constraints: stored("machine constraints", &row.constraints)?,
+            placement: row
+                .placement
+                .as_deref()
+                .map(|p| stored("machine placement", p))
+                .transpose()?,
+            role: MachineRole::parse(&row.role)
+                .ok_or_else(|| StoreError::Invariant(format!("machine role {:?}", row.role)))?,
+            machine: Machine {
+                state: stored("machine state", &row.state)?,
+                lifecycle,
+            },
+            instance_type: row.instance_type,
+            hardware: row.hardware,
+            awaiting_check_in: row.otp_hash.is_some(),
+            retry_at_ms: row.retry_at_ms,
+            last_heartbeat_ms: row.last_heartbeat_ms,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+        })
+    }
+}
+
+/// Splits a stored comma-separated list; the empty string is no items.
+pub(crate) fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .filter(|z| !z.is_empty())
+        .map(str::to_string)
+        .collect()
+}

@@ -1,0 +1,328 @@
+//! Unit operations: add-unit (with placement), remove-unit, and the
+//! subordinate units that follow their principals.
+
+use diesel::prelude::*;
+
+use crate::domain::base::Base;
+use crate::domain::constraints::{merge, Constraints};
+use crate::domain::machine::{MachineRole, MachineState};
+use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::domain::placement::Placement;
+use crate::store::machines::{check_container_host, create_machine, load_machine, NewMachine};
+use crate::store::records::{stored, ApplicationRecord, ApplicationRow, UnitRecord, UnitRow};
+use crate::store::schema::{applications, relations, units};
+use crate::store::writer::Tx;
+use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
+
+/// A unit and the machine it was assigned to.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlacedUnit {
+    pub unit: UnitName,
+    pub machine: MachineId,
+}
+
+pub(crate) fn load_application(
+    tx: &mut Tx<'_>,
+    name: &ApplicationName,
+) -> Result<ApplicationRecord, StoreError> {
+    let row: Option<ApplicationRow> = applications::table
+        .find(name.as_str())
+        .select(ApplicationRow::as_select())
+        .first(tx.conn)
+        .optional()?;
+    row.ok_or_else(|| StoreError::NotFound(format!("application {:?} not found", name.as_str())))?
+        .try_into()
+}
+
+fn next_unit_number(tx: &mut Tx<'_>, application: &ApplicationName) -> Result<u64, StoreError> {
+    diesel::update(applications::table.find(application.as_str()))
+        .set(applications::next_unit.eq(applications::next_unit + 1))
+        .execute(tx.conn)?;
+    let next: i64 = applications::table
+        .find(application.as_str())
+        .select(applications::next_unit)
+        .first(tx.conn)?;
+    u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next unit {next}")))
+}
+
+fn insert_unit(
+    tx: &mut Tx<'_>,
+    application: &ApplicationName,
+    base: &Base,
+    constraints: &Constraints,
+    machine: &MachineId,
+    principal: Option<&UnitName>,
+) -> Result<UnitName, StoreError> {
+    let name = application.unit(next_unit_number(tx, application)?);
+    diesel::insert_into(units::table)
+        .values((
+            units::name.eq(name.to_string()),
+            units::application.eq(application.as_str()),
+            units::number.eq(crate::store::records::to_i64(name.number())?),
+            units::base.eq(base.to_string()),
+            units::constraints.eq(constraints.to_string()),
+            units::machine_id.eq(machine.to_string()),
+            units::principal.eq(principal.map(ToString::to_string)),
+            units::life.eq("alive"),
+            units::agent_status.eq("allocating"),
+            units::workload_status.eq("waiting"),
+            units::created_at_ms.eq(tx.now_ms),
+        ))
+        .execute(tx.conn)?;
+    tx.record(
+        Entity::Unit,
+        name.to_string(),
+        ChangeKind::Created,
+        format!("machine={machine}"),
+    );
+    Ok(name)
+}
+
+/// Resolves where one new unit goes, creating its machine if need be.
+fn machine_for_unit(
+    tx: &mut Tx<'_>,
+    unit_base: &Base,
+    unit_constraints: &Constraints,
+    placement: Option<&Placement>,
+) -> Result<MachineId, StoreError> {
+    let workload = MachineRole::Workload;
+    match placement {
+        None => create_machine(
+            tx,
+            NewMachine::TopLevel { placement: None },
+            unit_base,
+            unit_constraints,
+            workload,
+        ),
+        Some(Placement::Machine(id)) => {
+            let machine = load_machine(tx, id)?;
+            if matches!(
+                machine.state(),
+                MachineState::Dying | MachineState::Stopping | MachineState::Dead
+            ) {
+                return Err(StoreError::Conflict(format!(
+                    "machine {id} is being removed"
+                )));
+            }
+            if !machine.base.is_compatible(unit_base) {
+                return Err(StoreError::Conflict(format!(
+                    "cannot place a unit of base {unit_base} on machine {id}: the machine's base is {}",
+                    machine.base
+                )));
+            }
+            Ok(machine.id)
+        }
+        Some(Placement::NewContainer { host: Some(host) }) => {
+            let host = MachineId::new(*host);
+            check_container_host(tx, &host)?;
+            create_machine(
+                tx,
+                NewMachine::Container { host },
+                unit_base,
+                unit_constraints,
+                workload,
+            )
+        }
+        Some(Placement::NewContainer { host: None }) => {
+            // The host is made without a unit, so it takes the model's
+            // constraints; the container is the unit's machine.
+            let model = model_constraints_tx(tx)?;
+            let host = create_machine(
+                tx,
+                NewMachine::TopLevel { placement: None },
+                unit_base,
+                &model,
+                workload,
+            )?;
+            create_machine(
+                tx,
+                NewMachine::Container { host },
+                unit_base,
+                unit_constraints,
+                workload,
+            )
+        }
+        Some(other) => create_machine(
+            tx,
+            NewMachine::TopLevel {
+                placement: Some(other),
+            },
+            unit_base,
+            unit_constraints,
+            workload,
+        ),
+    }
+}
+
+/// The subordinate applications joined to `principal` by a container-scoped
+/// relation.
+fn subordinates_of(
+    tx: &mut Tx<'_>,
+    principal: &ApplicationName,
+) -> Result<Vec<ApplicationRecord>, StoreError> {
+    let pairs: Vec<(String, String)> = relations::table
+        .filter(relations::scope.eq("container"))
+        .filter(
+            relations::app1
+                .eq(principal.as_str())
+                .or(relations::app2.eq(principal.as_str())),
+        )
+        .select((relations::app1, relations::app2))
+        .load(tx.conn)?;
+    let mut subordinates = Vec::new();
+    for (a, b) in pairs {
+        let other = if a == principal.as_str() { b } else { a };
+        let other = load_application(tx, &stored("application name", &other)?)?;
+        if other.subordinate {
+            subordinates.push(other);
+        }
+    }
+    Ok(subordinates)
+}
+
+/// Creates `subordinate`'s unit beside `principal` unless it has one.
+pub(crate) fn ensure_subordinate_unit(
+    tx: &mut Tx<'_>,
+    subordinate: &ApplicationRecord,
+    principal: &UnitName,
+    machine: &MachineId,
+) -> Result<Option<UnitName>, StoreError> {
+    let existing: i64 = units::table
+        .filter(units::principal.eq(principal.to_string()))
+        .filter(units::application.eq(subordinate.name.as_str()))
+        .count()
+        .get_result(tx.conn)?;
+    if existing > 0 {
+        return Ok(None);
+    }
+    // Subordinates have no constraints of their own: their principal's
+    // machine is the only place they can go.
+    let unit = insert_unit(
+        tx,
+        &subordinate.name,
+        &subordinate.base,
+        &Constraints::default(),
+        machine,
+        Some(principal),
+    )?;
+    Ok(Some(unit))
+}
+
+pub(crate) fn add_units_tx(
+    tx: &mut Tx<'_>,
+    application: &ApplicationName,
+    count: u32,
+    placements: &[Placement],
+) -> Result<Vec<PlacedUnit>, StoreError> {
+    let app = load_application(tx, application)?;
+    if app.subordinate {
+        return Err(StoreError::Invalid(format!(
+            "cannot add units to subordinate application {:?}: its units are created beside its principals' units",
+            application.as_str()
+        )));
+    }
+    if app.life != "alive" {
+        return Err(StoreError::Conflict(format!(
+            "application {:?} is being removed",
+            application.as_str()
+        )));
+    }
+    if placements.len() > count as usize {
+        return Err(StoreError::Invalid(format!(
+            "{} placement directives given for {count} units: give at most one per unit",
+            placements.len()
+        )));
+    }
+    // The seeds' rule: the unit snapshots the model and application
+    // constraints as they are now; later changes never touch it.
+    let constraints = merge(&model_constraints_tx(tx)?, &app.constraints);
+    let subordinates = subordinates_of(tx, application)?;
+    let mut placed = Vec::new();
+    for i in 0..count as usize {
+        let machine = machine_for_unit(tx, &app.base, &constraints, placements.get(i))?;
+        let unit = insert_unit(tx, application, &app.base, &constraints, &machine, None)?;
+        for subordinate in &subordinates {
+            ensure_subordinate_unit(tx, subordinate, &unit, &machine)?;
+        }
+        placed.push(PlacedUnit { unit, machine });
+    }
+    Ok(placed)
+}
+
+/// Deletes a unit and the subordinate units beside it.
+pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreError> {
+    let subordinates: Vec<String> = units::table
+        .filter(units::principal.eq(unit))
+        .select(units::name)
+        .load(tx.conn)?;
+    for name in subordinates {
+        diesel::delete(units::table.find(&name)).execute(tx.conn)?;
+        tx.record(Entity::Unit, name, ChangeKind::Removed, "");
+    }
+    diesel::delete(units::table.find(unit)).execute(tx.conn)?;
+    tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
+    Ok(())
+}
+
+fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {
+    let principal: Option<Option<String>> = units::table
+        .find(unit.to_string())
+        .select(units::principal)
+        .first(tx.conn)
+        .optional()?;
+    match principal {
+        None => Err(StoreError::NotFound(format!("unit {:?} not found", unit.to_string()))),
+        Some(Some(principal)) => Err(StoreError::Invalid(format!(
+            "unit {:?} is a subordinate of {principal:?}: remove the relation, or the principal, instead",
+            unit.to_string()
+        ))),
+        Some(None) => delete_unit_rows(tx, &unit.to_string()),
+    }
+}
+
+impl Store {
+    /// `add-unit`: `count` units of a principal application, each placed by
+    /// the matching directive or on a new machine.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown application or machine;
+    /// [`StoreError::Invalid`] for a subordinate application or more
+    /// directives than units; [`StoreError::Conflict`] for a machine of
+    /// another base or one being removed.
+    pub async fn add_units(
+        &self,
+        application: ApplicationName,
+        count: u32,
+        placements: Vec<Placement>,
+    ) -> Result<Vec<PlacedUnit>, StoreError> {
+        self.write(move |tx| add_units_tx(tx, &application, count, &placements))
+            .await
+    }
+
+    /// `remove-unit`: the units (and their subordinates) go at once; their
+    /// machines stay. All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Invalid`] for a subordinate.
+    pub async fn remove_units(&self, units: Vec<UnitName>) -> Result<(), StoreError> {
+        self.write(move |tx| units.iter().try_for_each(|u| remove_unit_tx(tx, u)))
+            .await
+    }
+
+    /// Every unit, in name order.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn units(&self) -> Result<Vec<UnitRecord>, StoreError> {
+        self.read(|conn| {
+            let rows: Vec<UnitRow> = units::table
+                .select(UnitRow::as_select())
+                .order((units::application.asc(), units::number.asc()))
+                .load(conn)?;
+            rows.into_iter().map(UnitRecord::try_from).collect()
+        })
+    }
+}
