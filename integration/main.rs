@@ -1,1 +1,8 @@
 //! berth's integration tests, built as one binary.
+//!
+//! The store tests run every rule on both backends: SQLite in a temporary
+//! directory, and a real PostgreSQL server the harness starts itself (see
+//! [`support::postgres`]).
+
+mod store;
+mod support;

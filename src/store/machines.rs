@@ -15,8 +15,9 @@ use crate::store::schema::{machines, model, units};
 use crate::store::writer::Tx;
 use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
 
-/// What `add-machine` asks for.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What `add-machine` asks for. The default is one workload machine of the
+/// default base with the model's constraints.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AddMachines {
     /// Combined with the model's constraints (the model fills what these
     /// leave unset).
@@ -25,6 +26,18 @@ pub struct AddMachines {
     pub placement: Option<Placement>,
     pub count: u32,
     pub role: Option<MachineRole>,
+}
+
+impl Default for AddMachines {
+    fn default() -> Self {
+        AddMachines {
+            constraints: Constraints::default(),
+            base: None,
+            placement: None,
+            count: 1,
+            role: None,
+        }
+    }
 }
 
 /// Where a new machine goes: a fresh top-level machine, or a container on
@@ -523,7 +536,7 @@ impl Store {
                 .into_iter()
                 .map(MachineRecord::try_from)
                 .collect::<Result<Vec<_>, _>>()?;
-            records.sort_by(|a, b| a.id.cmp(&b.id));
+            records.sort_by_key(|m| m.id);
             Ok(records)
         })
     }

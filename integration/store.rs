@@ -1,0 +1,558 @@
+//! The store's rules, each on SQLite and on PostgreSQL.
+
+use std::collections::BTreeSet;
+
+use berth::domain::base::Base;
+use berth::domain::constraints::Constraints;
+use berth::domain::machine::{FailureKind, Lifecycle, Machine, MachineState};
+use berth::domain::names::MachineId;
+use berth::domain::placement::Placement;
+use berth::store::machines::{AddMachines, MachineUpdate};
+use berth::store::zones::ProviderZone;
+use berth::store::{Store, StoreError};
+
+use crate::on_both_backends;
+
+fn constraints(s: &str) -> Constraints {
+    Constraints::parse(s).unwrap()
+}
+
+fn placement(s: &str) -> Placement {
+    s.parse().unwrap()
+}
+
+fn machine(id: &str) -> MachineId {
+    id.parse().unwrap()
+}
+
+async fn add_machine(store: &Store, request: AddMachines) -> Vec<MachineId> {
+    store.add_machines(request).await.unwrap()
+}
+
+/// Puts a machine into provisioning error, as the engine would.
+async fn fail_provisioning(store: &Store, id: &MachineId, message: &str) {
+    let failed = Machine {
+        state: MachineState::ProvisioningError,
+        lifecycle: Lifecycle {
+            attempts_used: 10,
+            last_error: Some(message.to_string()),
+            ..Lifecycle::default()
+        },
+    };
+    store
+        .save_machine(*id, failed, MachineUpdate::default())
+        .await
+        .unwrap();
+}
+
+/// Gives a machine a running instance, as the engine would.
+async fn start_instance(store: &Store, id: &MachineId, instance: &str) {
+    let started = Machine {
+        state: MachineState::Started,
+        lifecycle: Lifecycle {
+            instance_id: Some(instance.to_string()),
+            zone: Some("a".to_string()),
+            ..Lifecycle::default()
+        },
+    };
+    let update = MachineUpdate {
+        instance_type: Some("t3a.small".into()),
+        hardware: Some("arch=amd64 cores=2 mem=2048M availability-zone=a".into()),
+        ..MachineUpdate::default()
+    };
+    store.save_machine(*id, started, update).await.unwrap();
+}
+
+async fn a_machine_added_without_a_unit_copies_the_model_constraints(store: Store) {
+    store
+        .set_model_constraints(constraints("mem=4G cores=2"))
+        .await
+        .unwrap();
+    let ids = add_machine(&store, AddMachines::default()).await;
+    assert_eq!(ids, vec![machine("0")]);
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(record.constraints.to_string(), "mem=4096M cores=2");
+    assert_eq!(record.state(), MachineState::Pending);
+    assert_eq!(record.base, Base::DEFAULT);
+}
+
+async fn add_machine_constraints_fill_in_from_the_model_where_unset(store: Store) {
+    store
+        .set_model_constraints(constraints("mem=4G cores=2"))
+        .await
+        .unwrap();
+    let request = AddMachines {
+        constraints: constraints("mem=8G"),
+        ..AddMachines::default()
+    };
+    let ids = add_machine(&store, request).await;
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().constraints.to_string(),
+        "mem=8192M cores=2"
+    );
+}
+
+async fn changing_model_constraints_never_touches_existing_machines(store: Store) {
+    store
+        .set_model_constraints(constraints("mem=2G"))
+        .await
+        .unwrap();
+    let first = add_machine(&store, AddMachines::default()).await;
+    store
+        .set_model_constraints(constraints("mem=3G"))
+        .await
+        .unwrap();
+    let second = add_machine(&store, AddMachines::default()).await;
+    assert_eq!(
+        store.machine(&first[0]).unwrap().constraints.to_string(),
+        "mem=2048M"
+    );
+    assert_eq!(
+        store.machine(&second[0]).unwrap().constraints.to_string(),
+        "mem=3072M"
+    );
+}
+
+async fn machine_numbers_are_never_reused(store: Store) {
+    let first = add_machine(
+        &store,
+        AddMachines {
+            count: 2,
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    store.remove_machine(first[1], false).await.unwrap();
+    let next = add_machine(&store, AddMachines::default()).await;
+    assert_eq!(first, vec![machine("0"), machine("1")]);
+    assert_eq!(next, vec![machine("2")]);
+}
+
+async fn a_zone_placement_is_recorded_on_the_machine(store: Store) {
+    let request = AddMachines {
+        placement: Some(placement("zone=us-east-1a")),
+        ..AddMachines::default()
+    };
+    let ids = add_machine(&store, request).await;
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(
+        record.placement.as_ref().and_then(Placement::zone),
+        Some("us-east-1a")
+    );
+}
+
+async fn lxd_on_a_machine_makes_a_numbered_container_there(store: Store) {
+    add_machine(&store, AddMachines::default()).await;
+    let request = AddMachines {
+        placement: Some(placement("lxd:0")),
+        count: 2,
+        ..AddMachines::default()
+    };
+    let ids = store.add_machines(request).await.unwrap();
+    assert_eq!(ids, vec![machine("0/lxd/0"), machine("0/lxd/1")]);
+}
+
+async fn lxd_alone_makes_a_new_machine_with_a_container(store: Store) {
+    let request = AddMachines {
+        placement: Some(placement("lxd")),
+        ..AddMachines::default()
+    };
+    let ids = store.add_machines(request).await.unwrap();
+    assert_eq!(ids, vec![machine("0/lxd/0")]);
+    let all: Vec<String> = store
+        .machines()
+        .unwrap()
+        .iter()
+        .map(|m| m.id.to_string())
+        .collect();
+    assert_eq!(all, vec!["0", "0/lxd/0"]);
+}
+
+async fn a_container_on_a_missing_machine_is_refused_and_changes_nothing(store: Store) {
+    let before = store.revision();
+    let request = AddMachines {
+        placement: Some(placement("lxd:7")),
+        ..AddMachines::default()
+    };
+    let err = store.add_machines(request).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(err.to_string(), "machine 7 not found");
+    assert_eq!(store.revision(), before);
+    assert!(store.machines().unwrap().is_empty());
+}
+
+async fn add_machine_refuses_a_machine_id_placement(store: Store) {
+    let request = AddMachines {
+        placement: Some(placement("3")),
+        ..AddMachines::default()
+    };
+    let err = store.add_machines(request).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "machine-id 3 cannot be specified when adding machines"
+    );
+}
+
+async fn add_machine_refuses_a_count_of_zero(store: Store) {
+    let err = store
+        .add_machines(AddMachines {
+            count: 0,
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert_eq!(err.to_string(), "the number of machines must be at least 1");
+}
+
+async fn a_machine_never_provisioned_is_removed_from_state_directly(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    store.remove_machine(ids[0], false).await.unwrap();
+    assert!(store.machines().unwrap().is_empty());
+}
+
+async fn a_machine_in_provisioning_error_is_removed_directly(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    fail_provisioning(&store, &ids[0], "no capacity").await;
+    store.remove_machine(ids[0], false).await.unwrap();
+    assert!(store.machines().unwrap().is_empty());
+}
+
+async fn a_provisioned_machine_is_left_stopping_for_the_engine(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    start_instance(&store, &ids[0], "i-1").await;
+    store.remove_machine(ids[0], false).await.unwrap();
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(record.state(), MachineState::Stopping);
+    assert_eq!(record.instance_id(), Some("i-1"));
+}
+
+async fn removing_a_machine_that_hosts_containers_needs_force(store: Store) {
+    add_machine(&store, AddMachines::default()).await;
+    let request = AddMachines {
+        placement: Some(placement("lxd:0")),
+        ..AddMachines::default()
+    };
+    store.add_machines(request).await.unwrap();
+    let err = store.remove_machine(machine("0"), false).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "machine 0 is hosting containers 0/lxd/0: remove them first, or use --force"
+    );
+    store.remove_machine(machine("0"), true).await.unwrap();
+    assert!(store.machines().unwrap().is_empty());
+}
+
+async fn removing_an_unknown_machine_is_not_found(store: Store) {
+    let err = store.remove_machine(machine("42"), true).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+}
+
+async fn retry_makes_a_machine_in_error_pending_with_new_constraints(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    fail_provisioning(&store, &ids[0], "no instance type satisfies constraints").await;
+    let retried = store
+        .retry(ids.clone(), Some(constraints("mem=2G cpu-power=400")))
+        .await
+        .unwrap();
+    assert_eq!(retried, ids);
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(record.state(), MachineState::Pending);
+    assert_eq!(record.constraints.to_string(), "mem=2048M cpu-power=400");
+    assert_eq!(record.machine.lifecycle.attempts_used, 0);
+    assert_eq!(record.machine.lifecycle.last_error, None);
+    assert_eq!(record.instance_id(), None);
+}
+
+async fn retry_without_constraints_keeps_the_old_ones(store: Store) {
+    let request = AddMachines {
+        constraints: constraints("mem=64G"),
+        ..AddMachines::default()
+    };
+    let ids = add_machine(&store, request).await;
+    fail_provisioning(&store, &ids[0], "boom").await;
+    store.retry(ids.clone(), None).await.unwrap();
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().constraints.to_string(),
+        "mem=65536M"
+    );
+}
+
+async fn retrying_a_machine_not_in_error_is_a_conflict_and_changes_nothing(store: Store) {
+    let ids = add_machine(
+        &store,
+        AddMachines {
+            count: 2,
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    fail_provisioning(&store, &ids[0], "boom").await;
+    let before = store.revision();
+    let err = store
+        .retry(ids.clone(), Some(constraints("mem=1G")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "machine 1 is not in provisioning error (it is pending): only machines in error can be retried"
+    );
+    // The first machine was valid, but the request is all or nothing.
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().state(),
+        MachineState::ProvisioningError
+    );
+    assert_eq!(store.revision(), before);
+}
+
+async fn retry_all_takes_every_machine_in_error(store: Store) {
+    let ids = add_machine(
+        &store,
+        AddMachines {
+            count: 3,
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    fail_provisioning(&store, &ids[0], "boom").await;
+    fail_provisioning(&store, &ids[2], "boom").await;
+    let retried = store.retry_all(None).await.unwrap();
+    assert_eq!(retried, vec![ids[0], ids[2]]);
+    assert!(store
+        .machines()
+        .unwrap()
+        .iter()
+        .all(|m| m.state() == MachineState::Pending));
+}
+
+async fn a_provisioning_error_keeps_no_instance_and_shows_the_message(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    fail_provisioning(&store, &ids[0], "InsufficientInstanceCapacity").await;
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(record.instance_id(), None);
+    assert_eq!(
+        record.machine.lifecycle.last_error.as_deref(),
+        Some("InsufficientInstanceCapacity")
+    );
+    assert_eq!(record.instance_type, None);
+}
+
+async fn zones_keep_an_administrators_disable_across_provider_reports(store: Store) {
+    let report = |b_ok: bool| {
+        vec![
+            ProviderZone {
+                name: "a".into(),
+                available: true,
+                reason: String::new(),
+            },
+            ProviderZone {
+                name: "b".into(),
+                available: b_ok,
+                reason: if b_ok {
+                    String::new()
+                } else {
+                    "impaired".into()
+                },
+            },
+        ]
+    };
+    store.set_provider_zones(report(true)).await.unwrap();
+    store.set_zone_enabled("a".into(), false).await.unwrap();
+    store.set_provider_zones(report(false)).await.unwrap();
+    let zones = store.zones().unwrap();
+    assert_eq!(zones.len(), 2);
+    assert!(!zones[0].available());
+    assert_eq!(
+        zones[0].unavailable_reason().as_deref(),
+        Some("disabled by an administrator")
+    );
+    assert_eq!(zones[1].unavailable_reason().as_deref(), Some("impaired"));
+    store.set_zone_enabled("a".into(), true).await.unwrap();
+    assert!(store.zones().unwrap()[0].available());
+}
+
+async fn enabling_an_unknown_zone_is_not_found(store: Store) {
+    let err = store
+        .set_zone_enabled("nowhere".into(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "zone \"nowhere\" not found; zones: none");
+}
+
+async fn the_change_log_records_every_change_in_order(store: Store) {
+    let start = store.revision();
+    store
+        .set_model_constraints(constraints("mem=1G"))
+        .await
+        .unwrap();
+    let ids = add_machine(&store, AddMachines::default()).await;
+    store.remove_machine(ids[0], false).await.unwrap();
+    let changes = store.changes_since(start, 100).unwrap();
+    let summary: Vec<(String, String, String)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c.entity.as_str().to_string(),
+                c.id.clone(),
+                c.change.as_str().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("model".into(), "model".into(), "updated".into()),
+            ("machine".into(), "0".into(), "created".into()),
+            ("machine".into(), "0".into(), "removed".into()),
+        ]
+    );
+    let revisions: Vec<i64> = changes.iter().map(|c| c.revision).collect();
+    assert_eq!(revisions, vec![start + 1, start + 2, start + 3]);
+    assert_eq!(store.revision(), start + 3);
+}
+
+async fn concurrent_writers_leave_no_gap_or_reorder_in_the_change_log(store: Store) {
+    let start = store.revision();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..25 {
+                ids.extend(
+                    store
+                        .add_machines(AddMachines {
+                            count: 2,
+                            ..AddMachines::default()
+                        })
+                        .await
+                        .unwrap(),
+                );
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let unique: BTreeSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), 400);
+    let changes = store.changes_since(start, 10_000).unwrap();
+    assert_eq!(changes.len(), 400);
+    for (i, change) in changes.iter().enumerate() {
+        assert_eq!(change.revision, start + 1 + i as i64);
+    }
+}
+
+async fn a_failed_operation_leaves_no_partial_write(store: Store) {
+    // The first directive is fine, the second names a missing host: the
+    // first machine must not be left behind.
+    add_machine(&store, AddMachines::default()).await;
+    let before = store.revision();
+    let ids = vec![machine("0"), machine("9")];
+    fail_provisioning(&store, &ids[0], "boom").await;
+    let err = store.retry(ids, None).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(
+        store.machine(&machine("0")).unwrap().state(),
+        MachineState::ProvisioningError
+    );
+    assert_eq!(store.revision(), before + 1);
+}
+
+async fn state_survives_closing_and_reopening_the_store(store: Store) {
+    store
+        .set_model_constraints(constraints("cores=4"))
+        .await
+        .unwrap();
+    let ids = add_machine(
+        &store,
+        AddMachines {
+            count: 3,
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    start_instance(&store, &ids[1], "i-77").await;
+    let model = store.model().unwrap();
+    let revision = store.revision();
+    let url = store.url().clone();
+    drop(store);
+    let reopened = Store::open(&url).unwrap();
+    assert_eq!(reopened.model().unwrap(), model);
+    assert_eq!(reopened.revision(), revision);
+    let machines = reopened.machines().unwrap();
+    assert_eq!(machines.len(), 3);
+    assert_eq!(machines[1].instance_id(), Some("i-77"));
+    assert_eq!(machines[1].instance_type.as_deref(), Some("t3a.small"));
+    let next = reopened
+        .add_machines(AddMachines {
+            count: 1,
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(next, vec![machine("3")]);
+}
+
+async fn a_failure_kind_is_not_stored_but_its_message_is(store: Store) {
+    // Transient failures leave the machine retrying with its message shown.
+    let ids = add_machine(&store, AddMachines::default()).await;
+    let retrying = Machine {
+        state: MachineState::Retrying,
+        lifecycle: Lifecycle {
+            attempts_used: 2,
+            last_error: Some("RequestLimitExceeded".into()),
+            zones_failed: vec!["a".into(), "b".into()],
+            ..Lifecycle::default()
+        },
+    };
+    let _ = FailureKind::Transient;
+    store
+        .save_machine(
+            ids[0],
+            retrying.clone(),
+            MachineUpdate {
+                retry_at_ms: Some(1234),
+                ..MachineUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+    let record = store.machine(&ids[0]).unwrap();
+    assert_eq!(record.machine, retrying);
+    assert_eq!(record.retry_at_ms, Some(1234));
+}
+
+on_both_backends!(
+    a_machine_added_without_a_unit_copies_the_model_constraints,
+    add_machine_constraints_fill_in_from_the_model_where_unset,
+    changing_model_constraints_never_touches_existing_machines,
+    machine_numbers_are_never_reused,
+    a_zone_placement_is_recorded_on_the_machine,
+    lxd_on_a_machine_makes_a_numbered_container_there,
+    lxd_alone_makes_a_new_machine_with_a_container,
+    a_container_on_a_missing_machine_is_refused_and_changes_nothing,
+    add_machine_refuses_a_machine_id_placement,
+    add_machine_refuses_a_count_of_zero,
+    a_machine_never_provisioned_is_removed_from_state_directly,
+    a_machine_in_provisioning_error_is_removed_directly,
+    a_provisioned_machine_is_left_stopping_for_the_engine,
+    removing_a_machine_that_hosts_containers_needs_force,
+    removing_an_unknown_machine_is_not_found,
+    retry_makes_a_machine_in_error_pending_with_new_constraints,
+    retry_without_constraints_keeps_the_old_ones,
+    retrying_a_machine_not_in_error_is_a_conflict_and_changes_nothing,
+    retry_all_takes_every_machine_in_error,
+    a_provisioning_error_keeps_no_instance_and_shows_the_message,
+    zones_keep_an_administrators_disable_across_provider_reports,
+    enabling_an_unknown_zone_is_not_found,
+    the_change_log_records_every_change_in_order,
+    concurrent_writers_leave_no_gap_or_reorder_in_the_change_log,
+    a_failed_operation_leaves_no_partial_write,
+    state_survives_closing_and_reopening_the_store,
+    a_failure_kind_is_not_stored_but_its_message_is,
+);

@@ -1,0 +1,45 @@
+//! What the integration tests share: stores on both backends.
+
+pub mod postgres;
+
+use berth::store::db::DatabaseUrl;
+use berth::store::Store;
+
+/// A store on a fresh SQLite file; the directory lives as long as the guard.
+pub fn sqlite_store() -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let url = DatabaseUrl::Sqlite(dir.path().join("berth.db"));
+    (Store::open(&url).expect("open sqlite store"), dir)
+}
+
+/// A store on a fresh database of the test PostgreSQL server.
+pub fn postgres_store() -> (Store, ()) {
+    let url = DatabaseUrl::parse(&postgres::fresh_database()).expect("postgres url");
+    (Store::open(&url).expect("open postgres store"), ())
+}
+
+/// Runs each named `async fn(Store)` once on SQLite and once on
+/// PostgreSQL, as `sqlite::name` and `postgres::name`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let (store, _guard) = $crate::support::sqlite_store();
+                    super::$test(store).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let (store, _guard) = $crate::support::postgres_store();
+                    super::$test(store).await;
+                }
+            )*
+        }
+    };
+}
