@@ -8,4 +8,5 @@
 //!   names, instance-type choice, zone choice, machine lifecycle).
 
 pub mod domain;
+pub mod providers;
 pub mod store;

@@ -7,6 +7,7 @@
 
 pub mod base;
 pub mod constraints;
+pub mod hardware;
 pub mod instance_types;
 pub mod machine;
 pub mod names;
