@@ -4,12 +4,12 @@ use std::collections::BTreeSet;
 
 use berth::domain::base::Base;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{FailureKind, Lifecycle, Machine, MachineState};
+use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::domain::placement::Placement;
 use berth::store::machines::{AddMachines, MachineUpdate};
 use berth::store::zones::ProviderZone;
-use berth::store::{Store, StoreError};
+use berth::store::{Origin, Store, StoreError};
 
 use crate::on_both_backends;
 
@@ -39,8 +39,9 @@ async fn fail_provisioning(store: &Store, id: &MachineId, message: &str) {
             ..Lifecycle::default()
         },
     };
+    let current = store.machine(id).unwrap().state();
     store
-        .save_machine(*id, failed, MachineUpdate::default())
+        .save_machine(*id, current, failed, MachineUpdate::default())
         .await
         .unwrap();
 }
@@ -60,7 +61,11 @@ async fn start_instance(store: &Store, id: &MachineId, instance: &str) {
         hardware: Some("arch=amd64 cores=2 mem=2048M availability-zone=a".into()),
         ..MachineUpdate::default()
     };
-    store.save_machine(*id, started, update).await.unwrap();
+    let current = store.machine(id).unwrap().state();
+    store
+        .save_machine(*id, current, started, update)
+        .await
+        .unwrap();
 }
 
 async fn a_machine_added_without_a_unit_copies_the_model_constraints(store: Store) {
@@ -498,7 +503,7 @@ async fn state_survives_closing_and_reopening_the_store(store: Store) {
     assert_eq!(next, vec![machine("3")]);
 }
 
-async fn a_failure_kind_is_not_stored_but_its_message_is(store: Store) {
+async fn a_retrying_machine_keeps_its_attempts_failed_zones_and_message(store: Store) {
     // Transient failures leave the machine retrying with its message shown.
     let ids = add_machine(&store, AddMachines::default()).await;
     let retrying = Machine {
@@ -510,10 +515,10 @@ async fn a_failure_kind_is_not_stored_but_its_message_is(store: Store) {
             ..Lifecycle::default()
         },
     };
-    let _ = FailureKind::Transient;
     store
         .save_machine(
             ids[0],
+            MachineState::Pending,
             retrying.clone(),
             MachineUpdate {
                 retry_at_ms: Some(1234),
@@ -527,7 +532,47 @@ async fn a_failure_kind_is_not_stored_but_its_message_is(store: Store) {
     assert_eq!(record.retry_at_ms, Some(1234));
 }
 
+async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(store: Store) {
+    let ids = add_machine(&store, AddMachines::default()).await;
+    start_instance(&store, &ids[0], "i-1").await;
+    store.remove_machine(ids[0], false).await.unwrap();
+    // The engine still believes the machine is started.
+    let down = Machine {
+        state: MachineState::Down,
+        ..store.machine(&ids[0]).unwrap().machine
+    };
+    let err = store
+        .save_machine(
+            ids[0],
+            MachineState::Started,
+            down,
+            MachineUpdate::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().state(),
+        MachineState::Stopping
+    );
+}
+
+async fn engine_writes_are_marked_as_the_engines_in_the_change_log(store: Store) {
+    let start = store.revision();
+    let ids = add_machine(&store, AddMachines::default()).await;
+    start_instance(&store, &ids[0], "i-1").await;
+    let origins: Vec<Origin> = store
+        .changes_since(start, 10)
+        .unwrap()
+        .iter()
+        .map(|c| c.origin)
+        .collect();
+    assert_eq!(origins, vec![Origin::User, Origin::Engine]);
+}
+
 on_both_backends!(
+    an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing,
+    engine_writes_are_marked_as_the_engines_in_the_change_log,
     a_machine_added_without_a_unit_copies_the_model_constraints,
     add_machine_constraints_fill_in_from_the_model_where_unset,
     changing_model_constraints_never_touches_existing_machines,
@@ -554,5 +599,5 @@ on_both_backends!(
     concurrent_writers_leave_no_gap_or_reorder_in_the_change_log,
     a_failed_operation_leaves_no_partial_write,
     state_survives_closing_and_reopening_the_store,
-    a_failure_kind_is_not_stored_but_its_message_is,
+    a_retrying_machine_keeps_its_attempts_failed_zones_and_message,
 );

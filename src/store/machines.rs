@@ -13,7 +13,7 @@ use crate::domain::placement::Placement;
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
 use crate::store::writer::Tx;
-use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
+use crate::store::{model_constraints_tx, ChangeKind, Entity, Origin, Store, StoreError};
 
 /// What `add-machine` asks for. The default is one workload machine of the
 /// default base with the model's constraints.
@@ -465,19 +465,38 @@ impl Store {
         .await
     }
 
-    /// The engine saves a machine after a transition, before acting on it.
+    /// The engine saves a machine after a transition, before acting on it,
+    /// if the machine is still in the state `expected` that the transition
+    /// started from.
     ///
     /// # Errors
     ///
-    /// [`StoreError::NotFound`] if the machine has gone.
+    /// [`StoreError::NotFound`] if the machine has gone;
+    /// [`StoreError::Conflict`] if someone else (a user's remove or retry)
+    /// moved it meanwhile: the engine reloads it and decides again.
     pub async fn save_machine(
         &self,
         id: MachineId,
+        expected: MachineState,
         machine: Machine,
         update: MachineUpdate,
     ) -> Result<(), StoreError> {
-        self.write(move |tx| save_machine_tx(tx, &id, &machine, &update))
-            .await
+        self.write(move |tx| {
+            tx.set_origin(Origin::Engine);
+            let current: Option<String> = machines::table
+                .find(id.to_string())
+                .select(machines::state)
+                .first(tx.conn)
+                .optional()?;
+            match current {
+                None => Err(StoreError::NotFound(format!("machine {id} not found"))),
+                Some(state) if state != expected.as_str() => Err(StoreError::Conflict(format!(
+                    "machine {id} is {state}, not {expected}: it changed meanwhile"
+                ))),
+                Some(_) => save_machine_tx(tx, &id, &machine, &update),
+            }
+        })
+        .await
     }
 
     /// The engine removes a machine whose instance is gone (its lifecycle
@@ -489,6 +508,7 @@ impl Store {
     /// not an error.
     pub async fn delete_machine(&self, id: MachineId) -> Result<(), StoreError> {
         self.write(move |tx| {
+            tx.set_origin(Origin::Engine);
             diesel::delete(units::table.filter(units::machine_id.eq(id.to_string())))
                 .execute(tx.conn)?;
             let gone = diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;

@@ -13,6 +13,7 @@ pub mod machines;
 pub mod model;
 pub mod records;
 pub mod schema;
+pub mod status;
 pub mod units;
 pub mod writer;
 pub mod zones;
@@ -139,6 +140,43 @@ impl ChangeKind {
     }
 }
 
+/// Who made a change. The engine follows the log for changes it did not
+/// make itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// A user, through the API or the command line.
+    User,
+    /// The provisioning engine.
+    Engine,
+    /// A machine agent (check-in, heartbeats).
+    Agent,
+    /// A provider's report (webhooks, reconciliation).
+    Provider,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::User => "user",
+            Origin::Engine => "engine",
+            Origin::Agent => "agent",
+            Origin::Provider => "provider",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Origin> {
+        [
+            Origin::User,
+            Origin::Engine,
+            Origin::Agent,
+            Origin::Provider,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
 /// One entry of the change log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
@@ -148,6 +186,7 @@ pub struct Change {
     pub change: ChangeKind,
     /// What changed, in a few words (`state=allocating zone=sim-a`).
     pub detail: String,
+    pub origin: Origin,
     pub at_ms: i64,
 }
 
@@ -269,13 +308,22 @@ impl Store {
     /// this version cannot read.
     pub fn changes_since(&self, since: i64, limit: i64) -> Result<Vec<Change>, StoreError> {
         self.read(|conn| {
-            let rows: Vec<(i64, String, String, String, String, i64)> = changes::table
+            let rows: Vec<(i64, String, String, String, String, String, i64)> = changes::table
+                .select((
+                    changes::revision,
+                    changes::entity,
+                    changes::entity_id,
+                    changes::change,
+                    changes::detail,
+                    changes::origin,
+                    changes::at_ms,
+                ))
                 .filter(changes::revision.gt(since))
                 .order(changes::revision.asc())
                 .limit(limit)
                 .load(conn)?;
             rows.into_iter()
-                .map(|(revision, entity, id, change, detail, at_ms)| {
+                .map(|(revision, entity, id, change, detail, origin, at_ms)| {
                     Ok(Change {
                         revision,
                         entity: Entity::parse(&entity).ok_or_else(|| {
@@ -286,6 +334,9 @@ impl Store {
                             StoreError::Invariant(format!("unknown change {change:?}"))
                         })?,
                         detail,
+                        origin: Origin::parse(&origin).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown origin {origin:?}"))
+                        })?,
                         at_ms,
                     })
                 })

@@ -27,6 +27,7 @@ diesel::table! {
         entity_id -> Text,
         change -> Text,
         detail -> Text,
+        origin -> Text,
         at_ms -> BigInt,
     }
 }

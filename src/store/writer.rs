@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::db::Conn;
 use crate::store::schema::{changes, log_head};
-use crate::store::{now_ms, ChangeKind, Entity, StoreError};
+use crate::store::{now_ms, ChangeKind, Entity, Origin, StoreError};
 
 /// The most operations committed in one transaction.
 pub const MAX_BATCH: usize = 1024;
@@ -32,6 +32,7 @@ struct PendingChange {
     entity_id: String,
     change: ChangeKind,
     detail: String,
+    origin: Origin,
 }
 
 /// What an operation sees: the connection, inside the batch's transaction,
@@ -41,9 +42,17 @@ pub struct Tx<'a> {
     /// The batch's clock reading, so every row of one batch has one time.
     pub now_ms: i64,
     changes: &'a mut Vec<PendingChange>,
+    /// Who the operation acts for; stamped on its change-log entries.
+    origin: Origin,
 }
 
 impl Tx<'_> {
+    /// Stamps this operation's later change-log entries as made by `origin`
+    /// (the default is [`Origin::User`]).
+    pub fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
+    }
+
     /// Appends an entry to the change log; it gets its revision at commit.
     pub fn record(
         &mut self,
@@ -57,6 +66,7 @@ impl Tx<'_> {
             entity_id: entity_id.into(),
             change,
             detail: detail.into(),
+            origin: self.origin,
         });
     }
 }
@@ -200,6 +210,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
                     conn,
                     now_ms: now,
                     changes: &mut pending,
+                    origin: Origin::User,
                 })
             });
             if ran.is_err() {
@@ -238,6 +249,7 @@ fn append_changes(
                 changes::entity_id.eq(c.entity_id),
                 changes::change.eq(c.change.as_str()),
                 changes::detail.eq(c.detail),
+                changes::origin.eq(c.origin.as_str()),
                 changes::at_ms.eq(now),
             )
         })

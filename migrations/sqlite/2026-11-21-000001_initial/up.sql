@@ -28,6 +28,8 @@ CREATE TABLE changes (
     entity_id TEXT NOT NULL,
     change TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '',
+    -- Who made the change: user, engine, agent or provider.
+    origin TEXT NOT NULL DEFAULT 'user',
     at_ms BIGINT NOT NULL
 );
 
