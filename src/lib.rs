@@ -5,8 +5,11 @@
 //! instances. The modules, innermost first:
 //!
 //! - [`domain`]: pure types and decisions (constraints, bases, placement,
-//!   names, instance-type choice, zone choice, machine lifecycle).
+//!   names, charms, instance-type choice, zone choice, machine lifecycle).
+//! - [`charms`]: loading charms from disk (`deploy ./wordpress`) and
+//!   resolving a `deploy` argument to a charm.
 
+pub mod charms;
 pub mod domain;
 pub mod providers;
 pub mod store;

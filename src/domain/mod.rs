@@ -1,11 +1,12 @@
 //! The pure core of berth: the rules of constraints, bases, placement, names,
-//! instance-type choice, zone choice and the machine lifecycle.
+//! charms, instance-type choice, zone choice and the machine lifecycle.
 //!
 //! Nothing in here performs I/O or knows about actix, diesel, AWS or HTTP.
 //! Strings are parsed into these types once, at the edge (API, CLI, store),
 //! and everything inside works on the parsed values.
 
 pub mod base;
+pub mod charm;
 pub mod constraints;
 pub mod hardware;
 pub mod instance_types;
