@@ -4,5 +4,6 @@
 //! directory, and a real PostgreSQL server the harness starts itself (see
 //! [`support::postgres`]).
 
+mod applications;
 mod store;
 mod support;

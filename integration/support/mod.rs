@@ -43,3 +43,13 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// A charm directory in Juju's layout, for deploy tests.
+pub fn charm_dir(metadata: &str, config: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(dir.path().join("metadata.yaml"), metadata).expect("write metadata.yaml");
+    if let Some(config) = config {
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config.yaml");
+    }
+    dir
+}

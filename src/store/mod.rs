@@ -8,6 +8,7 @@
 //! that commits whatever is queued in one transaction ([`writer`]); reads
 //! use a pool and never wait for the writer.
 
+pub mod applications;
 pub mod db;
 pub mod machines;
 pub mod model;

@@ -1,0 +1,572 @@
+//! The store's application, unit and relation rules, on both backends.
+
+use std::collections::BTreeMap;
+
+use berth::charms::{load_charm_dir, resolve, LoadedCharm};
+use berth::domain::base::Base;
+use berth::domain::constraints::Constraints;
+use berth::domain::names::{ApplicationName, MachineId, UnitName};
+use berth::domain::placement::{parse_to_list, Placement};
+use berth::store::applications::DeployRequest;
+use berth::store::machines::AddMachines;
+use berth::store::{Store, StoreError};
+
+use crate::on_both_backends;
+use crate::support::charm_dir;
+
+const NTP: &str = "name: ntp
+summary: keeps time
+subordinate: true
+requires:
+  juju-info:
+    interface: juju-info
+    scope: container
+series: [jammy, noble]
+";
+
+const MYSQL: &str = "name: mysql
+provides:
+  db:
+    interface: mysql
+series: [jammy]
+";
+
+const WORDPRESS: &str = "name: wordpress
+requires:
+  db:
+    interface: mysql
+series: [jammy]
+";
+
+const WORDPRESS_CONFIG: &str = "options:
+  port:
+    type: int
+    default: 80
+    description: the port
+";
+
+fn app(name: &str) -> ApplicationName {
+    name.parse().unwrap()
+}
+
+fn named(charm: &str) -> LoadedCharm {
+    resolve(charm).unwrap()
+}
+
+fn local(metadata: &str, config: Option<&str>) -> LoadedCharm {
+    let dir = charm_dir(metadata, config);
+    load_charm_dir(dir.path()).unwrap()
+}
+
+fn request(name: &str, charm: LoadedCharm, units: u32) -> DeployRequest {
+    DeployRequest {
+        application: app(name),
+        charm,
+        base: None,
+        constraints: Constraints::default(),
+        units,
+        placement: Vec::new(),
+        settings: BTreeMap::new(),
+    }
+}
+
+/// ntp on ubuntu@22.04, to match mysql.
+fn ntp_on_jammy() -> DeployRequest {
+    let mut ntp = request("ntp", local(NTP, None), 0);
+    ntp.base = Some(Base::from_series("jammy").unwrap());
+    ntp
+}
+
+fn mem_of_machines(store: &Store) -> Vec<String> {
+    store
+        .machines()
+        .unwrap()
+        .iter()
+        .map(|m| m.constraints.to_string())
+        .collect()
+}
+
+async fn the_seed_sequence_gives_one_2g_machine_and_two_3g_machines(store: Store) {
+    // juju deploy --constraints mem=2G wordpress
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.constraints = Constraints::parse("mem=2G").unwrap();
+    store.deploy(deploy).await.unwrap();
+    // juju set-constraints --application wordpress mem=3G
+    store
+        .set_application_constraints(app("wordpress"), Constraints::parse("mem=3G").unwrap())
+        .await
+        .unwrap();
+    // juju add-unit wordpress -n 2
+    store
+        .add_units(app("wordpress"), 2, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        mem_of_machines(&store),
+        vec!["mem=2048M", "mem=3072M", "mem=3072M"]
+    );
+    let units: Vec<String> = store
+        .units()
+        .unwrap()
+        .iter()
+        .map(|u| u.constraints.to_string())
+        .collect();
+    assert_eq!(units, vec!["mem=2048M", "mem=3072M", "mem=3072M"]);
+}
+
+async fn a_unit_snapshots_the_model_and_application_constraints_merged(store: Store) {
+    store
+        .set_model_constraints(Constraints::parse("zones=a cores=4 mem=1G").unwrap())
+        .await
+        .unwrap();
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.constraints = Constraints::parse("mem=2G cores=").unwrap();
+    store.deploy(deploy).await.unwrap();
+    // cores= on the application blocks the model's cores=4.
+    assert_eq!(
+        store.units().unwrap()[0].constraints.to_string(),
+        "mem=2048M cores= zones=a"
+    );
+    assert_eq!(mem_of_machines(&store), vec!["mem=2048M cores= zones=a"]);
+}
+
+async fn changing_model_constraints_never_touches_existing_units(store: Store) {
+    store
+        .set_model_constraints(Constraints::parse("mem=1G").unwrap())
+        .await
+        .unwrap();
+    store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap();
+    store
+        .set_model_constraints(Constraints::parse("mem=8G").unwrap())
+        .await
+        .unwrap();
+    store
+        .add_units(app("wordpress"), 1, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(mem_of_machines(&store), vec!["mem=1024M", "mem=8192M"]);
+}
+
+async fn deploying_an_application_twice_is_a_conflict(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap();
+    let before = store.revision();
+    let err = store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(err.to_string(), "application \"wordpress\" already exists");
+    assert_eq!(store.revision(), before);
+}
+
+async fn an_application_takes_the_charms_first_base_and_its_units_and_machines_follow(
+    store: Store,
+) {
+    let deployed = store
+        .deploy(request("mysql", local(MYSQL, None), 2))
+        .await
+        .unwrap();
+    let jammy = Base::from_series("jammy").unwrap();
+    assert_eq!(deployed.base, jammy);
+    assert!(store.units().unwrap().iter().all(|u| u.base == jammy));
+    assert!(store.machines().unwrap().iter().all(|m| m.base == jammy));
+}
+
+async fn a_base_the_charm_does_not_support_is_refused(store: Store) {
+    let mut deploy = request("mysql", local(MYSQL, None), 1);
+    deploy.base = Some("ubuntu@24.04".parse().unwrap());
+    let err = store.deploy(deploy).await.unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("not supported by charm"), "{err}");
+    assert!(store.machines().unwrap().is_empty());
+}
+
+async fn a_unit_goes_only_to_a_machine_of_its_base(store: Store) {
+    store
+        .add_machines(AddMachines {
+            base: Some("ubuntu@24.04".parse().unwrap()),
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap();
+    let mut deploy = request("mysql", local(MYSQL, None), 1);
+    deploy.placement = parse_to_list("0").unwrap();
+    let before = store.revision();
+    let err = store.deploy(deploy).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "cannot place a unit of base ubuntu@22.04 on machine 0: the machine's base is ubuntu@24.04"
+    );
+    assert_eq!(store.revision(), before);
+    assert!(store.application(&app("mysql")).is_err());
+}
+
+async fn to_an_existing_machine_puts_the_unit_there(store: Store) {
+    store.add_machines(AddMachines::default()).await.unwrap();
+    let mut deploy = request("wordpress", named("wordpress"), 2);
+    deploy.placement = parse_to_list("0").unwrap();
+    let deployed = store.deploy(deploy).await.unwrap();
+    let machines: Vec<String> = deployed
+        .units
+        .iter()
+        .map(|u| u.machine.to_string())
+        .collect();
+    // The first unit goes to machine 0; the second, without a directive, to
+    // a new machine.
+    assert_eq!(machines, vec!["0", "1"]);
+}
+
+async fn to_lxd_on_a_machine_makes_a_container_for_the_unit(store: Store) {
+    store.add_machines(AddMachines::default()).await.unwrap();
+    let mut deploy = request("wordpress", named("wordpress"), 2);
+    deploy.placement = parse_to_list("lxd:0,lxd").unwrap();
+    deploy.constraints = Constraints::parse("mem=1G").unwrap();
+    let deployed = store.deploy(deploy).await.unwrap();
+    let machines: Vec<String> = deployed
+        .units
+        .iter()
+        .map(|u| u.machine.to_string())
+        .collect();
+    assert_eq!(machines, vec!["0/lxd/0", "1/lxd/0"]);
+    // The new host was made without a unit: it takes the model's (empty)
+    // constraints; the containers take the unit's.
+    let all: Vec<(String, String)> = store
+        .machines()
+        .unwrap()
+        .iter()
+        .map(|m| (m.id.to_string(), m.constraints.to_string()))
+        .collect();
+    assert_eq!(
+        all,
+        vec![
+            ("0".into(), "".into()),
+            ("0/lxd/0".into(), "mem=1024M".into()),
+            ("1".into(), "".into()),
+            ("1/lxd/0".into(), "mem=1024M".into()),
+        ]
+    );
+}
+
+async fn a_zone_placement_gives_the_units_machine_that_zone(store: Store) {
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.placement = parse_to_list("zone=us-east-1a").unwrap();
+    store.deploy(deploy).await.unwrap();
+    let machine = &store.machines().unwrap()[0];
+    assert_eq!(
+        machine.placement.as_ref().and_then(Placement::zone),
+        Some("us-east-1a")
+    );
+}
+
+async fn more_directives_than_units_are_refused(store: Store) {
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.placement = parse_to_list("zone=a,zone=b").unwrap();
+    let err = store.deploy(deploy).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "2 placement directives given for 1 units: give at most one per unit"
+    );
+}
+
+async fn a_subordinate_is_deployed_without_units_constraints_or_placement(store: Store) {
+    let err = store
+        .deploy(request("ntp", local(NTP, None), 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    let mut constrained = request("ntp", local(NTP, None), 0);
+    constrained.constraints = Constraints::parse("mem=1G").unwrap();
+    let err = store.deploy(constrained).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "subordinate application \"ntp\" cannot have constraints: it runs on its principals' machines"
+    );
+    store
+        .deploy(request("ntp", local(NTP, None), 0))
+        .await
+        .unwrap();
+    let err = store
+        .add_units(app("ntp"), 1, Vec::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    let err = store
+        .set_application_constraints(app("ntp"), Constraints::parse("mem=1G").unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+}
+
+fn units_of(store: &Store, application: &str) -> Vec<(String, String, Option<String>)> {
+    store
+        .units()
+        .unwrap()
+        .into_iter()
+        .filter(|u| u.application.as_str() == application)
+        .map(|u| {
+            (
+                u.name.to_string(),
+                u.machine.map(|m| m.to_string()).unwrap_or_default(),
+                u.principal.map(|p| p.to_string()),
+            )
+        })
+        .collect()
+}
+
+async fn integrating_a_subordinate_puts_a_unit_beside_every_principal_unit_and_later_ones(
+    store: Store,
+) {
+    store
+        .deploy(request("mysql", local(MYSQL, None), 2))
+        .await
+        .unwrap();
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    let relation = store
+        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(relation.scope, "container");
+    assert_eq!(
+        units_of(&store, "ntp"),
+        vec![
+            ("ntp/0".into(), "0".into(), Some("mysql/0".into())),
+            ("ntp/1".into(), "1".into(), Some("mysql/1".into())),
+        ]
+    );
+    store.add_units(app("mysql"), 1, Vec::new()).await.unwrap();
+    assert_eq!(units_of(&store, "ntp").len(), 3);
+    assert_eq!(
+        units_of(&store, "ntp")[2],
+        ("ntp/2".into(), "2".into(), Some("mysql/2".into()))
+    );
+    // Subordinates are not removed directly.
+    let err = store
+        .remove_units(vec!["ntp/0".parse::<UnitName>().unwrap()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    // Removing the relation removes them.
+    store
+        .remove_relation("ntp".parse().unwrap(), "mysql".parse().unwrap())
+        .await
+        .unwrap();
+    assert!(units_of(&store, "ntp").is_empty());
+}
+
+async fn a_subordinate_relation_needs_matching_bases(store: Store) {
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.base = Some("ubuntu@24.04".parse().unwrap());
+    store.deploy(deploy).await.unwrap();
+    let mut ntp = request("ntp", local(NTP, None), 0);
+    ntp.base = Some("ubuntu@22.04".parse().unwrap());
+    store.deploy(ntp).await.unwrap();
+    let err = store
+        .integrate("wordpress".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert!(err.to_string().contains("same base"), "{err}");
+}
+
+async fn a_global_relation_joins_provider_and_requirer_and_is_not_added_twice(store: Store) {
+    store
+        .deploy(request("mysql", local(MYSQL, None), 1))
+        .await
+        .unwrap();
+    store
+        .deploy(request(
+            "wordpress",
+            local(WORDPRESS, Some(WORDPRESS_CONFIG)),
+            1,
+        ))
+        .await
+        .unwrap();
+    let relation = store
+        .integrate("wordpress".parse().unwrap(), "mysql".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(relation.key, "wordpress:db mysql:db");
+    assert_eq!(relation.scope, "global");
+    let err = store
+        .integrate("mysql".parse().unwrap(), "wordpress".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+}
+
+async fn integrating_two_unrelated_principals_finds_no_relation(store: Store) {
+    store
+        .deploy(request("mysql", local(MYSQL, None), 0))
+        .await
+        .unwrap();
+    store
+        .deploy(request("other", named("other"), 0))
+        .await
+        .unwrap();
+    let err = store
+        .integrate("mysql".parse().unwrap(), "other".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert_eq!(err.to_string(), "no relations found");
+}
+
+async fn settings_are_checked_against_the_charms_options(store: Store) {
+    let mut deploy = request("wordpress", local(WORDPRESS, Some(WORDPRESS_CONFIG)), 0);
+    deploy.settings.insert("port".into(), "abc".into());
+    let err = store.deploy(deploy.clone()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert_eq!(err.to_string(), "option \"port\" expected int, got \"abc\"");
+    deploy.settings.insert("port".into(), "8080".into());
+    store.deploy(deploy).await.unwrap();
+    let record = store.application(&app("wordpress")).unwrap();
+    assert_eq!(record.settings["port"], 8080);
+}
+
+async fn the_same_charm_contents_reuse_one_revision_and_new_contents_get_the_next(store: Store) {
+    let dir = charm_dir(MYSQL, None);
+    let first = store
+        .deploy(request("db1", load_charm_dir(dir.path()).unwrap(), 0))
+        .await
+        .unwrap();
+    let again = store
+        .deploy(request("db2", load_charm_dir(dir.path()).unwrap(), 0))
+        .await
+        .unwrap();
+    std::fs::write(dir.path().join("README.md"), "changed").unwrap();
+    let changed = store
+        .deploy(request("db3", load_charm_dir(dir.path()).unwrap(), 0))
+        .await
+        .unwrap();
+    assert_eq!(first.charm, "local:mysql-0");
+    assert_eq!(again.charm, "local:mysql-0");
+    assert_eq!(changed.charm, "local:mysql-1");
+}
+
+async fn removing_a_unit_on_an_unprovisioned_machine_removes_it_and_leaves_the_machine(
+    store: Store,
+) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 2))
+        .await
+        .unwrap();
+    store
+        .remove_units(vec!["wordpress/0".parse().unwrap()])
+        .await
+        .unwrap();
+    let units: Vec<String> = store
+        .units()
+        .unwrap()
+        .iter()
+        .map(|u| u.name.to_string())
+        .collect();
+    assert_eq!(units, vec!["wordpress/1"]);
+    assert_eq!(store.machines().unwrap().len(), 2);
+}
+
+async fn removing_units_is_all_or_nothing(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap();
+    let err = store
+        .remove_units(vec![
+            "wordpress/0".parse().unwrap(),
+            "wordpress/9".parse().unwrap(),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(store.units().unwrap().len(), 1);
+}
+
+async fn a_machine_hosting_units_is_removed_only_with_force(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap();
+    let machine: MachineId = "0".parse().unwrap();
+    let err = store.remove_machine(machine, false).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "machine 0 is hosting units wordpress/0: remove them first, or use --force"
+    );
+    store.remove_machine(machine, true).await.unwrap();
+    assert!(store.machines().unwrap().is_empty());
+    assert!(store.units().unwrap().is_empty());
+}
+
+async fn removing_an_application_removes_its_units_and_relations_but_not_machines(store: Store) {
+    store
+        .deploy(request("mysql", local(MYSQL, None), 2))
+        .await
+        .unwrap();
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    store
+        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    store.remove_application(app("mysql")).await.unwrap();
+    assert!(store.units().unwrap().is_empty());
+    assert!(store.status().unwrap().relations.is_empty());
+    assert_eq!(store.machines().unwrap().len(), 2);
+    assert!(store.application(&app("mysql")).is_err());
+}
+
+async fn unknown_applications_are_not_found(store: Store) {
+    let err = store
+        .add_units(app("ghost"), 1, Vec::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(err.to_string(), "application \"ghost\" not found");
+    let err = store.remove_application(app("ghost")).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+}
+
+async fn status_reads_everything_at_one_revision(store: Store) {
+    store
+        .deploy(request("mysql", local(MYSQL, None), 2))
+        .await
+        .unwrap();
+    let status = store.status().unwrap();
+    assert_eq!(status.revision, store.revision());
+    assert_eq!(status.applications.len(), 1);
+    assert_eq!(status.units.len(), 2);
+    assert_eq!(status.machines.len(), 2);
+    assert_eq!(status.model.name, "default");
+}
+
+on_both_backends!(
+    the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
+    a_unit_snapshots_the_model_and_application_constraints_merged,
+    changing_model_constraints_never_touches_existing_units,
+    deploying_an_application_twice_is_a_conflict,
+    an_application_takes_the_charms_first_base_and_its_units_and_machines_follow,
+    a_base_the_charm_does_not_support_is_refused,
+    a_unit_goes_only_to_a_machine_of_its_base,
+    to_an_existing_machine_puts_the_unit_there,
+    to_lxd_on_a_machine_makes_a_container_for_the_unit,
+    a_zone_placement_gives_the_units_machine_that_zone,
+    more_directives_than_units_are_refused,
+    a_subordinate_is_deployed_without_units_constraints_or_placement,
+    integrating_a_subordinate_puts_a_unit_beside_every_principal_unit_and_later_ones,
+    a_subordinate_relation_needs_matching_bases,
+    a_global_relation_joins_provider_and_requirer_and_is_not_added_twice,
+    integrating_two_unrelated_principals_finds_no_relation,
+    settings_are_checked_against_the_charms_options,
+    the_same_charm_contents_reuse_one_revision_and_new_contents_get_the_next,
+    removing_a_unit_on_an_unprovisioned_machine_removes_it_and_leaves_the_machine,
+    removing_units_is_all_or_nothing,
+    a_machine_hosting_units_is_removed_only_with_force,
+    removing_an_application_removes_its_units_and_relations_but_not_machines,
+    unknown_applications_are_not_found,
+    status_reads_everything_at_one_revision,
+);
