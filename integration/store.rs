@@ -7,6 +7,8 @@ use berth::domain::constraints::Constraints;
 use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::domain::placement::Placement;
+use berth::providers::Secret;
+use berth::store::agents::{hash_secret, new_secret, secret_matches};
 use berth::store::machines::{AddMachines, MachineUpdate};
 use berth::store::zones::ProviderZone;
 use berth::store::{Origin, Store, StoreError};
@@ -570,7 +572,115 @@ async fn engine_writes_are_marked_as_the_engines_in_the_change_log(store: Store)
     assert_eq!(origins, vec![Origin::User, Origin::Engine]);
 }
 
+/// A launched machine waiting for its agent, with a one-time password.
+async fn awaiting_agent(store: &Store) -> (MachineId, Secret) {
+    let ids = add_machine(store, AddMachines::default()).await;
+    let otp = new_secret();
+    let launched = Machine {
+        state: MachineState::AwaitingAgent,
+        lifecycle: Lifecycle {
+            instance_id: Some("i-1".into()),
+            zone: Some("a".into()),
+            ..Lifecycle::default()
+        },
+    };
+    let update = MachineUpdate {
+        otp_hash: Some(hash_secret(otp.expose())),
+        ..MachineUpdate::default()
+    };
+    store
+        .save_machine(ids[0], MachineState::Pending, launched, update)
+        .await
+        .unwrap();
+    (ids[0], otp)
+}
+
+async fn the_agents_one_time_password_starts_the_machine_once(store: Store) {
+    let (id, otp) = awaiting_agent(&store).await;
+    let credential = store.agent_connect(id, otp.clone()).await.unwrap();
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
+    let reused = store.agent_connect(id, otp).await.unwrap_err();
+    assert!(matches!(reused, StoreError::Unauthorized(_)), "{reused:?}");
+    assert_eq!(
+        reused.to_string(),
+        "machine 0: the one-time password is wrong or was already used"
+    );
+    assert_eq!(
+        store.agent_heartbeat(id, credential).await.unwrap(),
+        MachineState::Started
+    );
+}
+
+async fn a_wrong_one_time_password_is_refused_and_changes_nothing(store: Store) {
+    let (id, _otp) = awaiting_agent(&store).await;
+    let before = store.revision();
+    let err = store
+        .agent_connect(id, Secret::new("guess"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+    assert_eq!(
+        store.machine(&id).unwrap().state(),
+        MachineState::AwaitingAgent
+    );
+    assert_eq!(store.revision(), before);
+}
+
+async fn a_heartbeat_with_a_wrong_credential_is_refused(store: Store) {
+    let (id, otp) = awaiting_agent(&store).await;
+    store.agent_connect(id, otp).await.unwrap();
+    let err = store
+        .agent_heartbeat(id, Secret::new("guess"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+}
+
+async fn a_heartbeat_brings_a_down_machine_back_to_started(store: Store) {
+    let (id, otp) = awaiting_agent(&store).await;
+    let credential = store.agent_connect(id, otp).await.unwrap();
+    let down = Machine {
+        state: MachineState::Down,
+        ..store.machine(&id).unwrap().machine
+    };
+    store
+        .save_machine(id, MachineState::Started, down, MachineUpdate::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.agent_heartbeat(id, credential).await.unwrap(),
+        MachineState::Started
+    );
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
+}
+
+async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
+    let token = store
+        .ensure_admin_token()
+        .await
+        .unwrap()
+        .expect("a new token");
+    assert!(store.ensure_admin_token().await.unwrap().is_none());
+    let hash = store.admin_token_hash().unwrap();
+    assert_ne!(hash, token.expose());
+    assert!(secret_matches(token.expose(), &hash));
+    let rotated = store.rotate_admin_token().await.unwrap();
+    assert!(!secret_matches(
+        token.expose(),
+        &store.admin_token_hash().unwrap()
+    ));
+    assert!(secret_matches(
+        rotated.expose(),
+        &store.admin_token_hash().unwrap()
+    ));
+}
+
 on_both_backends!(
+    the_agents_one_time_password_starts_the_machine_once,
+    a_wrong_one_time_password_is_refused_and_changes_nothing,
+    a_heartbeat_with_a_wrong_credential_is_refused,
+    a_heartbeat_brings_a_down_machine_back_to_started,
+    the_admin_token_is_made_once_and_only_its_hash_is_kept,
     an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing,
     engine_writes_are_marked_as_the_engines_in_the_change_log,
     a_machine_added_without_a_unit_copies_the_model_constraints,

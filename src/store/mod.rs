@@ -8,6 +8,7 @@
 //! that commits whatever is queued in one transaction ([`writer`]); reads
 //! use a pool and never wait for the writer.
 
+pub mod agents;
 pub mod applications;
 pub mod db;
 pub mod machines;
@@ -45,6 +46,8 @@ pub enum StoreError {
     Invalid(String),
     #[error("{0}")]
     Conflict(String),
+    #[error("{0}")]
+    Unauthorized(String),
     #[error("invalid database url {0:?}: expected postgres://... or a SQLite file path")]
     BadUrl(String),
     #[error("cannot connect to the database: {0}")]

@@ -126,6 +126,14 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    credentials (name) {
+        name -> Text,
+        hash -> Text,
+        created_at_ms -> BigInt,
+    }
+}
+
 diesel::joinable!(units -> applications (application));
 diesel::joinable!(units -> machines (machine_id));
 diesel::joinable!(applications -> charms (charm_url));

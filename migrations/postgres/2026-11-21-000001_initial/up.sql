@@ -131,3 +131,11 @@ CREATE TABLE zones (
     disabled BOOLEAN NOT NULL DEFAULT FALSE,
     reason TEXT NOT NULL DEFAULT ''
 );
+
+-- Hashes of the controller's own secrets (the admin token). Only hashes
+-- are kept; the token itself is handed out once.
+CREATE TABLE credentials (
+    name TEXT PRIMARY KEY NOT NULL,
+    hash TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);

@@ -1,3 +1,4 @@
+DROP TABLE credentials;
 DROP TABLE zones;
 DROP TABLE relations;
 DROP TABLE units;
