@@ -11,5 +11,6 @@
 
 pub mod charms;
 pub mod domain;
+pub mod engine;
 pub mod providers;
 pub mod store;

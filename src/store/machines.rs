@@ -561,3 +561,129 @@ impl Store {
         })
     }
 }
+
+/// A machine with the applications whose units it hosts: what the engine
+/// needs to place it in its distribution group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineMachine {
+    pub record: MachineRecord,
+    pub applications: std::collections::BTreeSet<String>,
+}
+
+/// Most ids one `IN (...)` list carries (SQLite's parameter limit is 32766).
+const IDS_PER_QUERY: usize = 1000;
+
+impl Store {
+    /// Machines (all of them, or those with the given ids) with the
+    /// applications of the units on them.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn engine_machines(
+        &self,
+        ids: Option<&[MachineId]>,
+    ) -> Result<Vec<EngineMachine>, StoreError> {
+        self.read(|conn| {
+            let (rows, placements): (Vec<MachineRow>, Vec<(Option<String>, String)>) = match ids {
+                None => (
+                    machines::table.select(MachineRow::as_select()).load(conn)?,
+                    units::table
+                        .select((units::machine_id, units::application))
+                        .load(conn)?,
+                ),
+                Some(ids) => {
+                    let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
+                    let mut rows = Vec::new();
+                    let mut placements = Vec::new();
+                    for chunk in keys.chunks(IDS_PER_QUERY) {
+                        rows.extend(
+                            machines::table
+                                .filter(machines::id.eq_any(chunk))
+                                .select(MachineRow::as_select())
+                                .load::<MachineRow>(conn)?,
+                        );
+                        placements.extend(
+                            units::table
+                                .filter(units::machine_id.eq_any(chunk))
+                                .select((units::machine_id, units::application))
+                                .load::<(Option<String>, String)>(conn)?,
+                        );
+                    }
+                    (rows, placements)
+                }
+            };
+            let mut by_machine: std::collections::HashMap<
+                String,
+                std::collections::BTreeSet<String>,
+            > = std::collections::HashMap::new();
+            for (machine, application) in placements {
+                if let Some(machine) = machine {
+                    by_machine.entry(machine).or_default().insert(application);
+                }
+            }
+            let mut machines = rows
+                .into_iter()
+                .map(|row| {
+                    let applications = by_machine.remove(&row.id).unwrap_or_default();
+                    Ok(EngineMachine {
+                        record: MachineRecord::try_from(row)?,
+                        applications,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            machines.sort_by_key(|m| m.record.id);
+            Ok(machines)
+        })
+    }
+
+    /// The machine that holds `instance_id`, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn machine_by_instance(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<MachineRecord>, StoreError> {
+        self.read(|conn| {
+            let row: Option<MachineRow> = machines::table
+                .filter(machines::instance_id.eq(instance_id))
+                .select(MachineRow::as_select())
+                .first(conn)
+                .optional()?;
+            row.map(MachineRecord::try_from).transpose()
+        })
+    }
+
+    /// The machine that holds `instance_id`, with its applications.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn engine_machines_by_instance(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<EngineMachine>, StoreError> {
+        let Some(record) = self.machine_by_instance(instance_id)? else {
+            return Ok(None);
+        };
+        Ok(self.engine_machines(Some(&[record.id]))?.into_iter().next())
+    }
+
+    /// Started machines whose agent was last heard from before `before_ms`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn silent_agents(&self, before_ms: i64) -> Result<Vec<MachineRecord>, StoreError> {
+        self.read(|conn| {
+            let rows: Vec<MachineRow> = machines::table
+                .filter(machines::state.eq(MachineState::Started.as_str()))
+                .filter(machines::last_heartbeat_ms.lt(before_ms))
+                .select(MachineRow::as_select())
+                .load(conn)?;
+            rows.into_iter().map(MachineRecord::try_from).collect()
+        })
+    }
+}

@@ -268,6 +268,24 @@ impl Store {
         f(&mut conn)
     }
 
+    /// Runs blocking store work (reads) on tokio's blocking threads, for
+    /// callers on an event loop.
+    ///
+    /// # Errors
+    ///
+    /// The work's own error, or [`StoreError::WriterGone`] if the runtime
+    /// is shutting down.
+    pub async fn blocking<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Runs a write in the writer's next batch (see [`writer`]).
     ///
     /// # Errors

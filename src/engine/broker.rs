@@ -1,0 +1,554 @@
+//! The ProviderBroker actor: the only door to a cloud.
+//!
+//! Every provider call goes through here, which
+//! - rate-limits with a token bucket per call kind ([`RateLimits`]),
+//! - bounds the calls in flight (`workers`),
+//! - combines launches that are ready at the same moment into one call of
+//!   up to `Provider::max_launch_batch` requests, grouped so that one call
+//!   carries only launches the provider can make together (same zone,
+//!   type, base and image),
+//! - retries throttling with backoff instead of failing the machines,
+//! - gives every call a timeout, and runs it as its own task so that a
+//!   provider that panics or hangs fails that call (as a transient error)
+//!   and nothing else,
+//! - after an authentication or permission error, stops sending work to
+//!   the provider (answering every call with that one error) except for a
+//!   probe now and then, until a call succeeds again.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::{oneshot, Semaphore};
+
+use crate::providers::{FailureClass, Instance, LaunchRequest, Provider, ProviderError};
+use crate::store::zones::ProviderZone;
+
+/// Throttled calls are tried this many more times before the error is
+/// passed on.
+const THROTTLE_RETRIES: u32 = 4;
+/// The first wait after a throttling error; it doubles.
+const THROTTLE_BACKOFF: Duration = Duration::from_millis(500);
+/// While the provider refuses our credentials, one call in this long is let
+/// through to find out whether they work again.
+const UNAUTHORIZED_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A token bucket: `capacity` calls at once, refilled at `per_second`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bucket {
+    pub capacity: f64,
+    pub per_second: f64,
+}
+
+/// The rate limits of one provider, per kind of call. `None`: unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateLimits {
+    pub launch: Option<Bucket>,
+    pub terminate: Option<Bucket>,
+    pub describe: Option<Bucket>,
+}
+
+impl RateLimits {
+    /// AWS's published EC2 defaults: RunInstances 5 and 2/s,
+    /// TerminateInstances 100 and 5/s, non-mutating calls 100 and 20/s.
+    pub fn ec2() -> RateLimits {
+        RateLimits {
+            launch: Some(Bucket {
+                capacity: 5.0,
+                per_second: 2.0,
+            }),
+            terminate: Some(Bucket {
+                capacity: 100.0,
+                per_second: 5.0,
+            }),
+            describe: Some(Bucket {
+                capacity: 100.0,
+                per_second: 20.0,
+            }),
+        }
+    }
+}
+
+/// A token bucket's state. Callers reserve a token and are told how long
+/// to wait for it, so concurrent callers queue fairly.
+#[derive(Debug)]
+struct TokenBucket {
+    limit: Bucket,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    fn new(limit: Bucket) -> TokenBucket {
+        TokenBucket {
+            limit,
+            tokens: limit.capacity,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes a token (perhaps one not yet refilled) and returns the wait
+    /// until it is there.
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.limit.per_second).min(self.limit.capacity);
+        self.at = now;
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 || self.limit.per_second <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.limit.per_second)
+        }
+    }
+
+    /// The provider said we are too fast: spend everything.
+    fn drain(&mut self) {
+        self.tokens = self.tokens.min(0.0);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    Launch,
+    Terminate,
+    Describe,
+}
+
+impl CallKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Launch => "launch",
+            CallKind::Terminate => "terminate",
+            CallKind::Describe => "describe",
+        }
+    }
+}
+
+/// Told about every provider call: its kind, how long it took, and whether
+/// it succeeded (for `/metrics`).
+pub type CallObserver = Arc<dyn Fn(CallKind, Duration, bool) + Send + Sync>;
+
+/// What the broker shares with the tasks that make the calls.
+struct Gate {
+    provider: Arc<dyn Provider>,
+    in_flight: Semaphore,
+    buckets: Mutex<BTreeMap<CallKind, TokenBucket>>,
+    timeout: Duration,
+    /// Set after an authentication error: the message, and when a probe
+    /// was last let through.
+    refused: Mutex<Option<(ProviderError, Instant)>>,
+    observer: Option<CallObserver>,
+}
+
+fn is_throttling(error: &ProviderError) -> bool {
+    error.class == FailureClass::Transient
+        && ["RequestLimitExceeded", "Throttling", "ThrottlingException"]
+            .iter()
+            .any(|code| error.message.contains(code))
+}
+
+impl Gate {
+    /// Waits for a token of `kind`; returns the refusal instead if the
+    /// provider is refusing our credentials and this is not a probe.
+    async fn admit(&self, kind: CallKind) -> Result<(), ProviderError> {
+        if let Ok(mut refused) = self.refused.lock() {
+            if let Some((error, last_probe)) = refused.as_mut() {
+                if last_probe.elapsed() < UNAUTHORIZED_PROBE_INTERVAL {
+                    return Err(error.clone());
+                }
+                *last_probe = Instant::now();
+            }
+        }
+        let wait = match self.buckets.lock() {
+            Ok(mut buckets) => buckets
+                .get_mut(&kind)
+                .map_or(Duration::ZERO, |b| b.reserve(Instant::now())),
+            Err(_) => Duration::ZERO,
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
+    }
+
+    fn throttled(&self, kind: CallKind) {
+        if let Ok(mut buckets) = self.buckets.lock() {
+            if let Some(bucket) = buckets.get_mut(&kind) {
+                bucket.drain();
+            }
+        }
+    }
+
+    fn outcome(&self, kind: CallKind, started: Instant, error: Option<&ProviderError>) {
+        if let Some(observer) = &self.observer {
+            observer(kind, started.elapsed(), error.is_none());
+        }
+        if let Ok(mut refused) = self.refused.lock() {
+            match error {
+                Some(e) if e.class == FailureClass::Unauthorized => {
+                    if refused.is_none() {
+                        log::error!(
+                            "provider refused berth's credentials; pausing its work: {}",
+                            e.message
+                        );
+                    }
+                    *refused = Some((e.clone(), Instant::now()));
+                }
+                Some(_) => {}
+                None => {
+                    if refused.take().is_some() {
+                        log::info!("provider accepts berth's credentials again");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one provider call under the gate: a token, a slot, a timeout,
+    /// panic isolation, and throttling retries. `first_error` picks the
+    /// error out of the call's result (for calls with one result each).
+    async fn call<T, F, Fut>(
+        self: Arc<Self>,
+        kind: CallKind,
+        make: F,
+        first_error: fn(&T) -> Option<&ProviderError>,
+    ) -> Result<T, ProviderError>
+    where
+        T: 'static,
+        F: Fn(Arc<dyn Provider>) -> Fut,
+        Fut: Future<Output = T> + 'static,
+    {
+        let _slot = self.in_flight.acquire().await.map_err(|_| {
+            ProviderError::new(
+                FailureClass::Transient,
+                "the provider broker is shutting down",
+            )
+        })?;
+        let mut backoff = THROTTLE_BACKOFF;
+        let mut tries = 0;
+        loop {
+            self.admit(kind).await?;
+            let started = Instant::now();
+            let call = make(self.provider.clone());
+            let timeout = self.timeout;
+            // Its own task: a panic there is a JoinError here, not a crash.
+            let result = match tokio::task::spawn_local(tokio::time::timeout(timeout, call)).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(_)) => Err(ProviderError::new(
+                    FailureClass::Transient,
+                    format!(
+                        "the provider did not answer a {} call within {timeout:?}",
+                        kind.as_str()
+                    ),
+                )),
+                Err(join) => Err(ProviderError::new(
+                    FailureClass::Transient,
+                    format!(
+                        "the provider failed during a {} call: {join}",
+                        kind.as_str()
+                    ),
+                )),
+            };
+            let error = match &result {
+                Ok(value) => first_error(value).cloned(),
+                Err(e) => Some(e.clone()),
+            };
+            self.outcome(kind, started, error.as_ref());
+            match error {
+                Some(e) if is_throttling(&e) && tries < THROTTLE_RETRIES => {
+                    self.throttled(kind);
+                    tries += 1;
+                    log::warn!(
+                        "provider throttled a {} call; trying again in {backoff:?}",
+                        kind.as_str()
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                _ => return result,
+            }
+        }
+    }
+}
+
+/// The broker actor.
+pub struct ProviderBroker {
+    gate: Arc<Gate>,
+    max_batch: usize,
+    /// Launches waiting for the next flush, with the way back to their
+    /// machines.
+    pending: Vec<(
+        LaunchRequest,
+        oneshot::Sender<Result<Instance, ProviderError>>,
+    )>,
+    flush_scheduled: bool,
+}
+
+impl ProviderBroker {
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        limits: RateLimits,
+        workers: usize,
+        timeout: Duration,
+        observer: Option<CallObserver>,
+    ) -> ProviderBroker {
+        let mut buckets = BTreeMap::new();
+        for (kind, limit) in [
+            (CallKind::Launch, limits.launch),
+            (CallKind::Terminate, limits.terminate),
+            (CallKind::Describe, limits.describe),
+        ] {
+            if let Some(limit) = limit {
+                buckets.insert(kind, TokenBucket::new(limit));
+            }
+        }
+        let max_batch = provider.max_launch_batch().max(1);
+        ProviderBroker {
+            gate: Arc::new(Gate {
+                provider,
+                in_flight: Semaphore::new(workers.max(1)),
+                buckets: Mutex::new(buckets),
+                timeout,
+                refused: Mutex::new(None),
+                observer,
+            }),
+            max_batch,
+            pending: Vec::new(),
+            flush_scheduled: false,
+        }
+    }
+
+    /// Sends the waiting launches, grouped and in batches.
+    fn flush(&mut self) {
+        self.flush_scheduled = false;
+        let mut groups: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for (request, reply) in self.pending.drain(..) {
+            let key = format!(
+                "{}|{}|{}|{:?}|{:?}",
+                request.zone,
+                request.instance_type,
+                request.base,
+                request.requirements.image_id,
+                request.host_instance
+            );
+            groups.entry(key).or_default().push((request, reply));
+        }
+        for (_, mut group) in groups {
+            while !group.is_empty() {
+                let batch: Vec<_> = group.drain(..group.len().min(self.max_batch)).collect();
+                let gate = self.gate.clone();
+                actix::spawn(async move {
+                    let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let count = requests.len();
+                    let result = gate
+                        .call(
+                            CallKind::Launch,
+                            move |provider| {
+                                let requests = requests.clone();
+                                async move { provider.launch(requests).await }
+                            },
+                            |results: &Vec<Result<Instance, ProviderError>>| {
+                                results.iter().find_map(|r| r.as_ref().err())
+                            },
+                        )
+                        .await;
+                    let mut results = match result {
+                        Ok(results) => results,
+                        Err(e) => vec![Err(e); count],
+                    };
+                    // A provider that answers fewer results than requests
+                    // leaves the rest failed, never silently dropped.
+                    results.resize_with(count, || {
+                        Err(ProviderError::new(
+                            FailureClass::Transient,
+                            "the provider gave no answer for this launch",
+                        ))
+                    });
+                    for (reply, result) in replies.into_iter().zip(results) {
+                        let _ = reply.send(result);
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Actor for ProviderBroker {
+    type Context = Context<Self>;
+}
+
+/// Launch one instance (batched with others ready at the same moment).
+#[derive(Message)]
+#[rtype(result = "Result<Instance, ProviderError>")]
+pub struct Launch(pub LaunchRequest);
+
+/// Terminate instances.
+#[derive(Message)]
+#[rtype(result = "Vec<Result<(), ProviderError>>")]
+pub struct Terminate(pub Vec<String>);
+
+/// The controller's instances, as the provider lists them.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Instance>, ProviderError>")]
+pub struct ListInstances {
+    pub controller_uuid: String,
+}
+
+/// The provider's zones.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ProviderZone>, ProviderError>")]
+pub struct ListZones;
+
+impl Handler<Launch> for ProviderBroker {
+    type Result = ResponseFuture<Result<Instance, ProviderError>>;
+
+    fn handle(&mut self, msg: Launch, ctx: &mut Context<Self>) -> Self::Result {
+        let (reply, answer) = oneshot::channel();
+        self.pending.push((msg.0, reply));
+        if self.pending.len() >= self.max_batch {
+            self.flush();
+        } else if !self.flush_scheduled {
+            self.flush_scheduled = true;
+            // Everything that arrives before this runs joins the batch.
+            ctx.run_later(Duration::ZERO, |broker, _| broker.flush());
+        }
+        Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(ProviderError::new(
+                    FailureClass::Transient,
+                    "the launch was abandoned",
+                ))
+            })
+        })
+    }
+}
+
+impl Handler<Terminate> for ProviderBroker {
+    type Result = ResponseFuture<Vec<Result<(), ProviderError>>>;
+
+    fn handle(&mut self, msg: Terminate, _ctx: &mut Context<Self>) -> Self::Result {
+        let gate = self.gate.clone();
+        let ids = msg.0;
+        let count = ids.len();
+        Box::pin(async move {
+            let result = gate
+                .call(
+                    CallKind::Terminate,
+                    move |provider| {
+                        let ids = ids.clone();
+                        async move { provider.terminate(ids).await }
+                    },
+                    |results: &Vec<Result<(), ProviderError>>| {
+                        results.iter().find_map(|r| r.as_ref().err())
+                    },
+                )
+                .await;
+            let mut results = result.unwrap_or_else(|e| vec![Err(e); count]);
+            results.resize_with(count, || {
+                Err(ProviderError::new(
+                    FailureClass::Transient,
+                    "the provider gave no answer for this instance",
+                ))
+            });
+            results
+        })
+    }
+}
+
+impl Handler<ListInstances> for ProviderBroker {
+    type Result = ResponseFuture<Result<Vec<Instance>, ProviderError>>;
+
+    fn handle(&mut self, msg: ListInstances, _ctx: &mut Context<Self>) -> Self::Result {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            gate.call(
+                CallKind::Describe,
+                move |provider| {
+                    let controller = msg.controller_uuid.clone();
+                    async move { provider.instances(&controller).await }
+                },
+                |result: &Result<Vec<Instance>, ProviderError>| result.as_ref().err(),
+            )
+            .await
+            .and_then(|inner| inner)
+        })
+    }
+}
+
+impl Handler<ListZones> for ProviderBroker {
+    type Result = ResponseFuture<Result<Vec<ProviderZone>, ProviderError>>;
+
+    fn handle(&mut self, _msg: ListZones, _ctx: &mut Context<Self>) -> Self::Result {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            gate.call(
+                CallKind::Describe,
+                |provider| async move { provider.zones().await },
+                |result: &Result<Vec<ProviderZone>, ProviderError>| result.as_ref().err(),
+            )
+            .await
+            .and_then(|inner| inner)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_lets_its_capacity_through_at_once_then_paces_at_its_rate() {
+        let mut bucket = TokenBucket::new(Bucket {
+            capacity: 5.0,
+            per_second: 2.0,
+        });
+        let now = bucket.at;
+        for _ in 0..5 {
+            assert_eq!(bucket.reserve(now), Duration::ZERO);
+        }
+        assert_eq!(bucket.reserve(now), Duration::from_millis(500));
+        assert_eq!(bucket.reserve(now), Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn a_bucket_refills_with_time_up_to_its_capacity() {
+        let mut bucket = TokenBucket::new(Bucket {
+            capacity: 2.0,
+            per_second: 1.0,
+        });
+        let start = bucket.at;
+        bucket.reserve(start);
+        bucket.reserve(start);
+        assert_eq!(
+            bucket.reserve(start + Duration::from_secs(10)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            bucket.reserve(start + Duration::from_secs(10)),
+            Duration::ZERO
+        );
+        assert!(bucket.reserve(start + Duration::from_secs(10)) > Duration::ZERO);
+    }
+
+    #[test]
+    fn a_drained_bucket_makes_the_next_caller_wait() {
+        let mut bucket = TokenBucket::new(Bucket {
+            capacity: 100.0,
+            per_second: 20.0,
+        });
+        bucket.drain();
+        assert!(bucket.reserve(bucket.at) > Duration::ZERO);
+    }
+
+    #[test]
+    fn request_limit_exceeded_is_throttling_and_capacity_is_not() {
+        let throttled =
+            ProviderError::new(FailureClass::Transient, "RequestLimitExceeded: slow down");
+        let capacity =
+            ProviderError::new(FailureClass::ZoneSpecific, "InsufficientInstanceCapacity");
+        assert!(is_throttling(&throttled));
+        assert!(!is_throttling(&capacity));
+    }
+}

@@ -1,0 +1,170 @@
+//! The engine's settings (`[provisioner]` in berth's configuration), each
+//! with a working default.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::domain::machine::{Backoff, Policy};
+
+/// Which instances the provisioner may stop on its own: Juju's
+/// `harvest-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HarvestMode {
+    /// Instances of dead machines and strays.
+    #[default]
+    All,
+    /// Only instances of machines berth removed.
+    Destroyed,
+    /// Only strays: instances with this controller's tags that no machine
+    /// claims.
+    Unknown,
+    /// Nothing: stopping is left to the operator.
+    None,
+}
+
+impl HarvestMode {
+    pub fn harvests_strays(self) -> bool {
+        matches!(self, HarvestMode::All | HarvestMode::Unknown)
+    }
+
+    pub fn harvests_destroyed(self) -> bool {
+        matches!(self, HarvestMode::All | HarvestMode::Destroyed)
+    }
+}
+
+/// `[provisioner]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProvisionerConfig {
+    /// Provider calls in flight at once.
+    pub workers: usize,
+    /// Zone-independent launch failures before a machine is in error.
+    pub attempts: u32,
+    /// The first retry's delay; it doubles, with jitter, up to the max.
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+    /// How long a new instance's agent has to check in.
+    pub bootstrap_timeout_s: u64,
+    /// Launches whose agent never checked in before the machine is in error.
+    pub bootstrap_attempts: u32,
+    pub harvest_mode: HarvestMode,
+    /// A provider call taking longer than this is abandoned as a transient
+    /// failure.
+    pub call_timeout_s: u64,
+    /// How often the provider's instance list is reconciled with the store
+    /// (webhooks can be lost).
+    pub reconcile_interval_s: u64,
+    /// A started machine whose agent has not been heard from for this long
+    /// is shown `down`; 0 turns the check off.
+    pub agent_down_after_s: u64,
+}
+
+impl Default for ProvisionerConfig {
+    fn default() -> Self {
+        ProvisionerConfig {
+            workers: 16,
+            attempts: 10,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 30_000,
+            bootstrap_timeout_s: 600,
+            bootstrap_attempts: 3,
+            harvest_mode: HarvestMode::All,
+            call_timeout_s: 60,
+            reconcile_interval_s: 60,
+            agent_down_after_s: 0,
+        }
+    }
+}
+
+impl ProvisionerConfig {
+    /// # Errors
+    ///
+    /// A sentence naming the setting that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 {
+            return Err("provisioner.workers must be at least 1".into());
+        }
+        if self.attempts == 0 {
+            return Err("provisioner.attempts must be at least 1".into());
+        }
+        if self.bootstrap_attempts == 0 {
+            return Err("provisioner.bootstrap_attempts must be at least 1".into());
+        }
+        if self.backoff_initial_ms > self.backoff_max_ms {
+            return Err(
+                "provisioner.backoff_initial_ms must not exceed provisioner.backoff_max_ms".into(),
+            );
+        }
+        if self.call_timeout_s == 0 {
+            return Err("provisioner.call_timeout_s must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The lifecycle policy these settings describe.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            backoff: Backoff {
+                initial: Duration::from_millis(self.backoff_initial_ms),
+                max: Duration::from_millis(self.backoff_max_ms),
+                attempts: NonZeroU32::new(self.attempts).unwrap_or(NonZeroU32::MIN),
+            },
+            bootstrap_timeout: Duration::from_secs(self.bootstrap_timeout_s),
+            bootstrap_attempts: NonZeroU32::new(self.bootstrap_attempts).unwrap_or(NonZeroU32::MIN),
+        }
+    }
+
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_secs(self.call_timeout_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_match_the_documented_policy() {
+        let config = ProvisionerConfig::default();
+        assert_eq!(config.validate(), Ok(()));
+        let policy = config.policy();
+        assert_eq!(policy.backoff.initial, Duration::from_millis(500));
+        assert_eq!(policy.backoff.max, Duration::from_secs(30));
+        assert_eq!(policy.backoff.attempts.get(), 10);
+        assert_eq!(policy.bootstrap_timeout, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        let zero_workers = ProvisionerConfig {
+            workers: 0,
+            ..ProvisionerConfig::default()
+        };
+        assert_eq!(
+            zero_workers.validate(),
+            Err("provisioner.workers must be at least 1".into())
+        );
+        let inverted = ProvisionerConfig {
+            backoff_initial_ms: 10,
+            backoff_max_ms: 1,
+            ..ProvisionerConfig::default()
+        };
+        assert!(inverted.validate().is_err());
+    }
+
+    #[test]
+    fn harvest_modes_decide_what_may_be_stopped() {
+        assert!(HarvestMode::All.harvests_strays() && HarvestMode::All.harvests_destroyed());
+        assert!(
+            !HarvestMode::Destroyed.harvests_strays()
+                && HarvestMode::Destroyed.harvests_destroyed()
+        );
+        assert!(
+            HarvestMode::Unknown.harvests_strays() && !HarvestMode::Unknown.harvests_destroyed()
+        );
+        assert!(!HarvestMode::None.harvests_strays() && !HarvestMode::None.harvests_destroyed());
+    }
+}

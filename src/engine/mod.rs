@@ -1,0 +1,153 @@
+//! The provisioning engine: actix actors that make sure every machine that
+//! is not dead has an instance with a connected agent, and that dead
+//! machines and stray instances are cleaned up.
+//!
+//! - [`provisioner`]: the `Provisioner` (reconciles at start and follows
+//!   the change log) and the `ContainerProvisioner` (one per host with
+//!   containers), both supervised.
+//! - [`machine`]: the `MachineActor`, one per machine that is not settled.
+//! - [`zone_tracker`]: the `ZoneTracker`, zones and distribution-group
+//!   counts.
+//! - [`broker`]: the `ProviderBroker`, the only door to a cloud.
+//! - [`config`]: the `[provisioner]` settings.
+//!
+//! Start it with [`Engine::start`] inside an actix `System`; the returned
+//! [`Engine`] is the controller's side of [`ControllerLink`] (provider
+//! webhooks and agent check-ins arrive through it).
+
+pub mod broker;
+pub mod config;
+pub mod machine;
+pub mod provisioner;
+pub mod zone_tracker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+
+use crate::domain::machine::Policy;
+use crate::domain::names::MachineId;
+use crate::engine::broker::{CallObserver, ProviderBroker, RateLimits};
+use crate::engine::config::{HarvestMode, ProvisionerConfig};
+use crate::engine::provisioner::{GetLiveActors, ProviderReport, Provisioner, ReconcileNow};
+use crate::engine::zone_tracker::ZoneTracker;
+use crate::providers::{ControllerLink, InstanceStateChange, Provider, Secret};
+use crate::store::{Store, StoreError};
+
+/// What every engine actor shares: the store, the provider and the other
+/// actors' addresses, and the policy.
+pub struct Shared {
+    pub store: Store,
+    /// Read-only uses only (catalogue, offerings); calls go through the
+    /// broker.
+    pub provider: Arc<dyn Provider>,
+    pub broker: Addr<ProviderBroker>,
+    pub zones: Addr<ZoneTracker>,
+    pub policy: Policy,
+    pub harvest: HarvestMode,
+    pub controller_uuid: String,
+    pub model_uuid: String,
+    pub model_name: String,
+    /// Where machine agents reach the controller.
+    pub controller_url: String,
+    pub reconcile_interval: Duration,
+    pub agent_down_after: Duration,
+}
+
+/// A running engine.
+#[derive(Clone)]
+pub struct Engine {
+    provisioner: Addr<Provisioner>,
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    /// Starts the engine's actors on the current actix system and attaches
+    /// the provider to it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if the model cannot be read.
+    pub fn start(
+        store: Store,
+        provider: Arc<dyn Provider>,
+        config: &ProvisionerConfig,
+        limits: RateLimits,
+        controller_url: String,
+        observer: Option<CallObserver>,
+    ) -> Result<Engine, StoreError> {
+        let model = store.model()?;
+        let broker = ProviderBroker::new(
+            provider.clone(),
+            limits,
+            config.workers,
+            config.call_timeout(),
+            observer,
+        )
+        .start();
+        let zones = Supervisor::start(|_| ZoneTracker::default());
+        let shared = Arc::new(Shared {
+            store,
+            provider: provider.clone(),
+            broker,
+            zones,
+            policy: config.policy(),
+            harvest: config.harvest_mode,
+            controller_uuid: model.controller_uuid,
+            model_uuid: model.uuid,
+            model_name: model.name,
+            controller_url,
+            reconcile_interval: Duration::from_secs(config.reconcile_interval_s),
+            agent_down_after: Duration::from_secs(config.agent_down_after_s),
+        });
+        let for_provisioner = shared.clone();
+        let provisioner = Supervisor::start(move |_| Provisioner::new(for_provisioner));
+        let engine = Engine {
+            provisioner,
+            shared,
+        };
+        provider.attach(Arc::new(engine.clone()));
+        Ok(engine)
+    }
+
+    /// Compares the provider's instances with the store now, instead of at
+    /// the next interval.
+    pub fn reconcile_now(&self) {
+        self.provisioner.do_send(ReconcileNow);
+    }
+
+    /// How many machine actors are alive.
+    pub async fn live_actors(&self) -> usize {
+        self.provisioner.send(GetLiveActors).await.unwrap_or(0)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.shared.provider
+    }
+}
+
+#[async_trait]
+impl ControllerLink for Engine {
+    async fn instance_changed(&self, change: InstanceStateChange) {
+        self.provisioner.do_send(ProviderReport(change));
+    }
+
+    async fn agent_connect(
+        &self,
+        machine: MachineId,
+        one_time_password: Secret,
+    ) -> Result<(), String> {
+        self.shared
+            .store
+            .agent_connect(machine, one_time_password)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,830 @@
+//! The Provisioner actor (Juju's compute provisioner) and the
+//! ContainerProvisioner.
+//!
+//! On start, and on every restart, the Provisioner reads the whole state and
+//! the provider's list of this controller's instances and reconciles them:
+//! strays are stopped first ("stop unknown instances before starting pending
+//! ones": if we started an instance and then failed to record its id, we
+//! must not start a second one for the same machine), launches that were in
+//! flight are adopted, and every machine that is not settled gets a
+//! MachineActor. Then it follows the change log for changes it did not
+//! make itself, and every `reconcile_interval_s` compares the provider's
+//! list with the store again, because webhooks can be lost.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::domain::machine::{transition, Event, Jitter, MachineState};
+use crate::domain::names::MachineId;
+use crate::domain::zones::Occupant;
+use crate::engine::broker::{ListInstances, ListZones, Terminate};
+use crate::engine::machine::{
+    needs_actor, ActorStopped, Gone, Host, InstanceChanged, MachineActor, Reconcile,
+};
+use crate::engine::zone_tracker::{Place, SetZones};
+use crate::engine::Shared;
+use crate::providers::{Instance, InstanceState, InstanceStateChange};
+use crate::store::machines::{EngineMachine, MachineUpdate};
+use crate::store::{now_ms, Entity, Origin, StoreError};
+
+/// Change-log entries read at once while following the log.
+const CHANGES_PER_READ: i64 = 10_000;
+/// How long to wait before retrying after the store or provider failed
+/// during reconciliation.
+const RECONCILE_RETRY: Duration = Duration::from_secs(2);
+
+/// What the change-log follower found.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StoreChanged {
+    machines: Vec<EngineMachine>,
+    removed: Vec<MachineId>,
+    zones_changed: bool,
+}
+
+/// A provider reported an instance's new state (webhook or notification).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ProviderReport(pub InstanceStateChange);
+
+/// Run a reconciliation with the provider now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReconcileNow;
+
+/// How many machine actors are alive (for metrics and tests).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct GetLiveActors;
+
+/// Stop without releasing anything: the provisioner is being rebuilt.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Shutdown;
+
+impl Handler<Shutdown> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+pub struct Provisioner {
+    shared: Arc<Shared>,
+    actors: HashMap<MachineId, Addr<MachineActor>>,
+    containers: HashMap<MachineId, Addr<ContainerProvisioner>>,
+    /// Bumped on every (re)start, so that work of an earlier life that
+    /// finishes late is recognised and dropped.
+    generation: u64,
+}
+
+impl Provisioner {
+    pub fn new(shared: Arc<Shared>) -> Provisioner {
+        Provisioner {
+            shared,
+            actors: HashMap::new(),
+            containers: HashMap::new(),
+            generation: 0,
+        }
+    }
+
+    fn spawn_actor(
+        &mut self,
+        machine: EngineMachine,
+        adopt: Option<Instance>,
+        ctx: &mut Context<Self>,
+    ) {
+        let id = machine.record.id;
+        if self.actors.contains_key(&id) {
+            return;
+        }
+        if let Some(host) = id.parent() {
+            let shared = self.shared.clone();
+            let provisioner = ctx.address();
+            let pen = self
+                .containers
+                .entry(host)
+                .or_insert_with(|| ContainerProvisioner::new(host, shared, provisioner).start());
+            pen.do_send(AddContainer(machine));
+            return;
+        }
+        let mut actor = MachineActor::new(
+            machine,
+            self.shared.clone(),
+            ctx.address().recipient(),
+            None,
+        );
+        if let Some(instance) = adopt {
+            actor = actor.adopting(instance);
+        }
+        self.actors.insert(id, actor.start());
+    }
+
+    /// Reads everything and reconciles it with the provider; then starts
+    /// the actors and the change-log follower.
+    fn rebuild(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let shared = self.shared.clone();
+        let work = async move {
+            let zones = shared
+                .broker
+                .send(ListZones)
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            shared
+                .store
+                .set_provider_zones(zones)
+                .await
+                .map_err(|e| e.to_string())?;
+            let revision = shared.store.revision();
+            let zones = shared
+                .store
+                .blocking(|s| s.zones())
+                .await
+                .map_err(|e| e.to_string())?;
+            let machines = shared
+                .store
+                .blocking(|s| s.engine_machines(None))
+                .await
+                .map_err(|e| e.to_string())?;
+            let instances = shared
+                .broker
+                .send(ListInstances {
+                    controller_uuid: shared.controller_uuid.clone(),
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((revision, zones, machines, instances))
+        };
+        ctx.wait(work.into_actor(self).map(move |result, act, ctx| {
+            if act.generation != generation {
+                return;
+            }
+            match result {
+                Ok((revision, zones, machines, instances)) => {
+                    act.shared.zones.do_send(SetZones(zones));
+                    act.start_from(revision, machines, instances, ctx);
+                }
+                Err(e) => {
+                    log::error!(
+                        "provisioner: cannot read the state or the provider: {e}; trying again"
+                    );
+                    ctx.run_later(RECONCILE_RETRY, |act, ctx| act.rebuild(ctx));
+                }
+            }
+        }));
+    }
+
+    fn start_from(
+        &mut self,
+        revision: i64,
+        machines: Vec<EngineMachine>,
+        instances: Vec<Instance>,
+        ctx: &mut Context<Self>,
+    ) {
+        let plan = plan_reconciliation(&machines, &instances);
+        for machine in &machines {
+            if let Some(zone) = &machine.record.machine.lifecycle.zone {
+                self.shared.zones.do_send(Place {
+                    machine: machine.record.id,
+                    zone: zone.clone(),
+                    occupant: Occupant::new(
+                        machine.record.role,
+                        machine.applications.iter().cloned(),
+                    ),
+                });
+            }
+        }
+        let strays = if self.shared.harvest.harvests_strays() {
+            plan.strays
+        } else {
+            Vec::new()
+        };
+        let broker = self.shared.broker.clone();
+        let stop_strays = async move {
+            if !strays.is_empty() {
+                log::info!(
+                    "provisioner: stopping {} stray instance(s): {}",
+                    strays.len(),
+                    strays.join(", ")
+                );
+                for result in broker.send(Terminate(strays)).await.unwrap_or_default() {
+                    if let Err(e) = result {
+                        log::warn!("provisioner: cannot stop a stray instance: {e}");
+                    }
+                }
+            }
+        };
+        let mut adopt = plan.adopt;
+        let vanished = plan.vanished;
+        ctx.wait(stop_strays.into_actor(self).map(move |(), act, ctx| {
+            for machine in machines {
+                let id = machine.record.id;
+                if needs_actor(&machine.record) {
+                    let instance = adopt.remove(&id);
+                    act.spawn_actor(machine, instance, ctx);
+                    if vanished.contains(&id) {
+                        if let Some(actor) = act.actors.get(&id) {
+                            actor.do_send(InstanceChanged(InstanceState::Terminated));
+                        }
+                    }
+                } else if vanished.contains(&id) {
+                    act.lost_instance(machine, "terminated", ctx);
+                } else if machine.record.state() == MachineState::Started {
+                    act.host_ready(&machine, ctx);
+                }
+            }
+            act.follow(revision, ctx);
+        }));
+    }
+
+    /// A started machine whose instance the provider stopped or terminated
+    /// behind berth's back: shown `down`, with the reason.
+    fn lost_instance(&mut self, machine: EngineMachine, what: &str, ctx: &mut Context<Self>) {
+        let record = machine.record;
+        let Ok(step) = transition(
+            &record.machine,
+            &Event::AgentLost,
+            &self.shared.policy,
+            Jitter::NONE,
+        ) else {
+            return;
+        };
+        let mut next = step.next;
+        next.lifecycle.last_error = Some(format!(
+            "instance {} was {what} by the provider",
+            record.instance_id().unwrap_or("?")
+        ));
+        let store = self.shared.store.clone();
+        let (id, expected) = (record.id, record.state());
+        ctx.spawn(
+            async move {
+                store
+                    .save_machine(id, expected, next, MachineUpdate::default())
+                    .await
+            }
+            .into_actor(self)
+            .map(move |result, _, _| {
+                if let Err(e) = result {
+                    log::warn!("provisioner: cannot mark machine {id} down: {e}");
+                }
+            }),
+        );
+    }
+
+    /// Lets a started host's containers be provisioned.
+    fn host_ready(&mut self, machine: &EngineMachine, _ctx: &mut Context<Self>) {
+        let record = &machine.record;
+        if let (Some(pen), Some(instance), Some(zone)) = (
+            self.containers.get(&record.id),
+            record.instance_id(),
+            record.machine.lifecycle.zone.as_deref(),
+        ) {
+            pen.do_send(HostReady(Host {
+                instance_id: instance.to_string(),
+                zone: zone.to_string(),
+            }));
+        }
+    }
+
+    /// Follows the change log from `revision`, for changes the engine did
+    /// not make.
+    fn follow(&mut self, revision: i64, ctx: &mut Context<Self>) {
+        let store = self.shared.store.clone();
+        let me = ctx.address();
+        let generation = self.generation;
+        ctx.spawn(
+            async move {
+                let mut since = revision;
+                let mut head = store.watch_revision();
+                loop {
+                    let changes = match store
+                        .blocking(move |s| s.changes_since(since, CHANGES_PER_READ))
+                        .await
+                    {
+                        Ok(changes) => changes,
+                        Err(e) => return Err(e),
+                    };
+                    let Some(last) = changes.last() else {
+                        if head.changed().await.is_err() {
+                            return Ok(());
+                        }
+                        continue;
+                    };
+                    since = last.revision;
+                    let mut ids = Vec::new();
+                    let mut seen = HashSet::new();
+                    let mut removed = Vec::new();
+                    let mut zones_changed = false;
+                    for change in &changes {
+                        match change.entity {
+                            Entity::Zone => zones_changed = true,
+                            Entity::Machine if change.origin != Origin::Engine => {
+                                let Ok(id) = change.id.parse::<MachineId>() else {
+                                    continue;
+                                };
+                                if change.change == crate::store::ChangeKind::Removed {
+                                    removed.push(id);
+                                } else if seen.insert(id) {
+                                    ids.push(id);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    if ids.is_empty() && removed.is_empty() && !zones_changed {
+                        continue;
+                    }
+                    let machines = store
+                        .blocking(move |s| s.engine_machines(Some(&ids)))
+                        .await?;
+                    if me
+                        .send(StoreChanged {
+                            machines,
+                            removed,
+                            zones_changed,
+                        })
+                        .await
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+            .into_actor(self)
+            .map(move |result: Result<(), StoreError>, act, ctx| {
+                if act.generation != generation {
+                    return;
+                }
+                if let Err(e) = result {
+                    // Stop: the supervisor restarts the provisioner, which
+                    // rebuilds everything from the store.
+                    log::error!("provisioner: lost the change log: {e}; restarting");
+                    ctx.stop();
+                }
+            }),
+        );
+    }
+
+    fn reconcile_with_provider(&mut self, ctx: &mut Context<Self>) {
+        let shared = self.shared.clone();
+        let generation = self.generation;
+        let work = async move {
+            let machines = shared
+                .store
+                .blocking(|s| s.engine_machines(None))
+                .await
+                .map_err(|e| e.to_string())?;
+            let instances = shared
+                .broker
+                .send(ListInstances {
+                    controller_uuid: shared.controller_uuid.clone(),
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((machines, instances))
+        };
+        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
+            if act.generation != generation {
+                return;
+            }
+            let (machines, instances) = match result {
+                Ok(found) => found,
+                Err(e) => return log::warn!("provisioner: periodic reconciliation failed: {e}"),
+            };
+            let plan = plan_reconciliation(&machines, &instances);
+            // Launches in flight are not strays: their machines' actors
+            // will record them.
+            let strays: Vec<String> = plan
+                .strays
+                .into_iter()
+                .filter(|id| !plan_in_flight(&machines, &instances, id))
+                .collect();
+            if act.shared.harvest.harvests_strays() && !strays.is_empty() {
+                log::info!(
+                    "provisioner: stopping {} stray instance(s): {}",
+                    strays.len(),
+                    strays.join(", ")
+                );
+                act.shared.broker.do_send(Terminate(strays));
+            }
+            for machine in machines {
+                if !plan.vanished.contains(&machine.record.id) {
+                    continue;
+                }
+                match act.actors.get(&machine.record.id) {
+                    Some(actor) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
+                    None if machine.record.state() == MachineState::Started => {
+                        act.lost_instance(machine, "terminated", ctx)
+                    }
+                    None => {}
+                }
+            }
+        }));
+    }
+
+    fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {
+        let after = self.shared.agent_down_after;
+        if after.is_zero() {
+            return;
+        }
+        let before = now_ms() - i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+        let store = self.shared.store.clone();
+        ctx.spawn(
+            async move { store.blocking(move |s| s.silent_agents(before)).await }
+                .into_actor(self)
+                .map(|result, act, ctx| match result {
+                    Ok(silent) => {
+                        for record in silent {
+                            let id = record.id;
+                            let Ok(step) = transition(
+                                &record.machine,
+                                &Event::AgentLost,
+                                &act.shared.policy,
+                                Jitter::NONE,
+                            ) else {
+                                continue;
+                            };
+                            let mut next = step.next;
+                            next.lifecycle.last_error = Some("agent is not responding".to_string());
+                            let store = act.shared.store.clone();
+                            ctx.spawn(
+                                async move {
+                                    store
+                                        .save_machine(
+                                            id,
+                                            MachineState::Started,
+                                            next,
+                                            MachineUpdate::default(),
+                                        )
+                                        .await
+                                }
+                                .into_actor(act)
+                                .map(|_, _, _| ()),
+                            );
+                        }
+                    }
+                    Err(e) => log::warn!("provisioner: cannot check agents' heartbeats: {e}"),
+                }),
+        );
+    }
+}
+
+/// What a comparison of the store with the provider's list found.
+#[derive(Debug, Default, PartialEq)]
+pub struct ReconciliationPlan {
+    /// Instances with this controller's tags that no machine claims (or a
+    /// second instance of a machine that has one): to stop.
+    pub strays: Vec<String>,
+    /// Instances launched for machines that have not recorded them yet (a
+    /// launch in flight when the engine stopped): to take over.
+    pub adopt: HashMap<MachineId, Instance>,
+    /// Machines whose recorded instance the provider no longer has.
+    pub vanished: HashSet<MachineId>,
+}
+
+/// Compares the store's machines with the provider's instances. Pure.
+pub fn plan_reconciliation(
+    machines: &[EngineMachine],
+    instances: &[Instance],
+) -> ReconciliationPlan {
+    let by_id: HashMap<MachineId, &EngineMachine> =
+        machines.iter().map(|m| (m.record.id, m)).collect();
+    let mut plan = ReconciliationPlan::default();
+    let mut live: HashSet<&str> = HashSet::new();
+    for instance in instances.iter().filter(|i| !i.state.is_gone()) {
+        live.insert(instance.id.as_str());
+        let claim = instance.machine.and_then(|m| by_id.get(&m));
+        match claim {
+            Some(machine) if machine.record.instance_id() == Some(instance.id.as_str()) => {}
+            Some(machine)
+                if machine.record.instance_id().is_none()
+                    && matches!(
+                        machine.record.state(),
+                        MachineState::Starting | MachineState::Dying
+                    )
+                    && !plan.adopt.contains_key(&machine.record.id) =>
+            {
+                plan.adopt.insert(machine.record.id, instance.clone());
+            }
+            _ => plan.strays.push(instance.id.clone()),
+        }
+    }
+    for machine in machines {
+        if let Some(instance) = machine.record.instance_id() {
+            if !live.contains(instance)
+                && matches!(
+                    machine.record.state(),
+                    MachineState::AwaitingAgent
+                        | MachineState::Started
+                        | MachineState::Stopping
+                        | MachineState::Relaunching
+                )
+            {
+                plan.vanished.insert(machine.record.id);
+            }
+        }
+    }
+    plan.strays.sort();
+    plan
+}
+
+/// Whether `instance_id` belongs to a launch still in flight (its machine is
+/// starting and has no instance recorded yet).
+fn plan_in_flight(machines: &[EngineMachine], instances: &[Instance], instance_id: &str) -> bool {
+    instances
+        .iter()
+        .find(|i| i.id == instance_id)
+        .and_then(|i| i.machine)
+        .and_then(|m| machines.iter().find(|x| x.record.id == m))
+        .is_some_and(|m| {
+            m.record.instance_id().is_none() && m.record.state() == MachineState::Starting
+        })
+}
+
+impl Actor for Provisioner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.rebuild(ctx);
+        let interval = self.shared.reconcile_interval;
+        if !interval.is_zero() {
+            ctx.run_interval(interval, |act, ctx| act.reconcile_with_provider(ctx));
+        }
+        let after = self.shared.agent_down_after;
+        if !after.is_zero() {
+            ctx.run_interval(after / 2, |act, ctx| act.check_heartbeats(ctx));
+        }
+    }
+}
+
+impl Supervised for Provisioner {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // Start again from the store, as after a process restart: stop the
+        // machine actors of the old life and forget them.
+        for (_, actor) in self.actors.drain() {
+            actor.do_send(Shutdown);
+        }
+        for (_, pen) in self.containers.drain() {
+            pen.do_send(ShutdownPen);
+        }
+    }
+}
+
+impl Handler<ActorStopped> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: ActorStopped, _ctx: &mut Context<Self>) {
+        self.actors.remove(&msg.machine);
+    }
+}
+
+impl Handler<StoreChanged> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: StoreChanged, ctx: &mut Context<Self>) {
+        for id in msg.removed {
+            if let Some(actor) = self.actors.remove(&id) {
+                actor.do_send(Gone);
+            }
+        }
+        for machine in msg.machines {
+            let id = machine.record.id;
+            if machine.record.state() == MachineState::Started {
+                self.host_ready(&machine, ctx);
+            }
+            match self.actors.get(&id) {
+                Some(actor) if actor.connected() => actor.do_send(Reconcile(machine)),
+                _ => {
+                    self.actors.remove(&id);
+                    if needs_actor(&machine.record) {
+                        self.spawn_actor(machine, None, ctx);
+                    }
+                }
+            }
+        }
+        if msg.zones_changed {
+            let store = self.shared.store.clone();
+            let zones = self.shared.zones.clone();
+            ctx.spawn(
+                async move {
+                    if let Ok(list) = store.blocking(|s| s.zones()).await {
+                        zones.do_send(SetZones(list));
+                    }
+                }
+                .into_actor(self),
+            );
+        }
+    }
+}
+
+impl Handler<ProviderReport> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProviderReport, ctx: &mut Context<Self>) {
+        let change = msg.0;
+        // Only departures matter: a launch's result already says an
+        // instance runs, and the agent's check-in says it works. So
+        // duplicate and late deliveries of other states change nothing.
+        if !matches!(
+            change.state,
+            InstanceState::Stopping
+                | InstanceState::Stopped
+                | InstanceState::ShuttingDown
+                | InstanceState::Terminated
+        ) {
+            return;
+        }
+        let store = self.shared.store.clone();
+        let instance = change.instance_id.clone();
+        ctx.spawn(
+            async move {
+                store
+                    .blocking(move |s| s.engine_machines_by_instance(&instance))
+                    .await
+            }
+            .into_actor(self)
+            .map(move |found, act, ctx| {
+                let Ok(Some(machine)) = found else { return };
+                match act.actors.get(&machine.record.id) {
+                    Some(actor) => actor.do_send(InstanceChanged(change.state)),
+                    None if machine.record.state() == MachineState::Started => {
+                        let what = if change.state.is_gone() {
+                            "terminated"
+                        } else {
+                            "stopped"
+                        };
+                        act.lost_instance(machine, what, ctx);
+                    }
+                    None => {}
+                }
+            }),
+        );
+    }
+}
+
+impl Handler<ReconcileNow> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ReconcileNow, ctx: &mut Context<Self>) {
+        self.reconcile_with_provider(ctx);
+    }
+}
+
+impl Handler<GetLiveActors> for Provisioner {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: GetLiveActors, _ctx: &mut Context<Self>) -> usize {
+        self.actors.len()
+    }
+}
+
+/// Starts a container's MachineActor (sent by its ContainerProvisioner once
+/// the host is up).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SpawnContainer {
+    machine: EngineMachine,
+    host: Host,
+}
+
+impl Handler<SpawnContainer> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: SpawnContainer, ctx: &mut Context<Self>) {
+        let id = msg.machine.record.id;
+        if self.actors.contains_key(&id) {
+            return;
+        }
+        let actor = MachineActor::new(
+            msg.machine,
+            self.shared.clone(),
+            ctx.address().recipient(),
+            Some(msg.host),
+        );
+        self.actors.insert(id, actor.start());
+    }
+}
+
+/// The ContainerProvisioner: one per host machine with containers. It holds
+/// the host's containers until the host is started, then has them
+/// provisioned through the provider's container support.
+pub struct ContainerProvisioner {
+    host: MachineId,
+    shared: Arc<Shared>,
+    provisioner: Addr<Provisioner>,
+    waiting: Vec<EngineMachine>,
+    ready: Option<Host>,
+}
+
+impl ContainerProvisioner {
+    fn new(
+        host: MachineId,
+        shared: Arc<Shared>,
+        provisioner: Addr<Provisioner>,
+    ) -> ContainerProvisioner {
+        ContainerProvisioner {
+            host,
+            shared,
+            provisioner,
+            waiting: Vec::new(),
+            ready: None,
+        }
+    }
+
+    fn release(&mut self) {
+        let Some(host) = self.ready.clone() else {
+            return;
+        };
+        for machine in self.waiting.drain(..) {
+            self.provisioner.do_send(SpawnContainer {
+                machine,
+                host: host.clone(),
+            });
+        }
+    }
+}
+
+impl Actor for ContainerProvisioner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.shared.provider.supports_containers() {
+            log::warn!(
+                "machine {}: provider {} cannot start containers",
+                self.host,
+                self.shared.provider.name()
+            );
+        }
+        // The host may already be up (containers added to a running machine).
+        let store = self.shared.store.clone();
+        let host = self.host;
+        ctx.spawn(
+            async move { store.blocking(move |s| s.machine(&host)).await }
+                .into_actor(self)
+                .map(|found, act, _| {
+                    if let Ok(record) = found {
+                        if let (MachineState::Started, Some(instance), Some(zone)) = (
+                            record.state(),
+                            record.instance_id(),
+                            record.machine.lifecycle.zone.as_deref(),
+                        ) {
+                            act.ready = Some(Host {
+                                instance_id: instance.to_string(),
+                                zone: zone.to_string(),
+                            });
+                            act.release();
+                        }
+                    }
+                }),
+        );
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct AddContainer(EngineMachine);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HostReady(Host);
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ShutdownPen;
+
+impl Handler<AddContainer> for ContainerProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: AddContainer, _ctx: &mut Context<Self>) {
+        if !self.waiting.iter().any(|m| m.record.id == msg.0.record.id) {
+            self.waiting.push(msg.0);
+        }
+        self.release();
+    }
+}
+
+impl Handler<HostReady> for ContainerProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: HostReady, _ctx: &mut Context<Self>) {
+        self.ready = Some(msg.0);
+        self.release();
+    }
+}
+
+impl Handler<ShutdownPen> for ContainerProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ShutdownPen, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

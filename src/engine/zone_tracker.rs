@@ -1,0 +1,159 @@
+//! The ZoneTracker actor: the zones, their health, and how many machines of
+//! each distribution group each zone holds. It answers which zone a machine
+//! should try and reserves that zone in the same step, so that machines
+//! started at the same moment still spread.
+
+use std::collections::{BTreeSet, HashMap};
+
+use actix::prelude::*;
+
+use crate::domain::constraints::Setting;
+use crate::domain::names::MachineId;
+use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
+use crate::store::zones::ZoneRecord;
+
+/// The zone tracker's state. Rebuilt from the store by the provisioner
+/// (which sends [`SetZones`] and [`Place`]) whenever it starts.
+#[derive(Default)]
+pub struct ZoneTracker {
+    zones: Vec<Zone>,
+    census: ZoneCensus,
+    /// Where each counted machine is, so that a release removes exactly
+    /// what was added.
+    placed: HashMap<MachineId, (String, Occupant)>,
+}
+
+impl Actor for ZoneTracker {
+    type Context = Context<Self>;
+}
+
+impl Supervised for ZoneTracker {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // The provisioner re-sends the zones and placements after any restart.
+        *self = ZoneTracker::default();
+    }
+}
+
+/// Sent by the provisioner when the zones or their health change.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetZones(pub Vec<ZoneRecord>);
+
+/// Sent by the provisioner for a machine that already has a zone (found in
+/// the store at start): counts it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Place {
+    pub machine: MachineId,
+    pub zone: String,
+    pub occupant: Occupant,
+}
+
+/// Sent by a machine actor when its launch failed or its instance is gone:
+/// the machine no longer counts in its zone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub machine: MachineId,
+}
+
+/// Asked by a machine actor: the zone to launch in, reserved for it.
+#[derive(Message)]
+#[rtype(result = "Result<String, String>")]
+pub struct ChooseZone {
+    pub machine: MachineId,
+    pub occupant: Occupant,
+    /// Zones that refused this machine in this round.
+    pub failed: BTreeSet<String>,
+    pub zones_constraint: Setting<Vec<String>>,
+    pub placement_zone: Option<String>,
+}
+
+/// The zones and each one's machine count, for status and metrics.
+#[derive(Message)]
+#[rtype(result = "Vec<(String, usize)>")]
+pub struct GetZoneCounts;
+
+impl ZoneTracker {
+    fn count(&mut self, machine: MachineId, zone: String, occupant: Occupant) {
+        self.release(&machine);
+        self.census.add(&zone, &occupant);
+        self.placed.insert(machine, (zone, occupant));
+    }
+
+    fn release(&mut self, machine: &MachineId) {
+        if let Some((zone, occupant)) = self.placed.remove(machine) {
+            // Counted by `count`, so the census holds it.
+            let _ = self.census.remove(&zone, &occupant);
+        }
+    }
+}
+
+impl Handler<SetZones> for ZoneTracker {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetZones, _ctx: &mut Context<Self>) {
+        self.zones = msg
+            .0
+            .into_iter()
+            .map(|z| match z.unavailable_reason() {
+                None => Zone::available(z.name),
+                Some(reason) => Zone::unavailable(z.name, reason),
+            })
+            .collect();
+    }
+}
+
+impl Handler<Place> for ZoneTracker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Place, _ctx: &mut Context<Self>) {
+        self.count(msg.machine, msg.zone, msg.occupant);
+    }
+}
+
+impl Handler<Release> for ZoneTracker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, _ctx: &mut Context<Self>) {
+        self.release(&msg.machine);
+    }
+}
+
+impl Handler<ChooseZone> for ZoneTracker {
+    type Result = Result<String, String>;
+
+    fn handle(&mut self, msg: ChooseZone, _ctx: &mut Context<Self>) -> Self::Result {
+        // The machine's own earlier reservation must not count against it.
+        self.release(&msg.machine);
+        let group = msg.occupant.group();
+        let order = order_zones(&ZoneRequest {
+            zones: &self.zones,
+            census: &self.census,
+            group: &group,
+            failed: &msg.failed,
+            zones_constraint: &msg.zones_constraint,
+            placement: msg.placement_zone.as_deref(),
+        })
+        .map_err(|e| e.to_string())?;
+        let zone = order
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no availability zone is left to try".to_string())?;
+        self.count(msg.machine, zone.clone(), msg.occupant);
+        Ok(zone)
+    }
+}
+
+impl Handler<GetZoneCounts> for ZoneTracker {
+    type Result = MessageResult<GetZoneCounts>;
+
+    fn handle(&mut self, _msg: GetZoneCounts, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(
+            self.zones
+                .iter()
+                .map(|z| (z.name.clone(), self.census.machines(&z.name)))
+                .collect(),
+        )
+    }
+}
