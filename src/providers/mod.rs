@@ -8,6 +8,8 @@
 //!
 //! - [`sim`]: the simulated cloud, berth's embedded default.
 
+pub mod sim;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

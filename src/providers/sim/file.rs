@@ -1,0 +1,426 @@
+//! The ledger's SQLite file: its own schema (not berth's store), opened
+//! by one simulated cloud at a time.
+//!
+//! # Guarantees
+//!
+//! The file is held with SQLite's exclusive locking mode from open to close,
+//! so two simulated clouds can never both keep an index of the same file
+//! and drift apart: a second open waits for the first to close (a cloud
+//! just dropped may be finishing a write), then fails with
+//! [`SimError::LedgerInUse`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::SqliteConnection;
+
+use crate::domain::hardware::Hardware;
+use crate::providers::sim::ledger::{
+    parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition,
+};
+use crate::providers::sim::SimError;
+use crate::providers::Secret;
+
+diesel::table! {
+    sim_instances (seq) {
+        seq -> BigInt,
+        id -> Text,
+        tags -> Text,
+        zone -> Text,
+        instance_type -> Text,
+        state -> Text,
+        hardware -> Text,
+        client_token -> Nullable<Text>,
+        host_instance -> Nullable<Text>,
+        agent_machine -> Nullable<Text>,
+        one_time_password -> Nullable<Text>,
+        agent -> Text,
+        launched_at_ms -> BigInt,
+        changed_at_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    sim_meta (key) {
+        key -> Text,
+        value -> Text,
+    }
+}
+
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS sim_instances (
+        seq INTEGER PRIMARY KEY NOT NULL,
+        id TEXT NOT NULL UNIQUE,
+        tags TEXT NOT NULL,
+        zone TEXT NOT NULL,
+        instance_type TEXT NOT NULL,
+        state TEXT NOT NULL,
+        hardware TEXT NOT NULL,
+        client_token TEXT UNIQUE,
+        host_instance TEXT,
+        agent_machine TEXT,
+        one_time_password TEXT,
+        agent TEXT NOT NULL,
+        launched_at_ms INTEGER NOT NULL,
+        changed_at_ms INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS sim_meta (
+        key TEXT PRIMARY KEY NOT NULL,
+        value TEXT NOT NULL
+    );
+";
+
+/// The `sim_meta` key of the generator's position (`seed:word_pos`).
+const RNG_KEY: &str = "rng";
+
+/// Rows per INSERT statement, well under SQLite's limit of bound
+/// parameters per statement.
+const INSERT_CHUNK: usize = 1000;
+
+#[derive(Queryable, Selectable, Insertable)]
+#[diesel(table_name = sim_instances)]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite))]
+#[diesel(treat_none_as_default_value = false)]
+struct Row {
+    seq: i64,
+    id: String,
+    tags: String,
+    zone: String,
+    instance_type: String,
+    state: String,
+    hardware: String,
+    client_token: Option<String>,
+    host_instance: Option<String>,
+    agent_machine: Option<String>,
+    one_time_password: Option<String>,
+    agent: String,
+    launched_at_ms: i64,
+    changed_at_ms: i64,
+}
+
+/// What a ledger file held when it was opened.
+pub(super) struct Opened {
+    pub file: LedgerFile,
+    pub records: Vec<Record>,
+    pub rng: Option<RngPosition>,
+}
+
+/// An open ledger file.
+pub(super) struct LedgerFile {
+    conn: SqliteConnection,
+}
+
+impl LedgerFile {
+    /// Opens (creating if missing) the ledger at `path` and reads it back,
+    /// waiting up to `wait` for another simulated cloud to let go of it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::LedgerInUse`] if another simulated cloud holds the file;
+    /// [`SimError::Ledger`] if it cannot be opened or holds a row berth
+    /// cannot read.
+    pub fn open(path: &Path, wait: Duration) -> Result<Opened, SimError> {
+        let failed = |reason: String| SimError::Ledger {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut conn = SqliteConnection::establish(&path.to_string_lossy())
+            .map_err(|e| failed(e.to_string()))?;
+        // Exclusive locking: the lock taken by `BEGIN EXCLUSIVE` below is
+        // held until the connection closes. WAL with NORMAL sync is durable
+        // across process crashes and needs no fsync per commit.
+        let setup = conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {};
+             PRAGMA locking_mode = EXCLUSIVE;
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             BEGIN EXCLUSIVE;
+             COMMIT;",
+            wait.as_millis()
+        ));
+        if let Err(e) = setup {
+            return Err(if is_busy(&e) {
+                SimError::LedgerInUse {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                failed(e.to_string())
+            });
+        }
+        conn.batch_execute(SCHEMA)
+            .map_err(|e| failed(e.to_string()))?;
+        let rows: Vec<Row> = sim_instances::table
+            .order(sim_instances::seq.asc())
+            .select(Row::as_select())
+            .load(&mut conn)
+            .map_err(|e| failed(e.to_string()))?;
+        let records = rows
+            .into_iter()
+            .map(Row::into_record)
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(failed)?;
+        let rng = sim_meta::table
+            .filter(sim_meta::key.eq(RNG_KEY))
+            .select(sim_meta::value)
+            .first::<String>(&mut conn)
+            .optional()
+            .map_err(|e| failed(e.to_string()))?
+            .map(|text| {
+                parse_rng(&text).ok_or_else(|| failed(format!("bad rng position {text:?}")))
+            })
+            .transpose()?;
+        Ok(Opened {
+            file: LedgerFile { conn },
+            records,
+            rng,
+        })
+    }
+
+    /// Writes `batch` in one transaction.
+    ///
+    /// # Errors
+    ///
+    /// SQLite's error; the transaction is rolled back.
+    pub fn write(&mut self, batch: &Batch) -> QueryResult<()> {
+        self.conn.immediate_transaction(|conn| {
+            let rows: Vec<Row> = batch.inserts.iter().map(Row::from_record).collect();
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                diesel::insert_into(sim_instances::table)
+                    .values(chunk)
+                    .execute(conn)?;
+            }
+            for change in &batch.changes {
+                diesel::update(
+                    sim_instances::table.filter(sim_instances::seq.eq(to_i64(change.seq))),
+                )
+                .set((
+                    sim_instances::state.eq(change.state.as_str()),
+                    sim_instances::agent.eq(change.agent.as_str()),
+                    sim_instances::changed_at_ms.eq(change.changed_at_ms),
+                ))
+                .execute(conn)?;
+            }
+            if let Some(rng) = batch.rng {
+                diesel::replace_into(sim_meta::table)
+                    .values((
+                        sim_meta::key.eq(RNG_KEY),
+                        sim_meta::value.eq(format!("{}:{}", rng.seed, rng.word_pos)),
+                    ))
+                    .execute(conn)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+fn is_busy(e: &diesel::result::Error) -> bool {
+    let text = e.to_string();
+    text.contains("database is locked") || text.contains("database is busy")
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn parse_rng(text: &str) -> Option<RngPosition> {
+    let (seed, word_pos) = text.split_once(':')?;
+    Some(RngPosition {
+        seed: seed.parse().ok()?,
+        word_pos: word_pos.parse().ok()?,
+    })
+}
+
+impl Row {
+    fn from_record(r: &Record) -> Row {
+        let e = &r.entry;
+        Row {
+            seq: to_i64(r.seq),
+            id: e.id.clone(),
+            // Maps of strings and plain structs always serialize.
+            tags: serde_json::to_string(&e.tags).unwrap_or_default(),
+            zone: e.zone.clone(),
+            instance_type: e.instance_type.clone(),
+            state: e.state.as_str().to_string(),
+            hardware: serde_json::to_string(&e.hardware).unwrap_or_default(),
+            client_token: e.client_token.clone(),
+            host_instance: e.host_instance.clone(),
+            agent_machine: r.agent_machine.map(|m| m.to_string()),
+            one_time_password: r.password.as_ref().map(|p| p.expose().to_string()),
+            agent: e.agent.as_str().to_string(),
+            launched_at_ms: e.launched_at_ms,
+            changed_at_ms: r.changed_at_ms,
+        }
+    }
+
+    fn into_record(self) -> Result<Record, String> {
+        let bad = |what: &str, value: &str| {
+            format!("instance {}: cannot read its {what} {value:?}", self.id)
+        };
+        let tags: BTreeMap<String, String> =
+            serde_json::from_str(&self.tags).map_err(|_| bad("tags", &self.tags))?;
+        let hardware: Hardware =
+            serde_json::from_str(&self.hardware).map_err(|_| bad("hardware", &self.hardware))?;
+        let state = parse_state(&self.state).ok_or_else(|| bad("state", &self.state))?;
+        let agent =
+            AgentState::parse(&self.agent).ok_or_else(|| bad("agent state", &self.agent))?;
+        let agent_machine = match &self.agent_machine {
+            Some(m) => Some(m.parse().map_err(|_| bad("agent's machine", m))?),
+            None => None,
+        };
+        let seq =
+            u64::try_from(self.seq).map_err(|_| bad("sequence number", &self.seq.to_string()))?;
+        Ok(Record {
+            seq,
+            entry: LedgerEntry {
+                machine: tagged_machine(&tags),
+                id: self.id,
+                tags,
+                zone: self.zone,
+                instance_type: self.instance_type,
+                state,
+                hardware,
+                client_token: self.client_token,
+                host_instance: self.host_instance,
+                launched_at_ms: self.launched_at_ms,
+                agent,
+            },
+            agent_machine,
+            password: self.one_time_password.map(Secret::new),
+            changed_at_ms: self.changed_at_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::names::MachineId;
+    use crate::providers::sim::ledger::Change;
+    use crate::providers::InstanceState;
+
+    fn record(seq: u64, id: &str) -> Record {
+        Record {
+            seq,
+            entry: LedgerEntry {
+                id: id.to_string(),
+                machine: Some(MachineId::new(seq)),
+                tags: BTreeMap::from([("berth-machine".to_string(), seq.to_string())]),
+                zone: "sim-a".to_string(),
+                instance_type: "t3.large".to_string(),
+                state: InstanceState::Pending,
+                hardware: Hardware {
+                    cores: Some(2),
+                    zone: Some("sim-a".to_string()),
+                    ..Hardware::default()
+                },
+                client_token: Some(format!("token-{seq}")),
+                host_instance: (seq == 1).then(|| "i-0".to_string()),
+                launched_at_ms: 10,
+                agent: AgentState::Waiting,
+            },
+            agent_machine: Some(MachineId::new(seq)),
+            password: Some(Secret::new(format!("otp-{seq}"))),
+            changed_at_ms: 10,
+        }
+    }
+
+    #[test]
+    fn a_ledger_file_reads_back_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let mut opened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(opened.records, []);
+        assert_eq!(opened.rng, None);
+        let rng = RngPosition {
+            seed: 3,
+            word_pos: u128::from(u64::MAX) + 7,
+        };
+        opened
+            .file
+            .write(&Batch {
+                inserts: vec![record(0, "i-0"), record(1, "i-0-lxd-0")],
+                changes: vec![],
+                rng: Some(rng),
+            })
+            .unwrap();
+        opened
+            .file
+            .write(&Batch {
+                inserts: vec![],
+                changes: vec![Change {
+                    seq: 0,
+                    state: InstanceState::Running,
+                    agent: AgentState::Connected,
+                    changed_at_ms: 11,
+                }],
+                rng: None,
+            })
+            .unwrap();
+        drop(opened);
+
+        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        let mut expected = vec![record(0, "i-0"), record(1, "i-0-lxd-0")];
+        expected[0].entry.state = InstanceState::Running;
+        expected[0].entry.agent = AgentState::Connected;
+        expected[0].changed_at_ms = 11;
+        assert_eq!(reopened.records, expected);
+        assert_eq!(reopened.rng, Some(rng));
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let mut opened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        opened
+            .file
+            .write(&Batch {
+                inserts: vec![record(0, "i-0")],
+                ..Batch::default()
+            })
+            .unwrap();
+        // The second row repeats an id: the whole transaction is refused.
+        let err = opened.file.write(&Batch {
+            inserts: vec![record(1, "i-1"), record(2, "i-0")],
+            ..Batch::default()
+        });
+        assert!(err.is_err());
+        drop(opened);
+        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(reopened.records, [record(0, "i-0")]);
+    }
+
+    #[test]
+    fn a_ledger_file_belongs_to_one_cloud_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let _first = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        let err = LedgerFile::open(&path, Duration::ZERO).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the ledger {} is in use by another simulated cloud: \
+                 expected one cloud per ledger file",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_ledger_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        std::fs::write(&path, "not a database, just text that is long enough").unwrap();
+        let err = LedgerFile::open(&path, Duration::ZERO).err().unwrap();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot open the simulated cloud's ledger {}: ",
+                path.display()
+            )),
+            "{err}"
+        );
+    }
+}

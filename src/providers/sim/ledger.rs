@@ -1,0 +1,374 @@
+//! The simulated cloud's ledger: every instance it ever started, indexed in
+//! memory and, when the cloud has a ledger file, mirrored there.
+//!
+//! # Guarantees
+//!
+//! Every change goes through [`Ledger::commit`], which writes the file
+//! first (one transaction) and touches the in-memory index only when that
+//! transaction committed. So the index and the file never disagree, and a
+//! failed write changes nothing.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::domain::hardware::Hardware;
+use crate::domain::names::MachineId;
+use crate::providers::sim::file::LedgerFile;
+use crate::providers::{tags, Instance, InstanceState, Secret};
+
+/// Where an instance's simulated machine agent stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentState {
+    /// No agent: an instance created behind berth's back.
+    None,
+    /// The agent has not checked in yet.
+    Waiting,
+    /// The controller accepted the agent's one-time password.
+    Connected,
+    /// The controller refused the agent every time it tried.
+    Refused,
+}
+
+impl AgentState {
+    pub const ALL: [AgentState; 4] = [
+        AgentState::None,
+        AgentState::Waiting,
+        AgentState::Connected,
+        AgentState::Refused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::None => "none",
+            AgentState::Waiting => "waiting",
+            AgentState::Connected => "connected",
+            AgentState::Refused => "refused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AgentState> {
+        AgentState::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// Every state an instance can be in, for parsing the ledger file.
+pub(super) const INSTANCE_STATES: [InstanceState; 6] = [
+    InstanceState::Pending,
+    InstanceState::Running,
+    InstanceState::Stopping,
+    InstanceState::Stopped,
+    InstanceState::ShuttingDown,
+    InstanceState::Terminated,
+];
+
+pub(super) fn parse_state(s: &str) -> Option<InstanceState> {
+    INSTANCE_STATES.into_iter().find(|st| st.as_str() == s)
+}
+
+/// One instance as the simulated cloud records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LedgerEntry {
+    pub id: String,
+    /// The machine named by the instance's `berth-machine` tag.
+    pub machine: Option<MachineId>,
+    pub tags: BTreeMap<String, String>,
+    pub zone: String,
+    pub instance_type: String,
+    pub state: InstanceState,
+    pub hardware: Hardware,
+    /// The launch's client token; `None` for an instance created behind
+    /// berth's back.
+    pub client_token: Option<String>,
+    /// For a container: the instance it runs on.
+    pub host_instance: Option<String>,
+    /// Wall-clock milliseconds since the epoch.
+    pub launched_at_ms: i64,
+    pub agent: AgentState,
+}
+
+impl LedgerEntry {
+    pub fn instance(&self) -> Instance {
+        Instance {
+            id: self.id.clone(),
+            machine: self.machine,
+            zone: self.zone.clone(),
+            instance_type: self.instance_type.clone(),
+            state: self.state,
+            hardware: self.hardware.clone(),
+        }
+    }
+}
+
+/// The machine a set of tags names, if any.
+pub(super) fn tagged_machine(tags: &BTreeMap<String, String>) -> Option<MachineId> {
+    tags.get(tags::MACHINE).and_then(|m| m.parse().ok())
+}
+
+/// A ledger entry with what only the cloud itself sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Record {
+    /// Launch order; the ledger lists instances in it.
+    pub seq: u64,
+    pub entry: LedgerEntry,
+    /// The machine the agent checks in as (the launch request's machine,
+    /// which is what the instance's user data would carry).
+    pub agent_machine: Option<MachineId>,
+    /// The agent's one-time password, kept as a cloud keeps user data, so
+    /// that the agent still checks in after a controller restart.
+    pub password: Option<Secret>,
+    /// When the state last changed (ms since the epoch); later reports of
+    /// the same instance always carry a later time.
+    pub changed_at_ms: i64,
+}
+
+impl Record {
+    /// Whether the instance takes a place in its zone's capacity.
+    fn holds_capacity(&self) -> bool {
+        self.entry.host_instance.is_none() && !self.entry.state.is_gone()
+    }
+}
+
+/// A change to one recorded instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Change {
+    pub seq: u64,
+    pub state: InstanceState,
+    pub agent: AgentState,
+    pub changed_at_ms: i64,
+}
+
+/// The generator's position, stored with every launch so that a reopened
+/// cloud goes on where it stopped instead of repeating ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RngPosition {
+    pub seed: u64,
+    pub word_pos: u128,
+}
+
+/// One transaction's worth of writes.
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    pub inserts: Vec<Record>,
+    pub changes: Vec<Change>,
+    pub rng: Option<RngPosition>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.inserts.is_empty() && self.changes.is_empty() && self.rng.is_none()
+    }
+}
+
+/// The in-memory index, and the file behind it.
+pub(super) struct Ledger {
+    by_seq: BTreeMap<u64, Record>,
+    /// Instance id to `seq`.
+    seq_of: HashMap<String, u64>,
+    /// Client token to `seq`, for idempotent launches.
+    by_token: HashMap<String, u64>,
+    /// Live, non-container instances per zone, for capacity.
+    live_in_zone: HashMap<String, usize>,
+    /// Each host's containers (`seq`s), ever made; their count numbers
+    /// the next one.
+    containers: HashMap<String, Vec<u64>>,
+    next_seq: u64,
+    file: Option<LedgerFile>,
+}
+
+impl Ledger {
+    /// A ledger holding `records` (read back from `file`, if any).
+    pub fn new(records: Vec<Record>, file: Option<LedgerFile>) -> Ledger {
+        let mut ledger = Ledger {
+            by_seq: BTreeMap::new(),
+            seq_of: HashMap::new(),
+            by_token: HashMap::new(),
+            live_in_zone: HashMap::new(),
+            containers: HashMap::new(),
+            next_seq: 0,
+            file,
+        };
+        for record in records {
+            ledger.insert(record);
+        }
+        ledger
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Record> {
+        self.seq_of.get(id).and_then(|seq| self.by_seq.get(seq))
+    }
+
+    pub fn by_token(&self, token: &str) -> Option<&Record> {
+        self.by_token
+            .get(token)
+            .and_then(|seq| self.by_seq.get(seq))
+    }
+
+    pub fn contains_id(&self, id: &str) -> bool {
+        self.seq_of.contains_key(id)
+    }
+
+    pub fn live_in_zone(&self, zone: &str) -> usize {
+        self.live_in_zone.get(zone).copied().unwrap_or(0)
+    }
+
+    pub fn containers_made(&self, host: &str) -> u64 {
+        self.containers.get(host).map_or(0, |c| c.len() as u64)
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Every record, in launch order.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.by_seq.values()
+    }
+
+    /// The live containers on `host`.
+    pub fn containers_on<'a>(&'a self, host: &str) -> impl Iterator<Item = &'a Record> + 'a {
+        self.containers
+            .get(host)
+            .into_iter()
+            .flatten()
+            .filter_map(|seq| self.by_seq.get(seq))
+            .filter(|r| !r.entry.state.is_gone())
+    }
+
+    /// Writes `batch` to the file in one transaction, then to the index.
+    ///
+    /// # Errors
+    ///
+    /// The file's error, in which case nothing changed.
+    pub fn commit(&mut self, batch: Batch) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(file) = &mut self.file {
+            file.write(&batch).map_err(|e| e.to_string())?;
+        }
+        for record in batch.inserts {
+            self.insert(record);
+        }
+        for change in batch.changes {
+            self.apply(&change);
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, record: Record) {
+        let seq = record.seq;
+        self.next_seq = self.next_seq.max(seq + 1);
+        self.seq_of.insert(record.entry.id.clone(), seq);
+        if let Some(token) = &record.entry.client_token {
+            self.by_token.insert(token.clone(), seq);
+        }
+        if let Some(host) = &record.entry.host_instance {
+            self.containers.entry(host.clone()).or_default().push(seq);
+        }
+        if record.holds_capacity() {
+            *self
+                .live_in_zone
+                .entry(record.entry.zone.clone())
+                .or_insert(0) += 1;
+        }
+        self.by_seq.insert(seq, record);
+    }
+
+    fn apply(&mut self, change: &Change) {
+        let Some(record) = self.by_seq.get_mut(&change.seq) else {
+            return;
+        };
+        let held = record.holds_capacity();
+        record.entry.state = change.state;
+        record.entry.agent = change.agent;
+        record.changed_at_ms = change.changed_at_ms;
+        if held && !record.holds_capacity() {
+            if let Some(live) = self.live_in_zone.get_mut(&record.entry.zone) {
+                *live = live.saturating_sub(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u64, id: &str, zone: &str, host: Option<&str>) -> Record {
+        Record {
+            seq,
+            entry: LedgerEntry {
+                id: id.into(),
+                machine: None,
+                tags: BTreeMap::new(),
+                zone: zone.into(),
+                instance_type: "t3.micro".into(),
+                state: InstanceState::Pending,
+                hardware: Hardware::default(),
+                client_token: Some(format!("token-{id}")),
+                host_instance: host.map(String::from),
+                launched_at_ms: 0,
+                agent: AgentState::Waiting,
+            },
+            agent_machine: None,
+            password: None,
+            changed_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn agent_and_instance_states_read_back_what_they_print() {
+        for a in AgentState::ALL {
+            assert_eq!(AgentState::parse(a.as_str()), Some(a));
+        }
+        for s in INSTANCE_STATES {
+            assert_eq!(parse_state(s.as_str()), Some(s));
+        }
+        assert_eq!(parse_state("exploded"), None);
+        assert_eq!(AgentState::parse("asleep"), None);
+    }
+
+    #[test]
+    fn only_live_instances_that_are_not_containers_hold_capacity() {
+        let mut ledger = Ledger::new(
+            vec![
+                record(0, "i-1", "a", None),
+                record(1, "i-2", "a", None),
+                record(2, "i-1-lxd-0", "a", Some("i-1")),
+            ],
+            None,
+        );
+        assert_eq!(ledger.live_in_zone("a"), 2);
+        assert_eq!(ledger.containers_made("i-1"), 1);
+        assert_eq!(ledger.next_seq(), 3);
+        ledger
+            .commit(Batch {
+                changes: vec![Change {
+                    seq: 0,
+                    state: InstanceState::Terminated,
+                    agent: AgentState::Waiting,
+                    changed_at_ms: 5,
+                }],
+                ..Batch::default()
+            })
+            .unwrap();
+        assert_eq!(ledger.live_in_zone("a"), 1);
+        assert_eq!(
+            ledger.get("i-1").map(|r| (r.entry.state, r.changed_at_ms)),
+            Some((InstanceState::Terminated, 5))
+        );
+        assert_eq!(
+            ledger.by_token("token-i-2").map(|r| r.entry.id.as_str()),
+            Some("i-2")
+        );
+        assert_eq!(
+            ledger
+                .containers_on("i-1")
+                .map(|r| r.entry.id.as_str())
+                .collect::<Vec<_>>(),
+            ["i-1-lxd-0"]
+        );
+    }
+}

@@ -1,0 +1,1263 @@
+//! The simulated cloud: berth's embedded default provider.
+//!
+//! A real provider, not a test double. It keeps its own ledger of instances
+//! (in memory, or in an SQLite file of its own that outlives a controller
+//! restart, as a real cloud would), has zones and a catalogue, and behaves
+//! like a cloud: instances start `pending`, run after a configurable delay,
+//! and their machine agents check in with the one-time password they were
+//! launched with. Launches fail the way EC2's do — a zone out or full
+//! (zone-specific), an unknown type or image (permanent), or at random at a
+//! configurable rate (transient) — drawn from a seeded generator, so a run
+//! can be repeated exactly. It starts lxd containers on its instances.
+//!
+//! - [`config`]: `[provider.sim]`, [`SimConfig`].
+//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file.
+//! - `events`: the timeline of starts and check-ins, the reports still to be
+//!   delivered, and the one task that works through them.
+//!
+//! # Conventions
+//!
+//! - An `image-id` starting with [`MISSING_IMAGE_PREFIX`] (`ami-missing`)
+//!   names an image that does not exist: the launch fails permanently. Any
+//!   other image id exists.
+//! - Instance ids are `i-` and 17 hex digits from the seeded generator;
+//!   containers are `<host id>-lxd-<n>`, numbered per host from 0.
+//! - A container is placed in its host's zone and takes no zone capacity;
+//!   its hardware is its instance type's, or its host's when the type is not
+//!   in the catalogue.
+//!
+//! # Reports
+//!
+//! State changes (`running`, `terminated`) go to [`ControllerLink::instance_changed`]
+//! and agent check-ins to [`ControllerLink::agent_connect`], in the order
+//! they happened, from one background task (see `events` for where it
+//! runs). Changes that happen before [`Provider::attach`] are kept and
+//! delivered once a link is attached. An agent the controller refuses tries
+//! [`AGENT_ATTEMPTS`] times, [`AGENT_RETRY_DELAY`] apart, then gives up.
+//!
+//! # Caveats
+//!
+//! - Outages, capacity and the failure rate set at run time are not stored:
+//!   a reopened cloud takes them from its configuration again.
+//! - The ledger file holds each waiting agent's one-time password, as a
+//!   cloud holds an instance's user data.
+//! - A ledger file belongs to one open cloud at a time (see
+//!   [`LEDGER_LOCK_WAIT`]).
+//! - A client token seen before returns the earlier instance even if the
+//!   rest of the request differs (EC2 would refuse with
+//!   `IdempotentParameterMismatch`).
+
+pub mod config;
+mod events;
+mod file;
+mod ledger;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::time::Instant;
+
+use crate::domain::constraints::Key;
+use crate::domain::hardware::Hardware;
+use crate::domain::instance_types::{Catalogue, CatalogueError};
+use crate::providers::sim::events::{lock, Due, Events, Outgoing};
+use crate::providers::sim::file::LedgerFile;
+use crate::providers::sim::ledger::{tagged_machine, Batch, Change, Ledger, Record, RngPosition};
+use crate::providers::{
+    tags, ControllerLink, FailureClass, Instance, InstanceState, InstanceStateChange,
+    LaunchRequest, Provider, ProviderError,
+};
+use crate::store::zones::ProviderZone;
+
+pub use config::SimConfig;
+pub use ledger::{AgentState, LedgerEntry};
+
+/// The most launches one call carries.
+pub const MAX_LAUNCH_BATCH: usize = 500;
+
+/// How many times a refused agent tries to check in.
+pub const AGENT_ATTEMPTS: u32 = 3;
+
+/// How long a refused agent waits before it tries again.
+pub const AGENT_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Image ids starting with this name images that do not exist.
+pub const MISSING_IMAGE_PREFIX: &str = "ami-missing";
+
+/// Why `zones()` reports a zone in outage unavailable.
+pub const OUTAGE_REASON: &str = "simulated outage";
+
+/// How long opening a ledger file waits for a previous owner to close it:
+/// a cloud just dropped may still be finishing a write.
+pub const LEDGER_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the background task waits before retrying a ledger write that
+/// failed (a full disk, say).
+const LEDGER_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The most events or reports the background task handles in one round.
+const DRIVER_BATCH: usize = 1000;
+
+/// Every constraint key but `spaces` and `virt-type`, which the simulated
+/// cloud has no notion of.
+const SUPPORTED_CONSTRAINTS: [Key; 12] = [
+    Key::Arch,
+    Key::Container,
+    Key::Mem,
+    Key::Cores,
+    Key::CpuPower,
+    Key::RootDisk,
+    Key::RootDiskSource,
+    Key::InstanceType,
+    Key::Tags,
+    Key::Zones,
+    Key::AllocatePublicIp,
+    Key::ImageId,
+];
+
+/// Why the simulated cloud could not open, or refused an administrative
+/// call.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("invalid [provider.sim] settings: {0}")]
+    Config(String),
+    #[error("cannot read the catalogue {}: {source}", .path.display())]
+    CatalogueRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid catalogue {}: {source}", .path.display())]
+    Catalogue {
+        path: PathBuf,
+        #[source]
+        source: CatalogueError,
+    },
+    #[error("the embedded catalogue is broken: {0}")]
+    EmbeddedCatalogue(#[source] CatalogueError),
+    #[error("cannot open the simulated cloud's ledger {}: {reason}", .path.display())]
+    Ledger { path: PathBuf, reason: String },
+    #[error(
+        "the ledger {} is in use by another simulated cloud: expected one cloud per ledger file",
+        .path.display()
+    )]
+    LedgerInUse { path: PathBuf },
+    #[error("the ledger could not record the change: {0}")]
+    LedgerWrite(String),
+    #[error("no instance {0:?} in the simulated cloud")]
+    UnknownInstance(String),
+    #[error("no zone {zone:?} in the simulated cloud: expected one of {known}")]
+    UnknownZone { zone: String, known: String },
+    #[error("no instance type {0:?} in the simulated cloud's catalogue")]
+    UnknownInstanceType(String),
+    #[error("{0}")]
+    FailureRate(String),
+}
+
+/// The catalogue, embedded (shared, parsed once) or the cloud's own.
+enum CatalogueSource {
+    Embedded(&'static Catalogue),
+    Owned(Catalogue),
+}
+
+impl CatalogueSource {
+    fn get(&self) -> &Catalogue {
+        match self {
+            CatalogueSource::Embedded(c) => c,
+            CatalogueSource::Owned(c) => c,
+        }
+    }
+}
+
+/// What never changes after open.
+struct Settings {
+    zones: Vec<String>,
+    catalogue: CatalogueSource,
+    start_delay: Duration,
+    agent_delay: Duration,
+    seed: u64,
+    /// Whether ledger work touches a file (and so runs on a blocking
+    /// thread).
+    file_backed: bool,
+}
+
+/// What an administrator may change at run time.
+#[derive(Clone, Debug)]
+struct Knobs {
+    outages: BTreeSet<String>,
+    capacity: HashMap<String, usize>,
+    failure_rate: f64,
+}
+
+/// What launches and terminations change, under one lock.
+struct State {
+    ledger: Ledger,
+    /// Draws instance ids and transient failures.
+    rng: ChaCha8Rng,
+}
+
+struct Inner {
+    settings: Settings,
+    /// Its own lock, so `zones()` never waits for a ledger write.
+    knobs: Mutex<Knobs>,
+    state: Mutex<State>,
+    /// Shared with the background task, which holds the rest of the cloud
+    /// only while it works on the ledger, never while it waits for the
+    /// controller: a dropped cloud closes its ledger file promptly.
+    events: Arc<Events>,
+}
+
+/// The simulated cloud. See the [module documentation](self).
+pub struct SimProvider {
+    inner: Arc<Inner>,
+}
+
+impl SimProvider {
+    /// Opens the simulated cloud described by `config`, with its ledger in
+    /// the SQLite file `ledger_path` (created if missing; instances already
+    /// there are taken up where they were) or, without a path, in memory.
+    ///
+    /// Instances the ledger holds as `pending` start again after the start
+    /// delay, and agents that had not checked in try again after the agent
+    /// delay, as they would after a controller restart.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Config`] for settings [`SimConfig::validate`] refuses;
+    /// [`SimError::CatalogueRead`] / [`SimError::Catalogue`] for a
+    /// catalogue file that cannot be read or parsed;
+    /// [`SimError::Ledger`] / [`SimError::LedgerInUse`] for the ledger
+    /// file.
+    pub fn open(config: SimConfig, ledger_path: Option<PathBuf>) -> Result<SimProvider, SimError> {
+        let catalogue = match &config.catalogue {
+            None => CatalogueSource::Embedded(
+                Catalogue::embedded().map_err(|e| SimError::EmbeddedCatalogue(e.clone()))?,
+            ),
+            Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
+        };
+        SimProvider::build(config, catalogue, ledger_path)
+    }
+
+    /// Like [`SimProvider::open`], with `catalogue` instead of the one
+    /// `config` names.
+    ///
+    /// # Errors
+    ///
+    /// As [`SimProvider::open`], less the catalogue's.
+    pub fn open_with_catalogue(
+        config: SimConfig,
+        catalogue: Catalogue,
+        ledger_path: Option<PathBuf>,
+    ) -> Result<SimProvider, SimError> {
+        SimProvider::build(config, CatalogueSource::Owned(catalogue), ledger_path)
+    }
+
+    fn build(
+        config: SimConfig,
+        catalogue: CatalogueSource,
+        ledger_path: Option<PathBuf>,
+    ) -> Result<SimProvider, SimError> {
+        config.validate().map_err(SimError::Config)?;
+        let (ledger, position) = match &ledger_path {
+            Some(path) => {
+                let opened = LedgerFile::open(path, LEDGER_LOCK_WAIT)?;
+                (Ledger::new(opened.records, Some(opened.file)), opened.rng)
+            }
+            None => (Ledger::new(Vec::new(), None), None),
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        if let Some(position) = position.filter(|p| p.seed == config.seed) {
+            rng.set_word_pos(position.word_pos);
+        }
+        let inner = Inner {
+            settings: Settings {
+                zones: config.zones.clone(),
+                catalogue,
+                start_delay: config.start_delay(),
+                agent_delay: config.agent_delay(),
+                seed: config.seed,
+                file_backed: ledger_path.is_some(),
+            },
+            knobs: Mutex::new(Knobs {
+                outages: config.outages.iter().cloned().collect(),
+                capacity: config.capacity.clone().into_iter().collect(),
+                failure_rate: config.failure_rate,
+            }),
+            state: Mutex::new(State { ledger, rng }),
+            events: Arc::new(Events::new()),
+        };
+        inner.resume();
+        Ok(SimProvider {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Takes `zone` out (`true`) or brings it back.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownZone`].
+    pub fn set_outage(&self, zone: &str, out: bool) -> Result<(), SimError> {
+        self.inner.check_zone(zone)?;
+        let mut knobs = lock(&self.inner.knobs);
+        if out {
+            knobs.outages.insert(zone.to_string());
+        } else {
+            knobs.outages.remove(zone);
+        }
+        Ok(())
+    }
+
+    /// Sets the most live instances `zone` holds; `None`: unlimited.
+    /// Instances already there stay.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownZone`].
+    pub fn set_capacity(&self, zone: &str, capacity: Option<usize>) -> Result<(), SimError> {
+        self.inner.check_zone(zone)?;
+        let mut knobs = lock(&self.inner.knobs);
+        match capacity {
+            Some(n) => knobs.capacity.insert(zone.to_string(), n),
+            None => knobs.capacity.remove(zone),
+        };
+        Ok(())
+    }
+
+    /// Sets the share of launches that fail transiently.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::FailureRate`] outside 0..=1.
+    pub fn set_failure_rate(&self, rate: f64) -> Result<(), SimError> {
+        config::check_failure_rate(rate).map_err(SimError::FailureRate)?;
+        lock(&self.inner.knobs).failure_rate = rate;
+        Ok(())
+    }
+
+    /// Starts an instance behind berth's back, as someone with the cloud's
+    /// console might: already running, without an agent, with whatever
+    /// `tags` (berth's, for a stray). Its start is reported like any other
+    /// change.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownZone`], [`SimError::UnknownInstanceType`], or
+    /// [`SimError::LedgerWrite`].
+    pub async fn create_untracked_instance(
+        &self,
+        tags: BTreeMap<String, String>,
+        zone: &str,
+        instance_type: &str,
+    ) -> Result<Instance, SimError> {
+        self.inner.check_zone(zone)?;
+        let hardware = match self.inner.settings.catalogue.get().get(instance_type) {
+            Some(t) => Hardware::of(t, zone, None),
+            None => return Err(SimError::UnknownInstanceType(instance_type.to_string())),
+        };
+        let (zone, instance_type) = (zone.to_string(), instance_type.to_string());
+        let now_ms = wall_ms();
+        let created = Arc::clone(&self.inner)
+            .run(move |settings, state| {
+                let id = new_id(&mut state.rng, &state.ledger, &HashSet::new());
+                let record = Record {
+                    seq: state.ledger.next_seq(),
+                    entry: LedgerEntry {
+                        id: id.clone(),
+                        machine: tagged_machine(&tags),
+                        tags,
+                        zone,
+                        instance_type,
+                        state: InstanceState::Running,
+                        hardware,
+                        client_token: None,
+                        host_instance: None,
+                        launched_at_ms: now_ms,
+                        agent: AgentState::None,
+                    },
+                    agent_machine: None,
+                    password: None,
+                    changed_at_ms: now_ms,
+                };
+                let instance = record.entry.instance();
+                let batch = Batch {
+                    inserts: vec![record],
+                    changes: Vec::new(),
+                    rng: Some(position(settings, &state.rng)),
+                };
+                state.ledger.commit(batch).map(|()| instance)
+            })
+            .await
+            .map_err(|e| SimError::LedgerWrite(e.message))?
+            .map_err(SimError::LedgerWrite)?;
+        self.inner
+            .events
+            .send_all([Outgoing::Changed(InstanceStateChange {
+                instance_id: created.id.clone(),
+                state: InstanceState::Running,
+                at_ms: now_ms,
+            })]);
+        self.inner.ensure_driver();
+        Ok(created)
+    }
+
+    /// The cloud terminates `instance_id` (and the containers on it) on its
+    /// own, as when a host fails or a spot instance is reclaimed, and
+    /// reports it. Stopping an instance already gone changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownInstance`], or [`SimError::LedgerWrite`].
+    pub async fn stop_behind_back(&self, instance_id: &str) -> Result<(), SimError> {
+        let id = instance_id.to_string();
+        let known = Arc::clone(&self.inner)
+            .run(move |_, state| state.ledger.get(&id).is_some())
+            .await
+            .map_err(|e| SimError::LedgerWrite(e.message))?;
+        if !known {
+            return Err(SimError::UnknownInstance(instance_id.to_string()));
+        }
+        let results = self.terminate(vec![instance_id.to_string()]).await;
+        match results.into_iter().next() {
+            Some(Err(e)) => Err(SimError::LedgerWrite(e.message)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every instance the cloud ever started, in launch order. Waits for a
+    /// ledger write in progress; for tests and benchmarks.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        lock(&self.inner.state)
+            .ledger
+            .records()
+            .map(|r| r.entry.clone())
+            .collect()
+    }
+
+    /// Scheduled events and reports not yet delivered: 0 once the cloud
+    /// has nothing left to do or say.
+    pub fn backlog(&self) -> usize {
+        self.inner.events.backlog()
+    }
+}
+
+impl Drop for SimProvider {
+    fn drop(&mut self) {
+        self.inner.events.close();
+    }
+}
+
+fn read_catalogue(path: &Path) -> Result<Catalogue, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimError::CatalogueRead {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Catalogue::from_csv(&text).map_err(|source| SimError::Catalogue {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Wall-clock milliseconds since the epoch.
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The time of a record's next change: now, but always after its last, so
+/// that the controller can order one instance's reports.
+fn next_change_ms(record: &Record, now_ms: i64) -> i64 {
+    now_ms.max(record.changed_at_ms.saturating_add(1))
+}
+
+fn position(settings: &Settings, rng: &ChaCha8Rng) -> RngPosition {
+    RngPosition {
+        seed: settings.seed,
+        word_pos: rng.get_word_pos(),
+    }
+}
+
+/// A fresh instance id: `i-` and 17 hex digits, unused so far.
+fn new_id(rng: &mut ChaCha8Rng, ledger: &Ledger, planned: &HashSet<String>) -> String {
+    const MASK: u128 = (1 << 68) - 1;
+    loop {
+        let id = format!("i-{:017x}", rng.random::<u128>() & MASK);
+        if !ledger.contains_id(&id) && !planned.contains(&id) {
+            return id;
+        }
+    }
+}
+
+fn permanent(message: String) -> ProviderError {
+    ProviderError::new(FailureClass::Permanent, message)
+}
+
+fn transient(message: String) -> ProviderError {
+    ProviderError::new(FailureClass::Transient, message)
+}
+
+fn zone_specific(message: String) -> ProviderError {
+    ProviderError::new(FailureClass::ZoneSpecific, message)
+}
+
+/// One launch call's decisions, before they are committed.
+struct LaunchPlan<'a> {
+    settings: &'a Settings,
+    knobs: &'a Knobs,
+    now_ms: i64,
+    records: Vec<Record>,
+    ids: HashSet<String>,
+    /// Client token to index in `records`, for a token repeated within the
+    /// call.
+    tokens: HashMap<String, usize>,
+    /// Instances this call adds to each zone.
+    extra_live: HashMap<String, usize>,
+    /// Containers this call adds to each host.
+    extra_containers: HashMap<String, u64>,
+}
+
+enum Planned {
+    Existing(Instance),
+    New(usize),
+    Failed(ProviderError),
+}
+
+impl LaunchPlan<'_> {
+    fn plan(&mut self, state: &mut State, request: LaunchRequest) -> Planned {
+        if let Some(existing) = state.ledger.by_token(&request.client_token) {
+            return Planned::Existing(existing.entry.instance());
+        }
+        if let Some(&i) = self.tokens.get(&request.client_token) {
+            return Planned::New(i);
+        }
+        let planned = match &request.host_instance {
+            None => self.plan_instance(state, &request),
+            Some(host) => self.plan_container(state, &request, host),
+        };
+        match planned {
+            Ok((id, zone, hardware)) => {
+                let tags = request.tags;
+                let record = Record {
+                    seq: state.ledger.next_seq() + self.records.len() as u64,
+                    entry: LedgerEntry {
+                        id: id.clone(),
+                        machine: tagged_machine(&tags),
+                        tags,
+                        zone,
+                        instance_type: request.instance_type,
+                        state: InstanceState::Pending,
+                        hardware,
+                        client_token: Some(request.client_token.clone()),
+                        host_instance: request.host_instance,
+                        launched_at_ms: self.now_ms,
+                        agent: AgentState::Waiting,
+                    },
+                    agent_machine: Some(request.machine),
+                    password: Some(request.agent.one_time_password),
+                    changed_at_ms: self.now_ms,
+                };
+                let i = self.records.len();
+                self.tokens.insert(request.client_token, i);
+                self.ids.insert(id);
+                self.records.push(record);
+                Planned::New(i)
+            }
+            Err(e) => Planned::Failed(e),
+        }
+    }
+
+    /// The id, zone and hardware of a new instance, or why not, checked in
+    /// the order EC2 would: the zone, its health and capacity, the type,
+    /// the image, then chance.
+    fn plan_instance(
+        &mut self,
+        state: &mut State,
+        request: &LaunchRequest,
+    ) -> Result<(String, String, Hardware), ProviderError> {
+        let zone = &request.zone;
+        if !self.settings.zones.contains(zone) {
+            return Err(permanent(format!(
+                "InvalidParameterValue: Invalid availability zone: [{zone}]"
+            )));
+        }
+        if self.knobs.outages.contains(zone) {
+            return Err(zone_specific(format!("zone {zone} is unavailable")));
+        }
+        let extra = self.extra_live.get(zone).copied().unwrap_or(0);
+        if let Some(&capacity) = self.knobs.capacity.get(zone) {
+            if state.ledger.live_in_zone(zone) + extra >= capacity {
+                return Err(zone_specific(format!(
+                    "InsufficientInstanceCapacity: We currently do not have sufficient {} \
+                     capacity in the Availability Zone you requested ({zone}). Our system will \
+                     be working on provisioning additional capacity.",
+                    request.instance_type
+                )));
+            }
+        }
+        let Some(instance_type) = self.settings.catalogue.get().get(&request.instance_type) else {
+            return Err(permanent(format!(
+                "InvalidInstanceType: The instance type '{}' does not exist in this cloud",
+                request.instance_type
+            )));
+        };
+        check_image(request)?;
+        // The id is drawn before the luck, so that which id a request gets
+        // does not depend on the failure rate.
+        let id = new_id(&mut state.rng, &state.ledger, &self.ids);
+        self.check_luck(state)?;
+        let hardware = Hardware::of(instance_type, zone, request.requirements.root_disk_mib);
+        *self.extra_live.entry(zone.clone()).or_insert(0) += 1;
+        Ok((id, zone.clone(), hardware))
+    }
+
+    /// A container on `host`: the host must be a running instance.
+    fn plan_container(
+        &mut self,
+        state: &mut State,
+        request: &LaunchRequest,
+        host: &str,
+    ) -> Result<(String, String, Hardware), ProviderError> {
+        let Some(host_record) = state.ledger.get(host) else {
+            return Err(transient(format!(
+                "host instance {host} is not running yet: the cloud does not know it"
+            )));
+        };
+        let host_entry = &host_record.entry;
+        if host_entry.host_instance.is_some() {
+            return Err(permanent(format!(
+                "host instance {host} is a container: containers inside containers are not \
+                 supported"
+            )));
+        }
+        match host_entry.state {
+            InstanceState::Running => {}
+            s if s.is_gone() => {
+                return Err(permanent(format!(
+                    "host instance {host} is {}: it will not run again",
+                    s.as_str()
+                )))
+            }
+            s => {
+                return Err(transient(format!(
+                    "host instance {host} is not running yet ({})",
+                    s.as_str()
+                )))
+            }
+        }
+        let zone = host_entry.zone.clone();
+        let host_hardware = host_entry.hardware.clone();
+        check_image(request)?;
+        self.check_luck(state)?;
+        let root_disk = request.requirements.root_disk_mib;
+        let hardware = match self.settings.catalogue.get().get(&request.instance_type) {
+            Some(t) => Hardware::of(t, &zone, root_disk),
+            None => Hardware {
+                root_disk_mib: root_disk.or(host_hardware.root_disk_mib),
+                zone: Some(zone.clone()),
+                ..host_hardware
+            },
+        };
+        let made = self.extra_containers.entry(host.to_string()).or_insert(0);
+        let id = format!("{host}-lxd-{}", state.ledger.containers_made(host) + *made);
+        *made += 1;
+        Ok((id, zone, hardware))
+    }
+
+    fn check_luck(&self, state: &mut State) -> Result<(), ProviderError> {
+        // Drawn whatever the rate, so that the draws that follow do not
+        // depend on it.
+        let draw: f64 = state.rng.random();
+        if draw < self.knobs.failure_rate {
+            return Err(transient(
+                "InternalError: simulated transient failure".to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Fails for an image id naming a missing image (see the module's
+/// conventions).
+fn check_image(request: &LaunchRequest) -> Result<(), ProviderError> {
+    match &request.requirements.image_id {
+        Some(image) if image.starts_with(MISSING_IMAGE_PREFIX) => Err(permanent(format!(
+            "InvalidAMIID.NotFound: The image id '[{image}]' does not exist"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Launches `requests` against `state` and commits them in one write.
+/// Returns the results in request order and the ids of the new instances.
+fn launch_in(
+    settings: &Settings,
+    knobs: &Knobs,
+    state: &mut State,
+    requests: Vec<LaunchRequest>,
+    now_ms: i64,
+) -> (Vec<Result<Instance, ProviderError>>, Vec<String>) {
+    let rng_before = state.rng.clone();
+    let mut plan = LaunchPlan {
+        settings,
+        knobs,
+        now_ms,
+        records: Vec::new(),
+        ids: HashSet::new(),
+        tokens: HashMap::new(),
+        extra_live: HashMap::new(),
+        extra_containers: HashMap::new(),
+    };
+    let planned: Vec<Planned> = requests
+        .into_iter()
+        .map(|request| plan.plan(state, request))
+        .collect();
+    let ids: Vec<String> = plan.records.iter().map(|r| r.entry.id.clone()).collect();
+    let moved = state.rng.get_word_pos() != rng_before.get_word_pos();
+    let batch = Batch {
+        inserts: plan.records,
+        changes: Vec::new(),
+        rng: moved.then(|| position(settings, &state.rng)),
+    };
+    let committed = state.ledger.commit(batch);
+    if let Err(reason) = &committed {
+        // Nothing was recorded, so nothing was drawn: a retry sees the same
+        // ids and the same luck.
+        state.rng = rng_before;
+        log::error!("the simulated cloud could not record launches: {reason}");
+    }
+    let results = planned
+        .into_iter()
+        .map(|p| match (p, &committed) {
+            (Planned::Existing(instance), _) => Ok(instance),
+            (Planned::Failed(e), _) => Err(e),
+            (Planned::New(i), Ok(())) => ids
+                .get(i)
+                .and_then(|id| state.ledger.get(id))
+                .map(|r| r.entry.instance())
+                .ok_or_else(|| transient("InternalError: the launch was not recorded".into())),
+            (Planned::New(_), Err(reason)) => Err(transient(format!(
+                "InternalError: the cloud could not record the instance: {reason}"
+            ))),
+        })
+        .collect();
+    match committed {
+        Ok(()) => (results, ids),
+        Err(_) => (results, Vec::new()),
+    }
+}
+
+/// Terminates `ids` and the containers on them in one write. Returns, per
+/// id, whether it failed, and the changes to report.
+fn terminate_in(
+    state: &mut State,
+    ids: &[String],
+    now_ms: i64,
+) -> (Vec<Option<String>>, Vec<InstanceStateChange>) {
+    let mut changes = Vec::new();
+    let mut reports = Vec::new();
+    let mut touched = HashSet::new();
+    let mut needed = Vec::with_capacity(ids.len());
+    let mut end = |record: &Record, changes: &mut Vec<Change>| {
+        if record.entry.state.is_gone() || !touched.insert(record.seq) {
+            return false;
+        }
+        let at = next_change_ms(record, now_ms);
+        changes.push(Change {
+            seq: record.seq,
+            state: InstanceState::Terminated,
+            agent: record.entry.agent,
+            changed_at_ms: at,
+        });
+        reports.push(InstanceStateChange {
+            instance_id: record.entry.id.clone(),
+            state: InstanceState::Terminated,
+            at_ms: at,
+        });
+        true
+    };
+    for id in ids {
+        let Some(record) = state.ledger.get(id) else {
+            needed.push(false);
+            continue;
+        };
+        // Containers go first, as they would on a host shutting down.
+        for container in state.ledger.containers_on(id) {
+            end(container, &mut changes);
+        }
+        needed.push(end(record, &mut changes));
+    }
+    let batch = Batch {
+        changes,
+        ..Batch::default()
+    };
+    match state.ledger.commit(batch) {
+        Ok(()) => (vec![None; ids.len()], reports),
+        Err(reason) => {
+            log::error!("the simulated cloud could not record terminations: {reason}");
+            let failed = needed
+                .into_iter()
+                .map(|n| n.then(|| reason.clone()))
+                .collect();
+            (failed, Vec::new())
+        }
+    }
+}
+
+/// What the due events did.
+struct Progress {
+    reports: Vec<Outgoing>,
+    /// Instances now running whose agents will check in.
+    agents_later: Vec<Due>,
+    /// Agents checking in now.
+    agents_now: Vec<Outgoing>,
+}
+
+/// Applies due events: pending instances run, agents due try to check in.
+///
+/// # Errors
+///
+/// The ledger's, with the events to try again.
+fn apply_due(
+    state: &mut State,
+    due: Vec<Due>,
+    now_ms: i64,
+) -> Result<Progress, (String, Vec<Due>)> {
+    let mut changes = Vec::new();
+    let mut progress = Progress {
+        reports: Vec::new(),
+        agents_later: Vec::new(),
+        agents_now: Vec::new(),
+    };
+    for d in &due {
+        match d {
+            Due::Start { id } => {
+                let Some(record) = state.ledger.get(id) else {
+                    continue;
+                };
+                if record.entry.state != InstanceState::Pending {
+                    continue;
+                }
+                let at = next_change_ms(record, now_ms);
+                changes.push(Change {
+                    seq: record.seq,
+                    state: InstanceState::Running,
+                    agent: record.entry.agent,
+                    changed_at_ms: at,
+                });
+                progress
+                    .reports
+                    .push(Outgoing::Changed(InstanceStateChange {
+                        instance_id: id.clone(),
+                        state: InstanceState::Running,
+                        at_ms: at,
+                    }));
+                if record.entry.agent == AgentState::Waiting {
+                    progress.agents_later.push(Due::AgentCheckIn {
+                        id: id.clone(),
+                        attempt: 1,
+                    });
+                }
+            }
+            Due::AgentCheckIn { id, attempt } => {
+                if let Some(agent) = waiting_agent(state, id, *attempt) {
+                    progress.agents_now.push(agent);
+                }
+            }
+        }
+    }
+    let batch = Batch {
+        changes,
+        ..Batch::default()
+    };
+    match state.ledger.commit(batch) {
+        Ok(()) => Ok(progress),
+        Err(reason) => Err((reason, due)),
+    }
+}
+
+/// The check-in of `id`'s agent, if it is running and waiting.
+fn waiting_agent(state: &State, id: &str, attempt: u32) -> Option<Outgoing> {
+    let record = state.ledger.get(id)?;
+    let waiting =
+        record.entry.state == InstanceState::Running && record.entry.agent == AgentState::Waiting;
+    match (waiting, record.agent_machine, &record.password) {
+        (true, Some(machine), Some(password)) => Some(Outgoing::AgentCheckIn {
+            id: id.to_string(),
+            machine,
+            password: password.clone(),
+            attempt,
+        }),
+        _ => None,
+    }
+}
+
+impl Inner {
+    /// Runs `f` on the state: on a blocking thread when it may touch the
+    /// ledger file and a runtime is at hand, here otherwise.
+    ///
+    /// # Guarantees
+    ///
+    /// Takes the cloud by value and, on a blocking thread, lets go of it
+    /// there: a caller awaiting the result holds no reference, so a
+    /// dropped cloud closes its ledger file even while the thread that
+    /// awaits is busy (say, opening the same file again).
+    ///
+    /// # Errors
+    ///
+    /// A transient error if the blocking task panicked or its runtime shut
+    /// down.
+    async fn run<T, F>(self: Arc<Self>, f: F) -> Result<T, ProviderError>
+    where
+        F: FnOnce(&Settings, &mut State) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.settings.file_backed && tokio::runtime::Handle::try_current().is_ok() {
+            let inner = self;
+            tokio::task::spawn_blocking(move || inner.with_state(f))
+                .await
+                .map_err(|e| transient(format!("InternalError: {e}")))
+        } else {
+            Ok(self.with_state(f))
+        }
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&Settings, &mut State) -> T) -> T {
+        let mut state = lock(&self.state);
+        f(&self.settings, &mut state)
+    }
+
+    fn check_zone(&self, zone: &str) -> Result<(), SimError> {
+        if self.settings.zones.iter().any(|z| z == zone) {
+            Ok(())
+        } else {
+            Err(SimError::UnknownZone {
+                zone: zone.to_string(),
+                known: self.settings.zones.join(", "),
+            })
+        }
+    }
+
+    /// Schedules what the ledger says is still to happen: pending instances
+    /// start, waiting agents check in.
+    fn resume(&self) {
+        let now = Instant::now();
+        let state = lock(&self.state);
+        let mut starts = Vec::new();
+        let mut agents = Vec::new();
+        for record in state.ledger.records() {
+            let id = record.entry.id.clone();
+            match (record.entry.state, record.entry.agent) {
+                (InstanceState::Pending, _) => starts.push(Due::Start { id }),
+                (InstanceState::Running, AgentState::Waiting) => {
+                    agents.push(Due::AgentCheckIn { id, attempt: 1 });
+                }
+                _ => {}
+            }
+        }
+        drop(state);
+        self.events
+            .schedule_all(now + self.settings.start_delay, starts);
+        self.events
+            .schedule_all(now + self.settings.agent_delay, agents);
+    }
+
+    fn ensure_driver(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let events = Arc::clone(&self.events);
+        self.events.spawn_driver(move || drive(weak, events));
+    }
+
+    async fn process_due(self: Arc<Self>, due: Vec<Due>, now: Instant) {
+        let agents_at = now + self.settings.agent_delay;
+        let events = Arc::clone(&self.events);
+        let now_ms = wall_ms();
+        let outcome = self
+            .run(move |_, state| apply_due(state, due, now_ms))
+            .await;
+        match outcome {
+            Ok(Ok(progress)) => {
+                events.send_all(progress.reports);
+                events.schedule_all(agents_at, progress.agents_later);
+                events.send_all(progress.agents_now);
+            }
+            Ok(Err((reason, due))) => {
+                log::error!("the simulated cloud could not record instance changes: {reason}");
+                events.schedule_all(Instant::now() + LEDGER_RETRY_DELAY, due);
+            }
+            Err(e) => log::error!("the simulated cloud lost instance changes: {e}"),
+        }
+    }
+
+    /// Drops the agent check-ins whose instance went away since they were
+    /// queued.
+    async fn still_wanted(self: Arc<Self>, batch: Vec<Outgoing>) -> Vec<Outgoing> {
+        let kept = self
+            .run(move |_, state| {
+                batch
+                    .into_iter()
+                    .filter(|item| match item {
+                        Outgoing::Changed(_) => true,
+                        Outgoing::AgentCheckIn { id, attempt, .. } => {
+                            waiting_agent(state, id, *attempt).is_some()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        kept.unwrap_or_else(|e| {
+            log::error!("the simulated cloud lost reports: {e}");
+            Vec::new()
+        })
+    }
+
+    async fn record_agents(self: Arc<Self>, outcomes: Vec<(String, AgentState)>) {
+        let recorded = self
+            .run(move |_, state| {
+                let changes = outcomes
+                    .iter()
+                    .filter_map(|(id, agent)| {
+                        state.ledger.get(id).map(|r| Change {
+                            seq: r.seq,
+                            state: r.entry.state,
+                            agent: *agent,
+                            changed_at_ms: r.changed_at_ms,
+                        })
+                    })
+                    .collect();
+                state.ledger.commit(Batch {
+                    changes,
+                    ..Batch::default()
+                })
+            })
+            .await;
+        match recorded {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                log::error!("the simulated cloud could not record agent check-ins: {reason}")
+            }
+            Err(e) => log::error!("the simulated cloud lost agent check-ins: {e}"),
+        }
+    }
+}
+
+/// Delivers `batch` to the controller in order. Returns the agents that
+/// checked in or gave up; refused agents with attempts left are scheduled
+/// to try again.
+async fn deliver(
+    events: &Events,
+    link: &Arc<dyn ControllerLink>,
+    batch: Vec<Outgoing>,
+) -> Vec<(String, AgentState)> {
+    let mut outcomes = Vec::new();
+    for item in batch {
+        match item {
+            Outgoing::Changed(change) => link.instance_changed(change).await,
+            Outgoing::AgentCheckIn {
+                id,
+                machine,
+                password,
+                attempt,
+            } => match link.agent_connect(machine, password).await {
+                Ok(()) => outcomes.push((id, AgentState::Connected)),
+                Err(reason) if attempt < AGENT_ATTEMPTS => {
+                    log::info!(
+                        "the agent of machine {machine} on {id} was refused \
+                         (attempt {attempt} of {AGENT_ATTEMPTS}): {reason}"
+                    );
+                    events.schedule(
+                        Instant::now() + AGENT_RETRY_DELAY,
+                        Due::AgentCheckIn {
+                            id,
+                            attempt: attempt + 1,
+                        },
+                    );
+                }
+                Err(reason) => {
+                    log::warn!(
+                        "the agent of machine {machine} on {id} gives up after \
+                         {AGENT_ATTEMPTS} refusals: {reason}"
+                    );
+                    outcomes.push((id, AgentState::Refused));
+                }
+            },
+        }
+    }
+    outcomes
+}
+
+/// The background task: applies due events, delivers reports once a link
+/// is attached, and sleeps until the next event or a wake-up. Holds the
+/// cloud weakly, upgrading only for ledger work, and stops once the cloud
+/// is dropped.
+async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
+    loop {
+        if events.is_closed() {
+            return;
+        }
+        let now = Instant::now();
+        let due = events.take_due(now, DRIVER_BATCH);
+        if !due.is_empty() {
+            let Some(inner) = cloud.upgrade() else {
+                return;
+            };
+            inner.process_due(due, now).await;
+            continue;
+        }
+        if let Some(link) = events.link() {
+            let batch = events.take_outgoing(DRIVER_BATCH);
+            if !batch.is_empty() {
+                let Some(inner) = cloud.upgrade() else {
+                    return;
+                };
+                let batch = inner.still_wanted(batch).await;
+                let outcomes = deliver(&events, &link, batch).await;
+                if !outcomes.is_empty() {
+                    let Some(inner) = cloud.upgrade() else {
+                        return;
+                    };
+                    inner.record_agents(outcomes).await;
+                }
+                continue;
+            }
+        }
+        let wake = events.wake();
+        match events.next_at() {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for SimProvider {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn supported_constraints(&self) -> &[Key] {
+        &SUPPORTED_CONSTRAINTS
+    }
+
+    fn catalogue(&self) -> &Catalogue {
+        self.inner.settings.catalogue.get()
+    }
+
+    fn offers(&self, zone: &str, instance_type: &str) -> bool {
+        self.inner.settings.zones.iter().any(|z| z == zone)
+            && self.catalogue().get(instance_type).is_some()
+    }
+
+    fn max_launch_batch(&self) -> usize {
+        MAX_LAUNCH_BATCH
+    }
+
+    fn supports_containers(&self) -> bool {
+        true
+    }
+
+    /// Replaces any earlier link; reports kept until now go to this one.
+    fn attach(&self, link: Arc<dyn ControllerLink>) {
+        self.inner.events.attach(link);
+        self.inner.ensure_driver();
+    }
+
+    async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
+        self.inner.ensure_driver();
+        let knobs = lock(&self.inner.knobs);
+        Ok(self
+            .inner
+            .settings
+            .zones
+            .iter()
+            .map(|zone| {
+                let out = knobs.outages.contains(zone);
+                ProviderZone {
+                    name: zone.clone(),
+                    available: !out,
+                    reason: if out { OUTAGE_REASON } else { "" }.to_string(),
+                }
+            })
+            .collect())
+    }
+
+    /// Launches in one ledger write. Takes any number of requests, though
+    /// the broker sends at most [`MAX_LAUNCH_BATCH`].
+    async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        let count = requests.len();
+        let knobs = lock(&self.inner.knobs).clone();
+        let now = Instant::now();
+        let now_ms = wall_ms();
+        let outcome = Arc::clone(&self.inner)
+            .run(move |settings, state| launch_in(settings, &knobs, state, requests, now_ms))
+            .await;
+        match outcome {
+            Ok((results, started)) => {
+                let at = now + self.inner.settings.start_delay;
+                self.inner
+                    .events
+                    .schedule_all(at, started.into_iter().map(|id| Due::Start { id }));
+                self.inner.ensure_driver();
+                results
+            }
+            Err(e) => vec![Err(e); count],
+        }
+    }
+
+    async fn terminate(&self, instance_ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
+        let count = instance_ids.len();
+        let now_ms = wall_ms();
+        let outcome = Arc::clone(&self.inner)
+            .run(move |_, state| terminate_in(state, &instance_ids, now_ms))
+            .await;
+        match outcome {
+            Ok((failed, reports)) => {
+                self.inner
+                    .events
+                    .send_all(reports.into_iter().map(Outgoing::Changed));
+                self.inner.ensure_driver();
+                failed
+                    .into_iter()
+                    .map(|f| match f {
+                        None => Ok(()),
+                        Some(reason) => Err(transient(format!(
+                            "InternalError: the cloud could not record the termination: {reason}"
+                        ))),
+                    })
+                    .collect()
+            }
+            Err(e) => vec![Err(e); count],
+        }
+    }
+
+    async fn instances(&self, controller_uuid: &str) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.ensure_driver();
+        let uuid = controller_uuid.to_string();
+        Arc::clone(&self.inner)
+            .run(move |_, state| {
+                state
+                    .ledger
+                    .records()
+                    .filter(|r| {
+                        r.entry.state != InstanceState::Terminated
+                            && r.entry.tags.get(tags::CONTROLLER) == Some(&uuid)
+                    })
+                    .map(|r| r.entry.instance())
+                    .collect()
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests;
