@@ -5,5 +5,6 @@
 //! [`support::postgres`]).
 
 mod applications;
+mod engine;
 mod store;
 mod support;

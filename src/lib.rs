@@ -10,6 +10,7 @@
 //!   resolving a `deploy` argument to a charm.
 
 pub mod charms;
+pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod providers;

@@ -339,39 +339,64 @@ impl ProviderBroker {
             while !group.is_empty() {
                 let batch: Vec<_> = group.drain(..group.len().min(self.max_batch)).collect();
                 let gate = self.gate.clone();
-                actix::spawn(async move {
-                    let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                    let count = requests.len();
-                    let result = gate
-                        .call(
-                            CallKind::Launch,
-                            move |provider| {
-                                let requests = requests.clone();
-                                async move { provider.launch(requests).await }
-                            },
-                            |results: &Vec<Result<Instance, ProviderError>>| {
-                                results.iter().find_map(|r| r.as_ref().err())
-                            },
-                        )
-                        .await;
-                    let mut results = match result {
-                        Ok(results) => results,
-                        Err(e) => vec![Err(e); count],
-                    };
-                    // A provider that answers fewer results than requests
-                    // leaves the rest failed, never silently dropped.
-                    results.resize_with(count, || {
-                        Err(ProviderError::new(
-                            FailureClass::Transient,
-                            "the provider gave no answer for this launch",
-                        ))
-                    });
-                    for (reply, result) in replies.into_iter().zip(results) {
-                        let _ = reply.send(result);
-                    }
-                });
+                actix::spawn(launch_batch(gate, batch));
             }
         }
+    }
+}
+
+/// Sends one batch of launches. If the call fails as a whole (the provider
+/// panicked, hung or refused the call) and carried several launches, each
+/// is tried again on its own, so that one bad request cannot fail the
+/// others.
+async fn launch_batch(
+    gate: Arc<Gate>,
+    batch: Vec<(
+        LaunchRequest,
+        oneshot::Sender<Result<Instance, ProviderError>>,
+    )>,
+) {
+    let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    let count = requests.len();
+    let sent = requests.clone();
+    let result = gate
+        .clone()
+        .call(
+            CallKind::Launch,
+            move |provider| {
+                let requests = sent.clone();
+                async move { provider.launch(requests).await }
+            },
+            |results: &Vec<Result<Instance, ProviderError>>| {
+                results.iter().find_map(|r| r.as_ref().err())
+            },
+        )
+        .await;
+    let mut results = match result {
+        Ok(results) => results,
+        Err(e) if count > 1 && e.class != FailureClass::Unauthorized => {
+            log::warn!(
+                "a batch of {count} launches failed as a whole ({e}); trying each on its own"
+            );
+            let singles = requests.into_iter().zip(replies).map(|(request, reply)| {
+                let gate = gate.clone();
+                async move { Box::pin(launch_batch(gate, vec![(request, reply)])).await }
+            });
+            futures_util::future::join_all(singles).await;
+            return;
+        }
+        Err(e) => vec![Err(e); count],
+    };
+    // A provider that answers fewer results than requests leaves the rest
+    // failed, never silently dropped.
+    results.resize_with(count, || {
+        Err(ProviderError::new(
+            FailureClass::Transient,
+            "the provider gave no answer for this launch",
+        ))
+    });
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(result);
     }
 }
 

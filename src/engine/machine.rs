@@ -642,6 +642,17 @@ impl Handler<InstanceChanged> for MachineActor {
     }
 }
 
+/// What status says of a machine whose instance the provider stopped or
+/// terminated behind berth's back.
+pub fn lost_instance_message(instance_id: &str, state: InstanceState) -> String {
+    let what = if state.is_gone() {
+        "terminated"
+    } else {
+        "stopped"
+    };
+    format!("instance {instance_id} was {what} by the provider")
+}
+
 /// Whether a stored machine needs an actor: anything not settled, and a
 /// machine being removed.
 pub fn needs_actor(record: &MachineRecord) -> bool {

@@ -108,7 +108,7 @@ impl Engine {
             provisioner,
             shared,
         };
-        provider.attach(Arc::new(engine.clone()));
+        provider.attach(engine.link());
         Ok(engine)
     }
 
@@ -130,10 +130,27 @@ impl Engine {
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.shared.provider
     }
+
+    /// The engine's side of [`ControllerLink`], for the API's webhook and
+    /// agent routes.
+    pub fn link(&self) -> Arc<dyn ControllerLink> {
+        Arc::new(EngineLink {
+            provisioner: self.provisioner.clone(),
+            store: self.shared.store.clone(),
+        })
+    }
+}
+
+/// What a provider (and the API) holds of the engine: the provisioner's
+/// address and the store, not the engine's shared state (which holds the
+/// provider), so that nothing keeps itself alive.
+pub struct EngineLink {
+    provisioner: Addr<Provisioner>,
+    store: Store,
 }
 
 #[async_trait]
-impl ControllerLink for Engine {
+impl ControllerLink for EngineLink {
     async fn instance_changed(&self, change: InstanceStateChange) {
         self.provisioner.do_send(ProviderReport(change));
     }
@@ -143,8 +160,7 @@ impl ControllerLink for Engine {
         machine: MachineId,
         one_time_password: Secret,
     ) -> Result<(), String> {
-        self.shared
-            .store
+        self.store
             .agent_connect(machine, one_time_password)
             .await
             .map(|_| ())

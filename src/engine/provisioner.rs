@@ -22,7 +22,8 @@ use crate::domain::names::MachineId;
 use crate::domain::zones::Occupant;
 use crate::engine::broker::{ListInstances, ListZones, Terminate};
 use crate::engine::machine::{
-    needs_actor, ActorStopped, Gone, Host, InstanceChanged, MachineActor, Reconcile,
+    lost_instance_message, needs_actor, ActorStopped, Gone, Host, InstanceChanged, MachineActor,
+    Reconcile,
 };
 use crate::engine::zone_tracker::{Place, SetZones};
 use crate::engine::Shared;
@@ -236,7 +237,7 @@ impl Provisioner {
                         }
                     }
                 } else if vanished.contains(&id) {
-                    act.lost_instance(machine, "terminated", ctx);
+                    act.lost_instance(machine, InstanceState::Terminated, ctx);
                 } else if machine.record.state() == MachineState::Started {
                     act.host_ready(&machine, ctx);
                 }
@@ -247,7 +248,12 @@ impl Provisioner {
 
     /// A started machine whose instance the provider stopped or terminated
     /// behind berth's back: shown `down`, with the reason.
-    fn lost_instance(&mut self, machine: EngineMachine, what: &str, ctx: &mut Context<Self>) {
+    fn lost_instance(
+        &mut self,
+        machine: EngineMachine,
+        state: InstanceState,
+        ctx: &mut Context<Self>,
+    ) {
         let record = machine.record;
         let Ok(step) = transition(
             &record.machine,
@@ -258,9 +264,9 @@ impl Provisioner {
             return;
         };
         let mut next = step.next;
-        next.lifecycle.last_error = Some(format!(
-            "instance {} was {what} by the provider",
-            record.instance_id().unwrap_or("?")
+        next.lifecycle.last_error = Some(lost_instance_message(
+            record.instance_id().unwrap_or("?"),
+            state,
         ));
         let store = self.shared.store.clone();
         let (id, expected) = (record.id, record.state());
@@ -423,7 +429,7 @@ impl Provisioner {
                 match act.actors.get(&machine.record.id) {
                     Some(actor) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
                     None if machine.record.state() == MachineState::Started => {
-                        act.lost_instance(machine, "terminated", ctx)
+                        act.lost_instance(machine, InstanceState::Terminated, ctx)
                     }
                     None => {}
                 }
@@ -657,12 +663,7 @@ impl Handler<ProviderReport> for Provisioner {
                 match act.actors.get(&machine.record.id) {
                     Some(actor) => actor.do_send(InstanceChanged(change.state)),
                     None if machine.record.state() == MachineState::Started => {
-                        let what = if change.state.is_gone() {
-                            "terminated"
-                        } else {
-                            "stopped"
-                        };
-                        act.lost_instance(machine, what, ctx);
+                        act.lost_instance(machine, change.state, ctx);
                     }
                     None => {}
                 }

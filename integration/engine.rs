@@ -1,0 +1,669 @@
+//! The provisioning engine, through the store, the engine's actors and the
+//! simulated cloud.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth::charms::resolve;
+use berth::domain::constraints::{Constraints, Key};
+use berth::domain::instance_types::Catalogue;
+use berth::domain::machine::MachineState;
+use berth::domain::names::{ApplicationName, MachineId};
+use berth::domain::placement::parse_to_list;
+use berth::engine::broker::RateLimits;
+use berth::engine::config::ProvisionerConfig;
+use berth::engine::Engine;
+use berth::providers::sim::{SimConfig, SimProvider};
+use berth::providers::{
+    tags, ControllerLink, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
+};
+use berth::store::applications::DeployRequest;
+use berth::store::db::DatabaseUrl;
+use berth::store::machines::AddMachines;
+use berth::store::status::StatusSnapshot;
+use berth::store::zones::ProviderZone;
+use berth::store::Store;
+
+/// Long enough for anything these tests wait for; a test that needs it
+/// has failed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn fast_provisioner() -> ProvisionerConfig {
+    ProvisionerConfig {
+        backoff_initial_ms: 5,
+        backoff_max_ms: 40,
+        call_timeout_s: 2,
+        reconcile_interval_s: 0,
+        ..ProvisionerConfig::default()
+    }
+}
+
+struct Harness {
+    store: Store,
+    sim: Arc<SimProvider>,
+    engine: Engine,
+    /// Holds the store and ledger files for the test's life.
+    _dir: tempfile::TempDir,
+}
+
+fn open_store(dir: &Path) -> Store {
+    Store::open(&DatabaseUrl::Sqlite(dir.join("berth.db"))).expect("open store")
+}
+
+fn open_sim(dir: &Path, config: SimConfig) -> Arc<SimProvider> {
+    Arc::new(SimProvider::open(config, Some(dir.join("sim-ledger.db"))).expect("open sim"))
+}
+
+fn start_engine(store: &Store, provider: Arc<dyn Provider>, config: &ProvisionerConfig) -> Engine {
+    Engine::start(
+        store.clone(),
+        provider,
+        config,
+        RateLimits::default(),
+        "http://127.0.0.1:17070".into(),
+        None,
+    )
+    .expect("start engine")
+}
+
+fn harness(sim: SimConfig, config: ProvisionerConfig) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let sim = open_sim(dir.path(), sim);
+    let engine = start_engine(&store, sim.clone(), &config);
+    Harness {
+        store,
+        sim,
+        engine,
+        _dir: dir,
+    }
+}
+
+fn app(name: &str) -> ApplicationName {
+    name.parse().unwrap()
+}
+
+async fn deploy(store: &Store, name: &str, units: u32, constraints: &str, to: &str) {
+    store
+        .deploy(DeployRequest {
+            application: app(name),
+            charm: resolve(name).unwrap(),
+            base: None,
+            constraints: Constraints::parse(constraints).unwrap(),
+            units,
+            placement: parse_to_list(to).unwrap(),
+            settings: BTreeMap::new(),
+        })
+        .await
+        .unwrap();
+}
+
+/// Waits until `done` holds for the store's status, waking on every change
+/// of the change log.
+async fn until(
+    store: &Store,
+    what: &str,
+    done: impl Fn(&StatusSnapshot) -> bool,
+) -> StatusSnapshot {
+    let mut head = store.watch_revision();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        head.borrow_and_update();
+        let status = store.blocking(|s| s.status()).await.unwrap();
+        if done(&status) {
+            return status;
+        }
+        tokio::select! {
+            _ = head.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => panic!("gave up waiting for {what}: {:#?}", status.machines.iter().map(|m| (m.id.to_string(), m.state(), m.machine.lifecycle.last_error.clone())).collect::<Vec<_>>()),
+        }
+    }
+}
+
+fn all_in(status: &StatusSnapshot, states: &[MachineState]) -> bool {
+    status.machines.iter().all(|m| states.contains(&m.state()))
+}
+
+fn all_started(count: usize) -> impl Fn(&StatusSnapshot) -> bool {
+    move |s| s.machines.len() == count && all_in(s, &[MachineState::Started])
+}
+
+/// Machines per zone, for the units of `application`.
+fn zones_of(status: &StatusSnapshot, application: &str) -> BTreeMap<String, usize> {
+    let machines: BTreeSet<MachineId> = status
+        .units
+        .iter()
+        .filter(|u| u.application.as_str() == application)
+        .filter_map(|u| u.machine)
+        .collect();
+    let mut counts = BTreeMap::new();
+    for m in status.machines.iter().filter(|m| machines.contains(&m.id)) {
+        *counts
+            .entry(m.machine.lifecycle.zone.clone().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+fn live_instances(sim: &SimProvider) -> Vec<String> {
+    sim.ledger()
+        .into_iter()
+        .filter(|e| !e.state.is_gone())
+        .map(|e| e.id)
+        .collect()
+}
+
+#[actix_web::test]
+async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 9, "", "").await;
+    let status = until(&h.store, "9 started", all_started(9)).await;
+    let expected: BTreeMap<String, usize> = [("sim-a", 3), ("sim-b", 3), ("sim-c", 3)]
+        .into_iter()
+        .map(|(z, n)| (z.to_string(), n))
+        .collect();
+    assert_eq!(zones_of(&status, "wordpress"), expected);
+    deploy(&h.store, "mysql", 3, "", "").await;
+    let status = until(&h.store, "12 started", all_started(12)).await;
+    let one_each: BTreeMap<String, usize> = [("sim-a", 1), ("sim-b", 1), ("sim-c", 1)]
+        .into_iter()
+        .map(|(z, n)| (z.to_string(), n))
+        .collect();
+    assert_eq!(zones_of(&status, "mysql"), one_each);
+    // Every machine has exactly one live instance, and it is the recorded one.
+    let recorded: BTreeSet<String> = status
+        .machines
+        .iter()
+        .filter_map(|m| m.instance_id().map(str::to_string))
+        .collect();
+    let live: BTreeSet<String> = live_instances(&h.sim).into_iter().collect();
+    assert_eq!(recorded, live);
+    assert!(status
+        .machines
+        .iter()
+        .all(|m| m.instance_type.as_deref() == Some("t3a.small")));
+    assert!(status.machines.iter().all(|m| m
+        .hardware
+        .as_deref()
+        .is_some_and(|h| h.contains("mem=2048M"))));
+}
+
+#[actix_web::test]
+async fn settled_machines_keep_no_actor_alive() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 5, "", "").await;
+    until(&h.store, "5 started", all_started(5)).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while h.engine.live_actors().await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "actors stayed alive"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn zones_known(store: &Store) {
+    until(store, "zones recorded", |s| s.zones.len() == 3).await;
+}
+
+#[actix_web::test]
+async fn a_zone_disabled_by_an_administrator_gets_no_new_machines() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    zones_known(&h.store).await;
+    h.store
+        .set_zone_enabled("sim-c".into(), false)
+        .await
+        .unwrap();
+    // The engine hears of it through the change log before the deploy's
+    // machines (a later revision).
+    deploy(&h.store, "wordpress", 6, "", "").await;
+    let status = until(&h.store, "6 started", all_started(6)).await;
+    let zones = zones_of(&status, "wordpress");
+    assert_eq!(zones.get("sim-c"), None, "{zones:?}");
+    assert_eq!(zones.get("sim-a"), Some(&3));
+    assert_eq!(zones.get("sim-b"), Some(&3));
+}
+
+#[actix_web::test]
+async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone() {
+    let mut sim = SimConfig::default();
+    sim.capacity.insert("sim-a".into(), 1);
+    let h = harness(sim, fast_provisioner());
+    deploy(&h.store, "wordpress", 6, "", "").await;
+    let status = until(&h.store, "6 started", all_started(6)).await;
+    let zones = zones_of(&status, "wordpress");
+    assert_eq!(zones.get("sim-a"), Some(&1), "{zones:?}");
+    assert_eq!(zones.values().sum::<usize>(), 6);
+    // A zone refusal moves on at once and does not use up an attempt.
+    assert!(status
+        .machines
+        .iter()
+        .all(|m| m.machine.lifecycle.attempts_used == 0));
+}
+
+#[actix_web::test]
+async fn an_explicit_zone_placement_is_honoured() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(
+        &h.store,
+        "wordpress",
+        3,
+        "",
+        "zone=sim-b,zone=sim-b,zone=sim-b",
+    )
+    .await;
+    let status = until(&h.store, "3 started", all_started(3)).await;
+    assert_eq!(zones_of(&status, "wordpress").get("sim-b"), Some(&3));
+}
+
+#[actix_web::test]
+async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine(
+) {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 1, "mem=100000G", "").await;
+    let status = until(&h.store, "provisioning error", |s| {
+        s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
+    })
+    .await;
+    let machine = &status.machines[0];
+    assert_eq!(machine.instance_id(), None);
+    let message = machine
+        .machine
+        .lifecycle
+        .last_error
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        message.contains("no instance type satisfies constraints"),
+        "{message}"
+    );
+    assert!(message.contains("mem=102400000M"), "{message}");
+    assert!(live_instances(&h.sim).is_empty());
+    h.store
+        .retry(
+            vec![machine.id],
+            Some(Constraints::parse("mem=2G").unwrap()),
+        )
+        .await
+        .unwrap();
+    let status = until(&h.store, "started after retry", all_started(1)).await;
+    assert_eq!(status.machines[0].constraints.to_string(), "mem=2048M");
+}
+
+#[actix_web::test]
+async fn a_missing_image_is_a_permanent_failure_and_is_not_retried() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 1, "image-id=ami-missing-123", "").await;
+    let status = until(&h.store, "provisioning error", |s| {
+        s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
+    })
+    .await;
+    let life = &status.machines[0].machine.lifecycle;
+    assert_eq!(life.attempts_used, 0, "a permanent failure uses no retries");
+    assert!(
+        life.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ami-missing-123"),
+        "{life:?}"
+    );
+}
+
+#[actix_web::test]
+async fn with_thirty_percent_transient_failures_every_machine_ends_started() {
+    let sim = SimConfig {
+        failure_rate: 0.3,
+        seed: 7,
+        ..SimConfig::default()
+    };
+    let h = harness(sim, fast_provisioner());
+    deploy(&h.store, "wordpress", 30, "", "").await;
+    let status = until(&h.store, "30 started", all_started(30)).await;
+    let attempts: u32 = status
+        .machines
+        .iter()
+        .map(|m| m.machine.lifecycle.attempts_used)
+        .sum();
+    assert!(
+        attempts > 0,
+        "some launches should have failed and been counted"
+    );
+    assert_eq!(live_instances(&h.sim).len(), 30);
+}
+
+#[actix_web::test]
+async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone() {
+    let config = ProvisionerConfig {
+        reconcile_interval_s: 0,
+        ..fast_provisioner()
+    };
+    let h = harness(SimConfig::default(), config);
+    let controller = h.store.model().unwrap().controller_uuid;
+    let mut ours = BTreeMap::new();
+    ours.insert(tags::CONTROLLER.to_string(), controller);
+    ours.insert(tags::MACHINE.to_string(), "42".to_string());
+    let stray = h
+        .sim
+        .create_untracked_instance(ours, "sim-a", "t3a.small")
+        .await
+        .unwrap();
+    let foreign = h
+        .sim
+        .create_untracked_instance(BTreeMap::new(), "sim-a", "t3a.small")
+        .await
+        .unwrap();
+    zones_known(&h.store).await;
+    h.engine.reconcile_now();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while live_instances(&h.sim).contains(&stray.id) {
+        assert!(tokio::time::Instant::now() < deadline, "stray not stopped");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(live_instances(&h.sim).contains(&foreign.id));
+}
+
+#[actix_web::test]
+async fn an_instance_terminated_behind_berths_back_shows_the_machine_down() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 1, "", "").await;
+    let status = until(&h.store, "started", all_started(1)).await;
+    let instance = status.machines[0].instance_id().unwrap().to_string();
+    h.sim.stop_behind_back(&instance).await.unwrap();
+    let status = until(&h.store, "down", |s| all_in(s, &[MachineState::Down])).await;
+    let message = status.machines[0]
+        .machine
+        .lifecycle
+        .last_error
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&instance) && message.contains("terminated"),
+        "{message}"
+    );
+}
+
+#[actix_web::test]
+async fn a_container_is_started_on_its_host_once_the_host_is_up() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    deploy(&h.store, "wordpress", 2, "", "lxd").await;
+    let status = until(&h.store, "host and container started", |s| {
+        s.machines.len() == 3 && all_in(s, &[MachineState::Started])
+    })
+    .await;
+    let ids: Vec<String> = status.machines.iter().map(|m| m.id.to_string()).collect();
+    assert_eq!(ids, vec!["0", "0/lxd/0", "1"]);
+    let host = &status.machines[0];
+    let container = &status.machines[1];
+    assert_eq!(
+        container.machine.lifecycle.zone,
+        host.machine.lifecycle.zone
+    );
+    let entry = h
+        .sim
+        .ledger()
+        .into_iter()
+        .find(|e| Some(e.id.as_str()) == container.instance_id())
+        .unwrap();
+    assert_eq!(entry.host_instance.as_deref(), host.instance_id());
+}
+
+#[actix_web::test]
+async fn removing_a_started_machine_stops_its_instance_and_removes_it() {
+    let h = harness(SimConfig::default(), fast_provisioner());
+    h.store.add_machines(AddMachines::default()).await.unwrap();
+    until(&h.store, "started", all_started(1)).await;
+    h.store
+        .remove_machine("0".parse().unwrap(), false)
+        .await
+        .unwrap();
+    until(&h.store, "removed", |s| s.machines.is_empty()).await;
+    assert!(live_instances(&h.sim).is_empty());
+}
+
+#[actix_web::test]
+async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_error() {
+    let sim = SimConfig {
+        agent_delay_ms: 3_600_000,
+        ..SimConfig::default()
+    };
+    let config = ProvisionerConfig {
+        bootstrap_timeout_s: 1,
+        bootstrap_attempts: 2,
+        ..fast_provisioner()
+    };
+    let h = harness(sim, config);
+    h.store.add_machines(AddMachines::default()).await.unwrap();
+    let status = until(&h.store, "provisioning error", |s| {
+        all_in(s, &[MachineState::ProvisioningError])
+    })
+    .await;
+    let machine = &status.machines[0];
+    assert_eq!(machine.instance_id(), None);
+    assert_eq!(machine.machine.lifecycle.bootstrap_timeouts, 2);
+    let message = machine
+        .machine
+        .lifecycle
+        .last_error
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("did not check in"), "{message}");
+    // Two instances were launched, and both are gone.
+    assert_eq!(h.sim.ledger().len(), 2);
+    assert!(live_instances(&h.sim).is_empty());
+}
+
+/// A provider that misbehaves for one machine and is the simulated cloud
+/// for the rest.
+struct Misbehaving {
+    inner: Arc<SimProvider>,
+    victim: MachineId,
+    how: Misbehaviour,
+}
+
+#[derive(Clone, Copy)]
+enum Misbehaviour {
+    Panic,
+    Hang,
+    /// Every launch answers after a delay.
+    Slow(Duration),
+}
+
+#[async_trait]
+impl Provider for Misbehaving {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn supported_constraints(&self) -> &[Key] {
+        self.inner.supported_constraints()
+    }
+    fn catalogue(&self) -> &Catalogue {
+        self.inner.catalogue()
+    }
+    fn max_launch_batch(&self) -> usize {
+        self.inner.max_launch_batch()
+    }
+    fn attach(&self, link: Arc<dyn ControllerLink>) {
+        self.inner.attach(link)
+    }
+    async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
+        self.inner.zones().await
+    }
+    async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        match self.how {
+            Misbehaviour::Slow(delay) => tokio::time::sleep(delay).await,
+            Misbehaviour::Panic if requests.iter().any(|r| r.machine == self.victim) => {
+                panic!("the provider fell over launching machine {}", self.victim)
+            }
+            Misbehaviour::Hang if requests.iter().any(|r| r.machine == self.victim) => {
+                std::future::pending::<()>().await
+            }
+            _ => {}
+        }
+        self.inner.launch(requests).await
+    }
+    async fn terminate(&self, ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
+        self.inner.terminate(ids).await
+    }
+    async fn instances(&self, controller: &str) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.instances(controller).await
+    }
+}
+
+async fn one_bad_machine_does_not_stop_the_others(how: Misbehaviour) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let sim = open_sim(dir.path(), SimConfig::default());
+    let provider = Arc::new(Misbehaving {
+        inner: sim.clone(),
+        victim: "2".parse().unwrap(),
+        how,
+    });
+    let config = ProvisionerConfig {
+        call_timeout_s: 1,
+        attempts: 2,
+        ..fast_provisioner()
+    };
+    let _engine = start_engine(&store, provider, &config);
+    deploy(&store, "wordpress", 6, "", "").await;
+    let status = until(&store, "the others started and the victim in error", |s| {
+        s.machines.len() == 6
+            && s.machines.iter().all(|m| {
+                if m.id.to_string() == "2" {
+                    m.state() == MachineState::ProvisioningError
+                } else {
+                    m.state() == MachineState::Started
+                }
+            })
+    })
+    .await;
+    let victim = status
+        .machines
+        .iter()
+        .find(|m| m.id.to_string() == "2")
+        .unwrap();
+    assert!(victim.machine.lifecycle.last_error.is_some());
+}
+
+#[actix_web::test]
+async fn a_panicking_provider_call_for_one_machine_lets_the_others_finish() {
+    one_bad_machine_does_not_stop_the_others(Misbehaviour::Panic).await;
+}
+
+#[actix_web::test]
+async fn a_hanging_provider_call_for_one_machine_lets_the_others_finish() {
+    one_bad_machine_does_not_stop_the_others(Misbehaviour::Hang).await;
+}
+
+#[actix_web::test]
+async fn a_machine_removed_while_its_instance_is_starting_leaks_no_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let sim = open_sim(dir.path(), SimConfig::default());
+    let provider = Arc::new(Misbehaving {
+        inner: sim.clone(),
+        victim: "0".parse().unwrap(),
+        how: Misbehaviour::Slow(Duration::from_millis(300)),
+    });
+    let _engine = start_engine(&store, provider, &fast_provisioner());
+    store.add_machines(AddMachines::default()).await.unwrap();
+    until(&store, "starting", |s| {
+        all_in(s, &[MachineState::Starting]) && !s.machines.is_empty()
+    })
+    .await;
+    store
+        .remove_machine("0".parse().unwrap(), false)
+        .await
+        .unwrap();
+    until(&store, "removed", |s| s.machines.is_empty()).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !live_instances(&sim).is_empty() || sim.ledger().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "instance leaked: {:?}",
+            sim.ledger()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sim.ledger().len(), 1);
+    assert_eq!(sim.ledger()[0].state, InstanceState::Terminated);
+}
+
+/// Runs `work` in an actix system of its own, then drops the system
+/// without a graceful shutdown: every actor and timer simply stops.
+fn in_a_system_then_kill<F: std::future::Future<Output = ()>>(work: impl FnOnce() -> F) {
+    let system = actix::System::new();
+    system.block_on(work());
+    drop(system);
+}
+
+#[test]
+fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    // First life: deploy 40 units with slow starts and kill the engine
+    // while launches are in flight.
+    let sim_config = SimConfig {
+        start_delay_ms: 20,
+        agent_delay_ms: 50,
+        failure_rate: 0.2,
+        ..SimConfig::default()
+    };
+    {
+        let (path, sim_config) = (path.clone(), sim_config.clone());
+        in_a_system_then_kill(move || async move {
+            let store = open_store(&path);
+            let sim = open_sim(&path, sim_config);
+            let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
+            deploy(&store, "wordpress", 40, "", "").await;
+            until(&store, "some started", |s| {
+                let started = s
+                    .machines
+                    .iter()
+                    .filter(|m| m.state() == MachineState::Started)
+                    .count();
+                (5..40).contains(&started)
+            })
+            .await;
+        });
+    }
+    // Second life: same store file, same cloud ledger.
+    in_a_system_then_kill(move || async move {
+        let store = open_store(&path);
+        let sim = open_sim(&path, sim_config);
+        let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
+        let status = until(&store, "40 started", all_started(40)).await;
+        let recorded: Vec<String> = status
+            .machines
+            .iter()
+            .filter_map(|m| m.instance_id().map(str::to_string))
+            .collect();
+        let unique: BTreeSet<&String> = recorded.iter().collect();
+        assert_eq!(unique.len(), 40, "every machine has its own instance");
+        // Strays from the first life are stopped; wait for the last of them.
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let live: BTreeSet<String> = live_instances(&sim).into_iter().collect();
+            if live == unique.iter().map(|s| s.to_string()).collect() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "live {live:?} != recorded {unique:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // No machine ever had two live instances at once in the ledger's
+        // final state.
+        let mut per_machine: BTreeMap<String, usize> = BTreeMap::new();
+        for entry in sim.ledger().into_iter().filter(|e| !e.state.is_gone()) {
+            *per_machine
+                .entry(entry.machine.map(|m| m.to_string()).unwrap_or_default())
+                .or_default() += 1;
+        }
+        assert!(per_machine.values().all(|n| *n == 1), "{per_machine:?}");
+    });
+}

@@ -1,0 +1,375 @@
+//! berth's configuration: defaults, then a TOML file (`--config FILE`),
+//! then `BERTH_*` environment variables, then command-line flags.
+//!
+//! Every setting has a working default, so `berth serve` needs nothing. Any
+//! setting can come from the environment: `BERTH_` and the setting's path
+//! in upper case, with `__` between sections (`BERTH_PROVISIONER__WORKERS=4`,
+//! `BERTH_PROVIDER__SIM__FAILURE_RATE=0.3`, `BERTH_PROVIDER__KIND=sim`); a
+//! value is read as TOML when it parses as a TOML value (numbers, booleans,
+//! arrays) and as a string otherwise. The top-level settings also have
+//! short names: `BERTH_LISTEN`, `BERTH_DATA_DIR`, `BERTH_DATABASE_URL`,
+//! `BERTH_CONTROLLER_URL`, `BERTH_WEBHOOK_SECRET`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::engine::config::ProvisionerConfig;
+use crate::providers::sim::SimConfig;
+
+/// Where `berth serve` listens unless told otherwise (Juju's API port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:17070";
+
+/// Which cloud berth provisions on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The simulated cloud (the default; no account needed).
+    #[default]
+    Sim,
+    /// Amazon EC2.
+    Ec2,
+}
+
+/// `[provider]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    pub sim: SimConfig,
+    /// `[provider.ec2]`, read by the EC2 provider.
+    pub ec2: Option<toml::Table>,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `None`: `$BERTH_DATA_DIR`, else `$XDG_DATA_HOME/berth`, else
+    /// `~/.local/share/berth`.
+    pub data_dir: Option<PathBuf>,
+    /// `None`: SQLite `berth.db` in the data directory.
+    pub database_url: Option<String>,
+    /// Where machine agents reach this controller; `None`: `http://` and
+    /// the listen address.
+    pub controller_url: Option<String>,
+    /// The shared secret providers sign webhooks with; `None`: generated
+    /// on first start and kept in `<data-dir>/webhook.secret`.
+    pub webhook_secret: Option<String>,
+    pub provider: ProviderConfig,
+    pub provisioner: ProvisionerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 17070))),
+            data_dir: None,
+            database_url: None,
+            controller_url: None,
+            webhook_secret: None,
+            provider: ProviderConfig::default(),
+            provisioner: ProvisionerConfig::default(),
+        }
+    }
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// The environment's short names for top-level settings.
+const SHORT_NAMES: [(&str, &str); 5] = [
+    ("BERTH_LISTEN", "listen"),
+    ("BERTH_DATA_DIR", "data_dir"),
+    ("BERTH_DATABASE_URL", "database_url"),
+    ("BERTH_CONTROLLER_URL", "controller_url"),
+    ("BERTH_WEBHOOK_SECRET", "webhook_secret"),
+];
+
+/// Variables that are not settings (the CLI's own).
+const NOT_SETTINGS: [&str; 4] = ["BERTH_CONFIG", "BERTH_URL", "BERTH_TOKEN", "BERTH_LOG"];
+
+impl Config {
+    /// Loads the configuration: defaults, then `file`, then `env` (pairs of
+    /// name and value, normally `std::env::vars()`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file or variable and what is wrong.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid {
+                        origin: path.display().to_string(),
+                        message: e.to_string(),
+                    })?
+            }
+            None => toml::Table::new(),
+        };
+        let mut overridden = Vec::new();
+        for (name, value) in env {
+            let Some(path) = env_path(&name) else {
+                continue;
+            };
+            set_path(&mut table, &path, env_value(&value)).map_err(|message| {
+                ConfigError::Invalid {
+                    origin: name.clone(),
+                    message,
+                }
+            })?;
+            overridden.push(name);
+        }
+        let origin = match (file, overridden.is_empty()) {
+            (Some(path), true) => path.display().to_string(),
+            (Some(path), false) => format!("{} (with {})", path.display(), overridden.join(", ")),
+            (None, false) => overridden.join(", "),
+            (None, true) => "defaults".to_string(),
+        };
+        let config: Config =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    origin: origin.clone(),
+                    message: e.to_string(),
+                })?;
+        config
+            .validate()
+            .map_err(|message| ConfigError::Invalid { origin, message })?;
+        Ok(config)
+    }
+
+    /// # Errors
+    ///
+    /// A sentence naming the setting that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        self.provisioner.validate()?;
+        self.provider.sim.validate()?;
+        if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
+            return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
+        }
+        Ok(())
+    }
+
+    /// The data directory: the setting, else `$XDG_DATA_HOME/berth`, else
+    /// `~/.local/share/berth`.
+    pub fn data_dir(&self) -> PathBuf {
+        default_data_dir(self.data_dir.as_deref())
+    }
+
+    /// The database URL: the setting, else `<data-dir>/berth.db`.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| self.data_dir().join("berth.db").display().to_string())
+    }
+}
+
+/// The data directory as the CLI and the server agree on it: `explicit`,
+/// else `$BERTH_DATA_DIR`, else `$XDG_DATA_HOME/berth`, else
+/// `~/.local/share/berth`.
+pub fn default_data_dir(explicit: Option<&Path>) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_path_buf();
+    }
+    if let Some(dir) = std::env::var_os("BERTH_DATA_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("berth");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".local").join("share").join("berth")
+}
+
+/// The setting a `BERTH_*` variable names, as a path of keys.
+fn env_path(name: &str) -> Option<Vec<String>> {
+    if NOT_SETTINGS.contains(&name) {
+        return None;
+    }
+    if let Some((_, key)) = SHORT_NAMES.iter().find(|(var, _)| *var == name) {
+        return Some(vec![key.to_string()]);
+    }
+    let rest = name.strip_prefix("BERTH_")?;
+    if !rest.contains("__") {
+        return None;
+    }
+    Some(
+        rest.split("__")
+            .map(|part| part.to_ascii_lowercase())
+            .collect(),
+    )
+}
+
+/// A variable's value: TOML if it parses as a TOML value, else a string.
+fn env_value(raw: &str) -> toml::Value {
+    format!("value = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("value"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else {
+        return Err("empty setting name".into());
+    };
+    let mut current = table;
+    for key in parents {
+        let entry = current
+            .entry(key.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("{key} is not a section"))?;
+    }
+    current.insert(last.clone(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    #[test]
+    fn with_nothing_given_every_setting_has_its_default() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.listen.to_string(), "127.0.0.1:17070");
+        assert_eq!(config.provider.kind, ProviderKind::Sim);
+        assert_eq!(config.provider.sim.zones, vec!["sim-a", "sim-b", "sim-c"]);
+        assert_eq!(config.provisioner.workers, 16);
+    }
+
+    #[test]
+    fn a_file_sets_what_it_names_and_leaves_the_rest() {
+        let f = file(
+            "listen = \"127.0.0.1:9999\"\n[provider]\nkind = \"sim\"\n[provider.sim]\nzones = [\"a\", \"b\"]\nfailure_rate = 0.25\n[provisioner]\nworkers = 4\nharvest_mode = \"destroyed\"\n",
+        );
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.provider.sim.zones, vec!["a", "b"]);
+        assert_eq!(config.provider.sim.failure_rate, 0.25);
+        assert_eq!(config.provisioner.workers, 4);
+        assert_eq!(config.provisioner.attempts, 10);
+        assert_eq!(
+            config.provisioner.harvest_mode,
+            crate::engine::config::HarvestMode::Destroyed
+        );
+    }
+
+    #[test]
+    fn environment_variables_override_the_file() {
+        let f = file("[provisioner]\nworkers = 4\n");
+        let config = Config::load(
+            Some(f.path()),
+            env(&[
+                ("BERTH_PROVISIONER__WORKERS", "8"),
+                ("BERTH_PROVIDER__SIM__FAILURE_RATE", "0.3"),
+                ("BERTH_LISTEN", "127.0.0.1:1234"),
+                ("BERTH_DATA_DIR", "/tmp/berth-test"),
+                ("BERTH_URL", "http://ignored"),
+                ("PATH", "/usr/bin"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.provisioner.workers, 8);
+        assert_eq!(config.provider.sim.failure_rate, 0.3);
+        assert_eq!(config.listen.port(), 1234);
+        assert_eq!(config.data_dir(), PathBuf::from("/tmp/berth-test"));
+        assert_eq!(config.database_url(), "/tmp/berth-test/berth.db");
+    }
+
+    #[test]
+    fn an_unknown_setting_is_refused_by_name() {
+        let f = file("[provisioner]\nwrokers = 4\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `wrokers`"), "{err}");
+    }
+
+    #[test]
+    fn a_wrongly_typed_variable_names_the_variable() {
+        let err = Config::load(None, env(&[("BERTH_PROVISIONER__WORKERS", "many")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("BERTH_PROVISIONER__WORKERS:"), "{err}");
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        let err = Config::load(None, env(&[("BERTH_PROVISIONER__WORKERS", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("provisioner.workers must be at least 1"),
+            "{err}"
+        );
+        let f = file("[provider]\nkind = \"ec2\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no [provider.ec2] section"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let err = Config::load(Some(Path::new("/nonexistent/berth.toml")), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("cannot read /nonexistent/berth.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn environment_values_are_toml_when_they_parse_and_strings_otherwise() {
+        assert_eq!(env_value("4"), toml::Value::Integer(4));
+        assert_eq!(env_value("true"), toml::Value::Boolean(true));
+        assert_eq!(
+            env_value("[\"a\", \"b\"]").as_array().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(env_value("sim"), toml::Value::String("sim".into()));
+        assert_eq!(
+            env_value("127.0.0.1:80"),
+            toml::Value::String("127.0.0.1:80".into())
+        );
+    }
+}
