@@ -82,6 +82,7 @@ impl ResponseError for AgentError {
 #[utoipa::path(
     post,
     path = "/v1/agents/{machine}/connect",
+    operation_id = "agent_connect",
     tag = "agents",
     security(()),
     params(("machine" = String, Path, description = "Machine id: `3` or `0/lxd/1`")),
@@ -91,6 +92,7 @@ impl ResponseError for AgentError {
         (status = 400, description = "Bad machine id or body", body = ErrorBody),
         (status = 401, description = "Wrong or already used password", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -112,6 +114,7 @@ pub async fn connect(
 #[utoipa::path(
     post,
     path = "/v1/agents/{machine}/heartbeat",
+    operation_id = "agent_heartbeat",
     tag = "agents",
     security(("agent_credential" = [])),
     params(("machine" = String, Path, description = "Machine id: `3` or `0/lxd/1`")),

@@ -179,6 +179,7 @@ async fn load_charm(arg: String) -> Result<LoadedCharm, ApplicationError> {
 #[utoipa::path(
     post,
     path = "/v1/applications",
+    operation_id = "deploy",
     tag = "applications",
     request_body = DeployRequest,
     responses(
@@ -243,6 +244,7 @@ pub async fn deploy(
 #[utoipa::path(
     post,
     path = "/v1/applications/{app}/units",
+    operation_id = "add_units",
     tag = "applications",
     params(("app" = String, Path, description = "Application name")),
     request_body = AddUnitsRequest,
@@ -252,6 +254,7 @@ pub async fn deploy(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or machine", body = ErrorBody),
         (status = 409, description = "A placement machine has another base or is being removed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -281,6 +284,7 @@ pub async fn add_units(
 #[utoipa::path(
     post,
     path = "/v1/units/remove",
+    operation_id = "remove_units",
     tag = "applications",
     request_body = RemoveUnitsRequest,
     responses(
@@ -288,6 +292,7 @@ pub async fn add_units(
         (status = 400, description = "Bad unit name, no units, or a subordinate unit", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown unit", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -311,6 +316,7 @@ pub async fn remove_units(
 #[utoipa::path(
     delete,
     path = "/v1/applications/{app}",
+    operation_id = "remove_application",
     tag = "applications",
     params(("app" = String, Path, description = "Application name")),
     responses(
@@ -334,6 +340,7 @@ pub async fn remove_application(
 #[utoipa::path(
     get,
     path = "/v1/applications/{app}/constraints",
+    operation_id = "get_application_constraints",
     tag = "applications",
     params(("app" = String, Path, description = "Application name")),
     responses(
@@ -361,6 +368,7 @@ pub async fn get_constraints(
 #[utoipa::path(
     put,
     path = "/v1/applications/{app}/constraints",
+    operation_id = "set_application_constraints",
     tag = "applications",
     params(("app" = String, Path, description = "Application name")),
     request_body = ConstraintsRequest,
@@ -369,6 +377,7 @@ pub async fn get_constraints(
         (status = 400, description = "Bad constraints, or a subordinate application", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]

@@ -69,12 +69,15 @@ pub fn json_error(status: StatusCode, message: impl Into<String>) -> HttpRespons
     response.json(body)
 }
 
-/// The response for a handler error: server faults are logged with their
-/// whole chain, and their message is given as is (the store's messages
-/// for its own faults carry no secrets).
+/// The response for a handler error. Bugs (500) are logged with their
+/// whole chain; refusals for overload (503) at `warn`, since they come in
+/// floods and `/metrics` counts them. The message is given as is: the
+/// store's messages for its own faults carry no secrets.
 pub fn error_response<E: ResponseError + fmt::Debug>(error: &E) -> HttpResponse {
     let status = error.status_code();
-    if status.is_server_error() {
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        log::warn!("{status}: {error}");
+    } else if status.is_server_error() {
         log::error!("{status}: {error:?}");
     }
     json_error(status, error.to_string())

@@ -116,6 +116,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
 #[utoipa::path(
     post,
     path = "/v1/machines",
+    operation_id = "add_machines",
     tag = "machines",
     request_body = AddMachinesRequest,
     responses(
@@ -124,6 +125,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown container host", body = ErrorBody),
         (status = 409, description = "The container host is being removed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -164,6 +166,7 @@ pub async fn add_machines(
 #[utoipa::path(
     delete,
     path = "/v1/machines/{id}",
+    operation_id = "remove_machine",
     tag = "machines",
     params(
         ("id" = String, Path, description = "Machine id: `3` or `0/lxd/1`"),
@@ -193,6 +196,7 @@ pub async fn remove_machine(
 #[utoipa::path(
     post,
     path = "/v1/machines/retry",
+    operation_id = "retry_provisioning",
     tag = "machines",
     request_body = RetryRequest,
     responses(
@@ -201,6 +205,7 @@ pub async fn remove_machine(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "A machine is not in provisioning error", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]

@@ -64,6 +64,11 @@ pub const MAX_EVENT_STREAMS: usize = 64;
 /// can tell a quiet stream from a dead one.
 pub const EVENT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// How long a stopping server waits for requests in flight. Event streams
+/// never end by themselves, so without a bound a graceful stop would wait
+/// for every watcher to hang up.
+pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+
 /// The most units or machines one request may add: enough for any real
 /// deployment step, and a bound on the size of one store transaction.
 pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
@@ -242,6 +247,7 @@ pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server>
             )
             .default_service(web::to(errors::no_route))
     })
+    .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
     .listen(listener)?
     .run();
     Ok(server)

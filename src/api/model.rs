@@ -44,6 +44,7 @@ impl ResponseError for ModelError {
 #[utoipa::path(
     get,
     path = "/v1/model/constraints",
+    operation_id = "get_model_constraints",
     tag = "model",
     responses(
         (status = 200, description = "The constraints", body = ConstraintsResponse),
@@ -64,12 +65,14 @@ pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, 
 #[utoipa::path(
     put,
     path = "/v1/model/constraints",
+    operation_id = "set_model_constraints",
     tag = "model",
     request_body = ConstraintsRequest,
     responses(
         (status = 200, description = "Set", body = ConstraintsResponse),
         (status = 400, description = "Bad constraints", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]

@@ -61,6 +61,7 @@ impl ResponseError for ObserveError {
 #[utoipa::path(
     get,
     path = "/v1/status",
+    operation_id = "get_status",
     tag = "observe",
     responses(
         (status = 200, description = "The status", body = Status),
@@ -78,10 +79,12 @@ pub async fn get_status(shared: web::Data<Shared>) -> Result<HttpResponse, Obser
 #[utoipa::path(
     get,
     path = "/v1/openapi.json",
+    operation_id = "get_openapi",
     tag = "observe",
     responses(
         (status = 200, description = "The OpenAPI 3 document", content_type = "application/json", body = Object),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
 pub async fn get_openapi(shared: web::Data<Shared>) -> HttpResponse {
@@ -103,6 +106,7 @@ pub struct Health {
 #[utoipa::path(
     get,
     path = "/healthz",
+    operation_id = "healthz",
     tag = "observe",
     security(()),
     responses((status = 200, description = "Up", body = Health))
@@ -130,6 +134,7 @@ fn machines_by_state(store: &Store) -> Result<Vec<(&'static str, u64)>, StoreErr
 #[utoipa::path(
     get,
     path = "/metrics",
+    operation_id = "get_metrics",
     tag = "observe",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
@@ -282,6 +287,7 @@ pub fn start_revision(
 #[utoipa::path(
     get,
     path = "/v1/events",
+    operation_id = "get_events",
     tag = "observe",
     params(
         EventsQuery,

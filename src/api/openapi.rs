@@ -123,6 +123,57 @@ mod tests {
         }
     }
 
+    fn operations() -> Vec<(String, String, serde_json::Value)> {
+        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let mut ops = Vec::new();
+        for (path, item) in json["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                ops.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+        ops
+    }
+
+    #[test]
+    fn operation_ids_are_unique_so_generated_clients_compile() {
+        let ops = operations();
+        let ids: std::collections::BTreeSet<&str> = ops
+            .iter()
+            .map(|(_, _, op)| op["operationId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), ops.len());
+    }
+
+    #[test]
+    fn every_route_but_healthz_documents_401_and_503() {
+        for (method, path, op) in operations() {
+            if path == "/healthz" {
+                continue;
+            }
+            for status in ["401", "503"] {
+                assert!(
+                    op["responses"].get(status).is_some(),
+                    "{method} {path} lacks {status}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_route_with_a_body_documents_400_and_413() {
+        for (method, path, op) in operations() {
+            if op.get("requestBody").is_none() {
+                continue;
+            }
+            for status in ["400", "413"] {
+                assert!(
+                    op["responses"].get(status).is_some(),
+                    "{method} {path} lacks {status}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn healthz_and_connect_need_no_token() {
         let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();

@@ -26,7 +26,7 @@ pub struct RelationRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelationResponse {
-    /// `"mysql:db wordpress:db"`: the relation's identity.
+    /// `"wordpress:db mysql:db"`: the relation's identity, requirer first.
     pub key: String,
     /// The requiring side, `wordpress:db`.
     pub requirer: String,
@@ -79,6 +79,7 @@ fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputErr
 #[utoipa::path(
     post,
     path = "/v1/relations",
+    operation_id = "integrate",
     tag = "relations",
     request_body = RelationRequest,
     responses(
@@ -87,6 +88,7 @@ fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputErr
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 409, description = "The relation exists, or a subordinate relation between different bases", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -109,6 +111,7 @@ pub async fn integrate(
 #[utoipa::path(
     post,
     path = "/v1/relations/remove",
+    operation_id = "remove_relation",
     tag = "relations",
     request_body = RelationRequest,
     responses(
@@ -116,6 +119,7 @@ pub async fn integrate(
         (status = 400, description = "Bad endpoints, or ambiguous", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or relation", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]

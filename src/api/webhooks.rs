@@ -436,6 +436,7 @@ fn now_secs() -> i64 {
 #[utoipa::path(
     post,
     path = "/v1/webhooks/{provider}",
+    operation_id = "receive_webhook",
     tag = "webhooks",
     security(("webhook_signature" = [])),
     params(

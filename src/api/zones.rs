@@ -69,6 +69,7 @@ impl ResponseError for ZoneError {
 #[utoipa::path(
     get,
     path = "/v1/zones",
+    operation_id = "list_zones",
     tag = "zones",
     responses(
         (status = 200, description = "The zones", body = [ZoneView]),
@@ -95,6 +96,7 @@ async fn set_enabled(
 #[utoipa::path(
     post,
     path = "/v1/zones/{zone}/enable",
+    operation_id = "enable_zone",
     tag = "zones",
     params(("zone" = String, Path, description = "Zone name")),
     responses(
@@ -115,6 +117,7 @@ pub async fn enable(
 #[utoipa::path(
     post,
     path = "/v1/zones/{zone}/disable",
+    operation_id = "disable_zone",
     tag = "zones",
     params(("zone" = String, Path, description = "Zone name")),
     responses(
