@@ -165,8 +165,17 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
     format!("sha256={}", hex(&mac.finalize().into_bytes()))
 }
 
-/// Checks a delivery's signature and age at time `now` (unix seconds) and
-/// returns its timestamp.
+/// A delivery whose signature and age were checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// When the sender signed it (unix seconds).
+    pub timestamp: i64,
+    /// The signature, as lowercase hex: however the sender spelled it, the
+    /// same signature is the same replay-cache key.
+    pub signature: String,
+}
+
+/// Checks a delivery's signature and age at time `now` (unix seconds).
 ///
 /// # Errors
 ///
@@ -181,7 +190,7 @@ pub fn verify(
     headers: &HeaderMap,
     body: &[u8],
     now: i64,
-) -> Result<i64, WebhookError> {
+) -> Result<Verified, WebhookError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let timestamp_text = header(TIMESTAMP_HEADER).ok_or(WebhookError::BadTimestamp)?;
     let timestamp: i64 = timestamp_text
@@ -206,7 +215,10 @@ pub fn verify(
     if -age > MAX_AHEAD_SECS {
         return Err(WebhookError::Future { ahead: -age });
     }
-    Ok(timestamp)
+    Ok(Verified {
+        timestamp,
+        signature: hex(&signature),
+    })
 }
 
 /// Signatures seen within the replay window, with their timestamps.
@@ -470,19 +482,16 @@ pub async fn receive(
         .ok_or_else(|| WebhookError::UnknownProvider(provider.into_inner()))?;
     let body = read_body(payload, shared.state.limits.body_bytes).await?;
     let now = now_secs();
-    let timestamp = verify(secret.expose(), req.headers(), &body, now)?;
+    let delivery = verify(secret.expose(), req.headers(), &body, now)?;
     let change = match kind {
         WebhookKind::Ec2 => parse_ec2(&body)?,
         WebhookKind::Sim => parse_sim(&body)?,
     };
-    let signature = req
-        .headers()
-        .get(SIGNATURE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    shared.replays.remember(&signature, timestamp, now)?;
+    // Remembered only once the delivery is known good, so a rejected one
+    // changes nothing.
+    shared
+        .replays
+        .remember(&delivery.signature, delivery.timestamp, now)?;
     let echo = InstanceChangeBody::from(&change);
     shared.state.link.instance_changed(change).await;
     Ok(HttpResponse::Accepted().json(echo))
@@ -516,9 +525,23 @@ mod tests {
 
     #[test]
     fn a_signed_fresh_delivery_is_accepted() {
+        let verified = verify(SECRET, &signed(NOW, b"{}"), b"{}", NOW).unwrap();
+        assert_eq!(verified.timestamp, NOW);
         assert_eq!(
-            verify(SECRET, &signed(NOW, b"{}"), b"{}", NOW).unwrap(),
-            NOW
+            format!("sha256={}", verified.signature),
+            sign(SECRET, NOW, b"{}")
+        );
+    }
+
+    #[test]
+    fn an_uppercase_signature_is_the_same_signature() {
+        let upper = sign(SECRET, NOW, b"{}")
+            .to_uppercase()
+            .replace("SHA256=", "sha256=");
+        let verified = verify(SECRET, &headers(&NOW.to_string(), &upper), b"{}", NOW).unwrap();
+        assert_eq!(
+            format!("sha256={}", verified.signature),
+            sign(SECRET, NOW, b"{}")
         );
     }
 
