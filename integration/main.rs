@@ -2,8 +2,10 @@
 //!
 //! The store tests run every rule on both backends: SQLite in a temporary
 //! directory, and a real PostgreSQL server the harness starts itself (see
-//! [`support::postgres`]).
+//! [`support::postgres`]). The API tests run the HTTP server over SQLite
+//! (see [`api`]).
 
+mod api;
 mod applications;
 mod engine;
 mod store;

@@ -8,10 +8,21 @@
 //!   names, charms, instance-type choice, zone choice, machine lifecycle).
 //! - [`charms`]: loading charms from disk (`deploy ./wordpress`) and
 //!   resolving a `deploy` argument to a charm.
+//! - [`providers`]: the clouds, behind one trait.
+//! - [`store`]: the state, in SQLite or PostgreSQL, and its change log.
+//! - [`engine`]: the provisioning engine's actors (provisioner, machine
+//!   actors, zone tracker, provider broker, container provisioner).
+//! - [`config`]: the configuration file and `BERTH_*` environment.
+//! - [`metrics`]: the engine's counters, gauges and histograms, rendered
+//!   for Prometheus.
+//! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
+//!   auth and the OpenAPI document.
 
+pub mod api;
 pub mod charms;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod metrics;
 pub mod providers;
 pub mod store;

@@ -1,0 +1,401 @@
+//! Application routes: deploy, add-unit, remove-unit, remove-application,
+//! and an application's constraints.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse, ResponseError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::input::{self, InputError, PlacementList};
+use crate::api::Shared;
+use crate::charms::{self, LoadedCharm};
+use crate::store::applications::DeployRequest as StoreDeploy;
+use crate::store::units::PlacedUnit;
+use crate::store::StoreError;
+
+/// `POST /v1/applications`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    /// A charm name (`wordpress`) or the path of a charm directory on the
+    /// controller's machine (`/srv/charms/wordpress`).
+    #[schema(example = "wordpress")]
+    pub charm: String,
+    /// The application's name; the charm's name by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<String>,
+    /// How many units to add: 1 by default, 0 by default for a
+    /// subordinate charm (whose units follow its principals').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_units: Option<u32>,
+    /// `ubuntu@22.04`; the charm's default otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "ubuntu@22.04")]
+    pub base: Option<String>,
+    /// `mem=2G cores=2`: the application's constraints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "mem=2G")]
+    pub constraints: Option<String>,
+    /// Where the units go, one directive per unit: `"lxd:1,zone=a"` or
+    /// `["lxd:1", "zone=a"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<PlacementList>,
+    /// Charm settings; values are strings, numbers or booleans.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, serde_json::Value>,
+}
+
+/// A unit and the machine it was assigned to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlacedUnitView {
+    #[schema(example = "wordpress/0")]
+    pub unit: String,
+    #[schema(example = "0")]
+    pub machine: String,
+}
+
+/// What deploy did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployResponse {
+    pub application: String,
+    /// The stored charm: `ch:wordpress-0`, `local:wordpress-3`.
+    pub charm: String,
+    pub base: String,
+    pub units: Vec<PlacedUnitView>,
+    /// The machines the units went to (new or existing), in order.
+    pub machines: Vec<String>,
+    /// Constraint keys the active provider ignores.
+    pub warnings: Vec<String>,
+}
+
+/// `POST /v1/applications/{app}/units`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddUnitsRequest {
+    /// How many units: 1 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_units: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<PlacementList>,
+}
+
+/// What add-unit did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddUnitsResponse {
+    pub units: Vec<PlacedUnitView>,
+    pub machines: Vec<String>,
+}
+
+/// `POST /v1/units/remove`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveUnitsRequest {
+    /// Principal units; all are removed or none.
+    #[schema(example = json!(["wordpress/0"]))]
+    pub units: Vec<String>,
+}
+
+/// A constraints value to set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConstraintsRequest {
+    /// `mem=3G cores=2`; the empty string unsets every key.
+    #[schema(example = "mem=3G")]
+    pub constraints: String,
+}
+
+/// Constraints as stored, canonical.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConstraintsResponse {
+    #[schema(example = "mem=3072M")]
+    pub constraints: String,
+    /// Constraint keys the active provider ignores.
+    pub warnings: Vec<String>,
+}
+
+/// Why an application request failed.
+#[derive(thiserror::Error)]
+pub enum ApplicationError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl fmt::Debug for ApplicationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        error_chain_fmt(self, f)
+    }
+}
+
+impl ResponseError for ApplicationError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApplicationError::Input(_) => StatusCode::BAD_REQUEST,
+            ApplicationError::Store(e) => store_status(e),
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        error_response(self)
+    }
+}
+
+pub(crate) fn placed_views(placed: &[PlacedUnit]) -> (Vec<PlacedUnitView>, Vec<String>) {
+    let units = placed
+        .iter()
+        .map(|p| PlacedUnitView {
+            unit: p.unit.to_string(),
+            machine: p.machine.to_string(),
+        })
+        .collect();
+    let mut machines: Vec<String> = Vec::new();
+    for p in placed {
+        let id = p.machine.to_string();
+        if !machines.contains(&id) {
+            machines.push(id);
+        }
+    }
+    (units, machines)
+}
+
+/// Loads the charm a deploy names; a directory is read off the event loop.
+async fn load_charm(arg: String) -> Result<LoadedCharm, ApplicationError> {
+    let loaded = actix_web::rt::task::spawn_blocking(move || charms::resolve(&arg))
+        .await
+        .map_err(|_| StoreError::Invariant("loading the charm panicked".into()))?;
+    Ok(loaded.map_err(InputError::from)?)
+}
+
+/// Deploys an application and adds its units.
+#[utoipa::path(
+    post,
+    path = "/v1/applications",
+    operation_id = "deploy",
+    tag = "applications",
+    request_body = DeployRequest,
+    responses(
+        (status = 201, description = "Deployed", body = DeployResponse),
+        (status = 400, description = "Bad input (constraints, base, placement, charm, config)", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "A placement names an unknown machine", body = ErrorBody),
+        (status = 409, description = "The application exists, or a placement machine has another base", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn deploy(
+    shared: web::Data<Shared>,
+    body: web::Json<DeployRequest>,
+) -> Result<HttpResponse, ApplicationError> {
+    let body = body.into_inner();
+    let constraints = input::constraints(body.constraints.as_deref())?;
+    let base = input::base(body.base.as_deref())?;
+    let placement = body
+        .to
+        .as_ref()
+        .map(PlacementList::parse)
+        .transpose()?
+        .unwrap_or_default();
+    let settings = input::settings(&body.config)?;
+    let named = body
+        .application
+        .as_deref()
+        .map(input::application)
+        .transpose()?;
+    let charm = load_charm(body.charm).await?;
+    let application = named.unwrap_or_else(|| charm.charm.name().clone());
+    let default_units = if charm.charm.is_subordinate() { 0 } else { 1 };
+    let units = input::count("num_units", body.num_units.unwrap_or(default_units), 0)?;
+    let warnings = input::warnings(&constraints, &shared.state.provider);
+    let deployed = shared
+        .state
+        .store
+        .deploy(StoreDeploy {
+            application,
+            charm,
+            base,
+            constraints,
+            units,
+            placement,
+            settings,
+        })
+        .await?;
+    let (units, machines) = placed_views(&deployed.units);
+    Ok(HttpResponse::Created().json(DeployResponse {
+        application: deployed.application.to_string(),
+        charm: deployed.charm,
+        base: deployed.base.to_string(),
+        units,
+        machines,
+        warnings,
+    }))
+}
+
+/// Adds units to an application.
+#[utoipa::path(
+    post,
+    path = "/v1/applications/{app}/units",
+    operation_id = "add_units",
+    tag = "applications",
+    params(("app" = String, Path, description = "Application name")),
+    request_body = AddUnitsRequest,
+    responses(
+        (status = 201, description = "Units added", body = AddUnitsResponse),
+        (status = 400, description = "Bad input, or a subordinate application", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown application or machine", body = ErrorBody),
+        (status = 409, description = "A placement machine has another base or is being removed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn add_units(
+    shared: web::Data<Shared>,
+    app: web::Path<String>,
+    body: web::Json<AddUnitsRequest>,
+) -> Result<HttpResponse, ApplicationError> {
+    let application = input::application(&app)?;
+    let count = input::count("num_units", body.num_units.unwrap_or(1), 1)?;
+    let placement = body
+        .to
+        .as_ref()
+        .map(PlacementList::parse)
+        .transpose()?
+        .unwrap_or_default();
+    let placed = shared
+        .state
+        .store
+        .add_units(application, count, placement)
+        .await?;
+    let (units, machines) = placed_views(&placed);
+    Ok(HttpResponse::Created().json(AddUnitsResponse { units, machines }))
+}
+
+/// Removes principal units (and their subordinates); their machines stay.
+#[utoipa::path(
+    post,
+    path = "/v1/units/remove",
+    operation_id = "remove_units",
+    tag = "applications",
+    request_body = RemoveUnitsRequest,
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "Bad unit name, no units, or a subordinate unit", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown unit", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn remove_units(
+    shared: web::Data<Shared>,
+    body: web::Json<RemoveUnitsRequest>,
+) -> Result<HttpResponse, ApplicationError> {
+    if body.units.is_empty() {
+        return Err(InputError::Request("units must name at least one unit".into()).into());
+    }
+    let units = body
+        .units
+        .iter()
+        .map(|u| input::unit(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    shared.state.store.remove_units(units).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Removes an application, its units and its relations; machines stay.
+#[utoipa::path(
+    delete,
+    path = "/v1/applications/{app}",
+    operation_id = "remove_application",
+    tag = "applications",
+    params(("app" = String, Path, description = "Application name")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "Bad application name", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown application", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn remove_application(
+    shared: web::Data<Shared>,
+    app: web::Path<String>,
+) -> Result<HttpResponse, ApplicationError> {
+    let application = input::application(&app)?;
+    shared.state.store.remove_application(application).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// An application's constraints.
+#[utoipa::path(
+    get,
+    path = "/v1/applications/{app}/constraints",
+    operation_id = "get_application_constraints",
+    tag = "applications",
+    params(("app" = String, Path, description = "Application name")),
+    responses(
+        (status = 200, description = "The constraints", body = ConstraintsResponse),
+        (status = 400, description = "Bad application name", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown application", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn get_constraints(
+    shared: web::Data<Shared>,
+    app: web::Path<String>,
+) -> Result<HttpResponse, ApplicationError> {
+    let application = input::application(&app)?;
+    let store = shared.state.store.clone();
+    let record = blocking(move || store.application(&application)).await?;
+    Ok(HttpResponse::Ok().json(ConstraintsResponse {
+        warnings: input::warnings(&record.constraints, &shared.state.provider),
+        constraints: record.constraints.to_string(),
+    }))
+}
+
+/// Replaces an application's constraints; units already added keep theirs.
+#[utoipa::path(
+    put,
+    path = "/v1/applications/{app}/constraints",
+    operation_id = "set_application_constraints",
+    tag = "applications",
+    params(("app" = String, Path, description = "Application name")),
+    request_body = ConstraintsRequest,
+    responses(
+        (status = 200, description = "Set", body = ConstraintsResponse),
+        (status = 400, description = "Bad constraints, or a subordinate application", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown application", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn set_constraints(
+    shared: web::Data<Shared>,
+    app: web::Path<String>,
+    body: web::Json<ConstraintsRequest>,
+) -> Result<HttpResponse, ApplicationError> {
+    let application = input::application(&app)?;
+    let constraints = input::constraints(Some(&body.constraints))?;
+    let warnings = input::warnings(&constraints, &shared.state.provider);
+    shared
+        .state
+        .store
+        .set_application_constraints(application, constraints.clone())
+        .await?;
+    Ok(HttpResponse::Ok().json(ConstraintsResponse {
+        constraints: constraints.to_string(),
+        warnings,
+    }))
+}

@@ -1,0 +1,324 @@
+//! How the API says no: the JSON error body every route uses, the status
+//! each store error maps to, and the errors raised before a handler runs
+//! (bodies, paths and queries that do not parse; unknown routes; overload).
+//!
+//! Each group of handlers has its own error enum beside it with an explicit
+//! `status_code()`; they all render through [`json_error`], so a client sees
+//! one shape: `{"error": {"code": "...", "message": "..."}}`.
+
+use std::fmt;
+
+use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+
+/// The body of every error response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// A stable word for the class of error: `bad-request`, `unauthorized`,
+    /// `not-found`, `method-not-allowed`, `conflict`, `payload-too-large`,
+    /// `overloaded` or `internal`.
+    #[schema(example = "bad-request")]
+    pub code: String,
+    /// What was wrong and what was expected, in the domain's own words.
+    #[schema(
+        example = "bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix"
+    )]
+    pub message: String,
+}
+
+/// The `code` of an error response with `status`.
+pub fn code_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "bad-request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::NOT_FOUND => "not-found",
+        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+        StatusCode::CONFLICT => "conflict",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+        _ => "internal",
+    }
+}
+
+/// The JSON error response for `status` with `message`.
+pub fn json_error(status: StatusCode, message: impl Into<String>) -> HttpResponse {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: code_for(status).to_string(),
+            message: message.into(),
+        },
+    };
+    let mut response = HttpResponse::build(status);
+    if status == StatusCode::UNAUTHORIZED {
+        response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+    }
+    response.json(body)
+}
+
+/// The response for a handler error. Bugs (500) are logged with their
+/// whole chain; refusals for overload (503) at `warn`, since they come in
+/// floods and `/metrics` counts them. The message is given as is: the
+/// store's messages for its own faults carry no secrets.
+pub fn error_response<E: ResponseError + fmt::Debug>(error: &E) -> HttpResponse {
+    let status = error.status_code();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        log::warn!("{status}: {error}");
+    } else if status.is_server_error() {
+        log::error!("{status}: {error:?}");
+    }
+    json_error(status, error.to_string())
+}
+
+/// The status a store error answers with.
+///
+/// The caller's mistakes are 4xx. A store that cannot take more work (no
+/// pooled connection in time, the writer gone) is 503: retrying later may
+/// work. Anything else is a bug or a broken database: 500.
+pub fn store_status(error: &StoreError) -> StatusCode {
+    match error {
+        StoreError::NotFound(_) => StatusCode::NOT_FOUND,
+        StoreError::Invalid(_) => StatusCode::BAD_REQUEST,
+        StoreError::Conflict(_) => StatusCode::CONFLICT,
+        StoreError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        StoreError::Connect(_) | StoreError::WriterGone => StatusCode::SERVICE_UNAVAILABLE,
+        StoreError::BadUrl(_)
+        | StoreError::Migration(_)
+        | StoreError::Database(_)
+        | StoreError::Invariant(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Writes `e` and every error in its `source()` chain, one per line, as
+/// zero-to-production does for `Debug`.
+pub fn error_chain_fmt(e: &impl std::error::Error, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{e}")?;
+    let mut current = e.source();
+    while let Some(cause) = current {
+        writeln!(f, "Caused by:\n\t{cause}")?;
+        current = cause.source();
+    }
+    Ok(())
+}
+
+/// Runs a blocking store read off the event loop.
+///
+/// # Errors
+///
+/// The read's own error; a read whose thread panicked is
+/// [`StoreError::Invariant`] (a bug), and one that could not be scheduled
+/// is [`StoreError::Connect`] (overloaded).
+pub async fn blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    actix_web::rt::task::spawn_blocking(f).await.map_err(|e| {
+        if e.is_panic() {
+            StoreError::Invariant("a store read panicked".into())
+        } else {
+            StoreError::Connect("the store read was cancelled".into())
+        }
+    })?
+}
+
+/// A request refused before its handler ran.
+#[derive(thiserror::Error)]
+pub enum RequestError {
+    /// The body is not the JSON the route takes: malformed, a wrong type,
+    /// a missing or unknown field.
+    #[error("invalid request body: {0}")]
+    Body(String),
+    #[error("request body too large: the limit is {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("invalid query string: {0}")]
+    Query(String),
+    #[error("invalid path: {0}")]
+    Path(String),
+    #[error("no route for {method} {path}")]
+    NoRoute { method: String, path: String },
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// Too many requests at once; see [`crate::api::Limits`].
+    #[error("the controller is overloaded ({0}); retry later")]
+    Overloaded(&'static str),
+}
+
+impl fmt::Debug for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        error_chain_fmt(self, f)
+    }
+}
+
+impl ResponseError for RequestError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            RequestError::Body(_) | RequestError::Query(_) | RequestError::Path(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            RequestError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            RequestError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        error_response(self)
+    }
+}
+
+/// `web::JsonConfig`'s error handler: every body error is the client's.
+pub fn json_body_error(
+    limit: usize,
+) -> impl Fn(JsonPayloadError, &HttpRequest) -> actix_web::Error {
+    move |error, _req| {
+        let refused = match error {
+            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
+                RequestError::TooLarge { limit }
+            }
+            JsonPayloadError::Deserialize(e) => RequestError::Body(e.to_string()),
+            JsonPayloadError::Serialize(e) => RequestError::Body(e.to_string()),
+            JsonPayloadError::ContentType => {
+                RequestError::Body("expected Content-Type: application/json".into())
+            }
+            JsonPayloadError::Payload(e) => RequestError::Body(e.to_string()),
+            other => RequestError::Body(other.to_string()),
+        };
+        refused.into()
+    }
+}
+
+/// `web::QueryConfig`'s error handler.
+pub fn query_error(error: QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
+    let message = match error {
+        QueryPayloadError::Deserialize(e) => e.to_string(),
+        other => other.to_string(),
+    };
+    RequestError::Query(message).into()
+}
+
+/// `web::PathConfig`'s error handler.
+pub fn path_error(error: PathError, _req: &HttpRequest) -> actix_web::Error {
+    let message = match error {
+        PathError::Deserialize(e) => e.to_string(),
+        other => other.to_string(),
+    };
+    RequestError::Path(message).into()
+}
+
+/// The app's default service: a JSON 404.
+pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, RequestError> {
+    Err(RequestError::NoRoute {
+        method: req.method().to_string(),
+        path: req.path().to_string(),
+    })
+}
+
+/// Every resource's default service: a JSON 405.
+pub async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, RequestError> {
+    Err(RequestError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.path().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use actix_web::body::to_bytes;
+
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_the_status_their_cause_deserves() {
+        let cases = [
+            (StoreError::NotFound("x".into()), 404),
+            (StoreError::Invalid("x".into()), 400),
+            (StoreError::Conflict("x".into()), 409),
+            (StoreError::Unauthorized("x".into()), 401),
+            (StoreError::Connect("x".into()), 503),
+            (StoreError::WriterGone, 503),
+            (StoreError::BadUrl("x".into()), 500),
+            (StoreError::Migration("x".into()), 500),
+            (
+                StoreError::Database(Arc::new(diesel::result::Error::NotFound)),
+                500,
+            ),
+            (StoreError::Invariant("x".into()), 500),
+        ];
+        for (error, status) in cases {
+            assert_eq!(store_status(&error).as_u16(), status, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_error_status_has_its_own_code() {
+        assert_eq!(code_for(StatusCode::BAD_REQUEST), "bad-request");
+        assert_eq!(code_for(StatusCode::UNAUTHORIZED), "unauthorized");
+        assert_eq!(code_for(StatusCode::NOT_FOUND), "not-found");
+        assert_eq!(
+            code_for(StatusCode::METHOD_NOT_ALLOWED),
+            "method-not-allowed"
+        );
+        assert_eq!(code_for(StatusCode::CONFLICT), "conflict");
+        assert_eq!(code_for(StatusCode::PAYLOAD_TOO_LARGE), "payload-too-large");
+        assert_eq!(code_for(StatusCode::SERVICE_UNAVAILABLE), "overloaded");
+        assert_eq!(code_for(StatusCode::INTERNAL_SERVER_ERROR), "internal");
+    }
+
+    #[actix_web::test]
+    async fn an_error_response_is_the_json_error_body() {
+        let response = json_error(StatusCode::CONFLICT, "machine 3 is being removed");
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        let body = to_bytes(response.into_body()).await.unwrap();
+        let parsed: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            parsed,
+            ErrorBody {
+                error: ErrorDetail {
+                    code: "conflict".into(),
+                    message: "machine 3 is being removed".into(),
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn an_unauthorized_response_asks_for_a_bearer_token() {
+        let response = json_error(StatusCode::UNAUTHORIZED, "no");
+        assert_eq!(
+            response.headers().get(header::WWW_AUTHENTICATE).unwrap(),
+            "Bearer"
+        );
+    }
+
+    #[test]
+    fn debug_prints_the_source_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        struct Shown(Outer);
+        impl fmt::Debug for Shown {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                error_chain_fmt(&self.0, f)
+            }
+        }
+        let e = Shown(Outer(std::io::Error::other("inner")));
+        assert_eq!(format!("{e:?}"), "outer\nCaused by:\n\tinner\n");
+    }
+}

@@ -1,0 +1,282 @@
+//! Parsing request fields into domain types, once, at the edge; and the
+//! warnings for constraints the active provider ignores.
+//!
+//! Every failure is an [`InputError`] carrying the domain's own message
+//! (`bad "mem" constraint: must be a non-negative float with optional
+//! M/G/T/P suffix`); every handler group answers it with 400.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::{ProviderInfo, MAX_COUNT_PER_REQUEST};
+use crate::charms::CharmLoadError;
+use crate::domain::base::{Base, BaseError};
+use crate::domain::charm::{EndpointSpec, RelationError};
+use crate::domain::constraints::{unsupported_warning, Constraints, ConstraintsError};
+use crate::domain::names::{
+    ApplicationName, InvalidApplicationName, InvalidUnitName, MachineId, MachineIdError, UnitName,
+};
+use crate::domain::placement::{parse_to_list, Placement, PlacementError};
+
+/// A request field that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(transparent)]
+    Constraints(#[from] ConstraintsError),
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    #[error(transparent)]
+    Base(#[from] BaseError),
+    #[error(transparent)]
+    ApplicationName(#[from] InvalidApplicationName),
+    #[error(transparent)]
+    UnitName(#[from] InvalidUnitName),
+    #[error(transparent)]
+    MachineId(#[from] MachineIdError),
+    #[error(transparent)]
+    Endpoint(#[from] RelationError),
+    #[error(transparent)]
+    Charm(#[from] CharmLoadError),
+    /// A rule of the request itself (a count out of range, fields that
+    /// exclude each other).
+    #[error("{0}")]
+    Request(String),
+}
+
+/// `--to`: one comma-separated string (`"lxd:1,zone=a"`) or a list of
+/// directives (`["lxd:1", "zone=a"]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum PlacementList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl PlacementList {
+    /// The directives, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`InputError::Placement`], naming the entry that does not parse.
+    pub fn parse(&self) -> Result<Vec<Placement>, InputError> {
+        match self {
+            PlacementList::One(s) => Ok(parse_to_list(s)?),
+            PlacementList::Many(entries) => entries
+                .iter()
+                .map(|entry| {
+                    entry.parse().map_err(|source| {
+                        InputError::Placement(PlacementError::InvalidToEntry {
+                            entry: entry.clone(),
+                            source: Box::new(source),
+                        })
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Constraints from an optional field; absent is unset.
+///
+/// # Errors
+///
+/// [`InputError::Constraints`] with the parser's message.
+pub fn constraints(field: Option<&str>) -> Result<Constraints, InputError> {
+    Ok(field
+        .map(Constraints::parse)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// A base from an optional field.
+///
+/// # Errors
+///
+/// [`InputError::Base`].
+pub fn base(field: Option<&str>) -> Result<Option<Base>, InputError> {
+    Ok(field.map(str::parse).transpose()?)
+}
+
+/// An application name from a path or body.
+///
+/// # Errors
+///
+/// [`InputError::ApplicationName`].
+pub fn application(name: &str) -> Result<ApplicationName, InputError> {
+    Ok(name.parse()?)
+}
+
+/// A unit name.
+///
+/// # Errors
+///
+/// [`InputError::UnitName`].
+pub fn unit(name: &str) -> Result<UnitName, InputError> {
+    Ok(name.parse()?)
+}
+
+/// A machine id from a path tail. A client that percent-encoded the
+/// slashes of a container id (`0%2Flxd%2F1`) means the same machine.
+///
+/// # Errors
+///
+/// [`InputError::MachineId`].
+pub fn machine(raw: &str) -> Result<MachineId, InputError> {
+    Ok(raw.replace("%2F", "/").replace("%2f", "/").parse()?)
+}
+
+/// An `integrate` endpoint: `wordpress` or `wordpress:db`.
+///
+/// # Errors
+///
+/// [`InputError::Endpoint`].
+pub fn endpoint(spec: &str) -> Result<EndpointSpec, InputError> {
+    Ok(spec.parse()?)
+}
+
+/// A count of units or machines: at least `min`, at most
+/// [`MAX_COUNT_PER_REQUEST`].
+///
+/// # Errors
+///
+/// [`InputError::Request`] naming the field and the range.
+pub fn count(field: &str, n: u32, min: u32) -> Result<u32, InputError> {
+    if n < min || n > MAX_COUNT_PER_REQUEST {
+        return Err(InputError::Request(format!(
+            "{field} must be between {min} and {MAX_COUNT_PER_REQUEST}, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Charm settings from JSON: strings as they are, numbers and booleans as
+/// they print (`8080`, `true`); the charm's config schema checks them.
+///
+/// # Errors
+///
+/// [`InputError::Request`] for a null, list or object value.
+pub fn settings(
+    config: &BTreeMap<String, serde_json::Value>,
+) -> Result<BTreeMap<String, String>, InputError> {
+    config
+        .iter()
+        .map(|(key, value)| {
+            let text = match value {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                _ => {
+                    return Err(InputError::Request(format!(
+                        "config value for {key:?} must be a string, number or boolean"
+                    )))
+                }
+            };
+            Ok((key.clone(), text))
+        })
+        .collect()
+}
+
+/// The warnings for keys of `constraints` that the provider ignores.
+pub fn warnings(constraints: &Constraints, provider: &ProviderInfo) -> Vec<String> {
+    constraints
+        .unsupported(&provider.supported_constraints)
+        .into_iter()
+        .map(|key| unsupported_warning(key, &provider.name))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::constraints::Key;
+
+    #[test]
+    fn a_bad_constraint_keeps_the_domain_message() {
+        let e = constraints(Some("mem=lots")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix"
+        );
+    }
+
+    #[test]
+    fn absent_constraints_are_unset() {
+        assert!(constraints(None).unwrap().is_unset());
+    }
+
+    #[test]
+    fn a_placement_string_is_a_comma_separated_list() {
+        let list = PlacementList::One("lxd:1,zone=a".into()).parse().unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].to_string(), "lxd:1");
+        assert_eq!(list[1].zone(), Some("a"));
+    }
+
+    #[test]
+    fn a_placement_list_names_the_entry_that_does_not_parse() {
+        let e = PlacementList::Many(vec!["lxd:1".into(), "kvm:2".into()])
+            .parse()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid --to parameter \"kvm:2\": "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_percent_encoded_container_id_is_the_same_machine() {
+        assert_eq!(machine("0%2Flxd%2F1").unwrap().to_string(), "0/lxd/1");
+        assert_eq!(machine("0/lxd/1").unwrap().to_string(), "0/lxd/1");
+        assert!(machine("0/kvm/1").is_err());
+    }
+
+    #[test]
+    fn counts_must_be_in_range() {
+        assert_eq!(count("num_units", 0, 0).unwrap(), 0);
+        assert_eq!(
+            count("count", 0, 1).unwrap_err().to_string(),
+            "count must be between 1 and 1000, got 0"
+        );
+        assert!(count("count", 1001, 1).is_err());
+    }
+
+    #[test]
+    fn settings_take_scalars_and_refuse_structures() {
+        let config = BTreeMap::from([
+            ("port".to_string(), json!(8080)),
+            ("debug".to_string(), json!(true)),
+            ("name".to_string(), json!("blog")),
+        ]);
+        assert_eq!(
+            settings(&config).unwrap(),
+            BTreeMap::from([
+                ("debug".to_string(), "true".to_string()),
+                ("name".to_string(), "blog".to_string()),
+                ("port".to_string(), "8080".to_string()),
+            ])
+        );
+        let bad = BTreeMap::from([("x".to_string(), json!([1]))]);
+        assert_eq!(
+            settings(&bad).unwrap_err().to_string(),
+            "config value for \"x\" must be a string, number or boolean"
+        );
+    }
+
+    #[test]
+    fn unsupported_keys_become_warnings_naming_the_provider() {
+        let provider = ProviderInfo {
+            name: "sim".into(),
+            supported_constraints: vec![Key::Mem, Key::Cores],
+        };
+        let c = Constraints::parse("mem=2G virt-type=kvm").unwrap();
+        assert_eq!(
+            warnings(&c, &provider),
+            ["constraint \"virt-type\" is not supported by provider \"sim\" and is ignored"]
+        );
+    }
+}

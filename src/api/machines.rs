@@ -1,0 +1,247 @@
+//! Machine routes: add-machine, remove-machine and retry-provisioning.
+
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse, ResponseError};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::input::{self, InputError};
+use crate::api::Shared;
+use crate::domain::names::MachineId;
+use crate::domain::placement::Placement;
+use crate::store::machines::AddMachines;
+use crate::store::StoreError;
+
+/// `POST /v1/machines`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMachinesRequest {
+    /// How many machines: 1 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// `ubuntu@22.04`; berth's default base otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Combined with the model constraints (the model fills the keys these
+    /// leave unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "mem=4G")]
+    pub constraints: Option<String>,
+    /// One directive: `lxd` (a container on a new machine), `lxd:3` (a
+    /// container on machine 3), `zone=us-east-1a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "zone=sim-a")]
+    pub placement: Option<String>,
+}
+
+/// The machines added (for a new container on a new host, the container).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMachinesResponse {
+    pub machines: Vec<String>,
+    /// Constraint keys the active provider ignores.
+    pub warnings: Vec<String>,
+}
+
+/// `DELETE /v1/machines/{id}` options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RemoveMachineQuery {
+    /// Remove the machine with its units and containers.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /v1/machines/retry`: name machines, or ask for all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// Machines in provisioning error to retry; all or none are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<String>,
+    /// Every machine in provisioning error (instead of `machines`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
+    /// New constraints for the retried machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<String>,
+}
+
+/// The machines made eligible for provisioning again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryResponse {
+    pub machines: Vec<String>,
+    /// Constraint keys the active provider ignores.
+    pub warnings: Vec<String>,
+}
+
+/// Why a machine request failed.
+#[derive(thiserror::Error)]
+pub enum MachineError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl fmt::Debug for MachineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        error_chain_fmt(self, f)
+    }
+}
+
+impl ResponseError for MachineError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            MachineError::Input(_) => StatusCode::BAD_REQUEST,
+            MachineError::Store(e) => store_status(e),
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        error_response(self)
+    }
+}
+
+fn ids(machines: &[MachineId]) -> Vec<String> {
+    machines.iter().map(ToString::to_string).collect()
+}
+
+/// Adds machines (or containers), pending.
+#[utoipa::path(
+    post,
+    path = "/v1/machines",
+    operation_id = "add_machines",
+    tag = "machines",
+    request_body = AddMachinesRequest,
+    responses(
+        (status = 201, description = "Added", body = AddMachinesResponse),
+        (status = 400, description = "Bad constraints, base, placement or count", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown container host", body = ErrorBody),
+        (status = 409, description = "The container host is being removed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn add_machines(
+    shared: web::Data<Shared>,
+    body: web::Json<AddMachinesRequest>,
+) -> Result<HttpResponse, MachineError> {
+    let count = input::count("count", body.count.unwrap_or(1), 1)?;
+    let constraints = input::constraints(body.constraints.as_deref())?;
+    let base = input::base(body.base.as_deref())?;
+    let placement = body
+        .placement
+        .as_deref()
+        .map(str::parse::<Placement>)
+        .transpose()
+        .map_err(InputError::from)?;
+    let warnings = input::warnings(&constraints, &shared.state.provider);
+    let added = shared
+        .state
+        .store
+        .add_machines(AddMachines {
+            constraints,
+            base,
+            placement,
+            count,
+            role: None,
+        })
+        .await?;
+    Ok(HttpResponse::Created().json(AddMachinesResponse {
+        machines: ids(&added),
+        warnings,
+    }))
+}
+
+/// Removes a machine: at once if it never had an instance, otherwise once
+/// the engine has stopped its instance. Container ids hold slashes
+/// (`0/lxd/1`); send them as they are or percent-encoded.
+#[utoipa::path(
+    delete,
+    path = "/v1/machines/{id}",
+    operation_id = "remove_machine",
+    tag = "machines",
+    params(
+        ("id" = String, Path, description = "Machine id: `3` or `0/lxd/1`"),
+        RemoveMachineQuery,
+    ),
+    responses(
+        (status = 204, description = "Removed, or being removed"),
+        (status = 400, description = "Bad machine id or query", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown machine", body = ErrorBody),
+        (status = 409, description = "The machine hosts units or containers (use force)", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn remove_machine(
+    shared: web::Data<Shared>,
+    id: web::Path<String>,
+    query: web::Query<RemoveMachineQuery>,
+) -> Result<HttpResponse, MachineError> {
+    let id = input::machine(&id)?;
+    shared.state.store.remove_machine(id, query.force).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Makes machines in provisioning error pending again, optionally with new
+/// constraints.
+#[utoipa::path(
+    post,
+    path = "/v1/machines/retry",
+    operation_id = "retry_provisioning",
+    tag = "machines",
+    request_body = RetryRequest,
+    responses(
+        (status = 200, description = "Retried", body = RetryResponse),
+        (status = 400, description = "Bad ids or constraints; neither or both of machines and all", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "Unknown machine", body = ErrorBody),
+        (status = 409, description = "A machine is not in provisioning error", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn retry(
+    shared: web::Data<Shared>,
+    body: web::Json<RetryRequest>,
+) -> Result<HttpResponse, MachineError> {
+    let constraints = body
+        .constraints
+        .as_deref()
+        .map(|c| input::constraints(Some(c)))
+        .transpose()?;
+    let warnings = constraints
+        .as_ref()
+        .map(|c| input::warnings(c, &shared.state.provider))
+        .unwrap_or_default();
+    let store = &shared.state.store;
+    let retried = match (body.all, body.machines.is_empty()) {
+        (true, true) => store.retry_all(constraints).await?,
+        (false, false) => {
+            let machines = body
+                .machines
+                .iter()
+                .map(|m| input::machine(m))
+                .collect::<Result<Vec<_>, _>>()?;
+            store.retry(machines, constraints).await?
+        }
+        (true, false) => {
+            return Err(InputError::Request("give either machines or all, not both".into()).into())
+        }
+        (false, true) => {
+            return Err(InputError::Request("name the machines to retry, or set all".into()).into())
+        }
+    };
+    Ok(HttpResponse::Ok().json(RetryResponse {
+        machines: ids(&retried),
+        warnings,
+    }))
+}

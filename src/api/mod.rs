@@ -1,0 +1,254 @@
+//! berth's HTTP API: the JSON routes under `/v1` that the command line and
+//! other clients use, the provider webhooks, the machine agents' check-in,
+//! `/healthz`, `/metrics`, and the OpenAPI document describing them all.
+//!
+//! Requests are parsed at this edge into domain types (constraints, bases,
+//! placement, names) and handed to the [`Store`]; the provisioning engine
+//! learns of them from the store's change log. The API reaches the engine
+//! only through [`ControllerLink`] (for provider webhooks) and
+//! [`Metrics`] (which the engine updates and `/metrics` renders).
+//!
+//! - [`errors`]: the JSON error body and the status each error maps to.
+//! - [`auth`]: the admin token, and the concurrency guard.
+//! - [`status`]: the status view, `juju status --format=json`'s shape.
+//! - [`applications`], [`machines`], [`model`], [`relations`], [`zones`]:
+//!   the user's operations.
+//! - [`observe`]: status, the event stream, healthz, metrics, OpenAPI.
+//! - [`webhooks`], [`agents`]: what providers and machine agents call.
+//! - [`openapi`]: the OpenAPI 3 document.
+
+pub mod agents;
+pub mod applications;
+pub mod auth;
+pub mod errors;
+pub mod input;
+pub mod machines;
+pub mod model;
+pub mod observe;
+pub mod openapi;
+pub mod relations;
+pub mod status;
+pub mod webhooks;
+pub mod zones;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
+use actix_web::{web, App, HttpServer, Resource};
+use tokio::sync::Semaphore;
+
+use crate::domain::constraints::Key;
+use crate::metrics::Metrics;
+use crate::providers::{ControllerLink, Secret};
+use crate::store::Store;
+
+/// The largest request body accepted, JSON or webhook: far more than any
+/// request needs (a deploy with a large config), small enough that a
+/// client cannot make the controller buffer much. Larger bodies get 413.
+pub const BODY_LIMIT_BYTES: usize = 256 * 1024;
+
+/// How many requests are handled at once before new ones get 503. Writes
+/// are serialised by the store's writer and reads share
+/// [`crate::store::READ_POOL_SIZE`] connections, so more in flight only
+/// means longer waits; refusing early lets clients back off.
+pub const MAX_CONCURRENT_REQUESTS: usize = 256;
+
+/// How many event streams may be open at once; each holds a connection and
+/// wakes on every change.
+pub const MAX_EVENT_STREAMS: usize = 64;
+
+/// How often an idle event stream sends a comment, so proxies and clients
+/// can tell a quiet stream from a dead one.
+pub const EVENT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How long a stopping server waits for requests in flight. Event streams
+/// never end by themselves, so without a bound a graceful stop would wait
+/// for every watcher to hang up.
+pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+
+/// The most units or machines one request may add: enough for any real
+/// deployment step, and a bound on the size of one store transaction.
+pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
+
+/// The API's limits; [`Limits::default`] uses the named constants above.
+/// Tests lower them to reach them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub body_bytes: usize,
+    pub max_concurrent_requests: usize,
+    pub max_event_streams: usize,
+    pub event_keep_alive: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: BODY_LIMIT_BYTES,
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+            max_event_streams: MAX_EVENT_STREAMS,
+            event_keep_alive: EVENT_KEEP_ALIVE,
+        }
+    }
+}
+
+/// What the API needs to know about the active provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// `sim`, `ec2`, ...: shown as the model's cloud, and in warnings.
+    pub name: String,
+    /// The constraint keys the provider honours; others set on deploy or
+    /// set-constraints are kept and answered with a warning.
+    pub supported_constraints: Vec<Key>,
+}
+
+/// Everything the API is given when it starts.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Store,
+    /// Where provider webhooks are forwarded (the engine).
+    pub link: Arc<dyn ControllerLink>,
+    pub provider: ProviderInfo,
+    /// Shared with the engine, which updates it; rendered by `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The key webhook senders sign with; without it, webhooks are refused
+    /// with 503 (the controller is not set up to receive them).
+    pub webhook_secret: Option<Secret>,
+    pub limits: Limits,
+}
+
+/// What every worker shares: the state, plus what the server derives from
+/// it once at start.
+pub struct Shared {
+    pub state: ApiState,
+    /// The admin token's hash, read from the store once at start so that
+    /// authenticating a request costs no database read. A token rotated
+    /// while the server runs takes effect at the next start.
+    pub admin_token_hash: String,
+    /// One permit per request in flight ([`auth::limit_concurrency`]).
+    pub requests: Arc<Semaphore>,
+    /// One permit per open event stream.
+    pub event_streams: Arc<Semaphore>,
+    /// Webhook signatures seen recently, to refuse replays.
+    pub replays: webhooks::ReplayCache,
+    /// The OpenAPI document, rendered once.
+    pub openapi_json: String,
+}
+
+/// A resource whose unsupported methods get a JSON 405.
+fn resource(path: &str) -> Resource {
+    web::resource(path).default_service(web::to(errors::method_not_allowed))
+}
+
+/// The routes under `/v1` that take the admin token (relative to `/v1`).
+fn admin_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/status").get(observe::get_status))
+        .service(resource("/openapi.json").get(observe::get_openapi))
+        .service(resource("/events").get(observe::get_events))
+        .service(resource("/applications").post(applications::deploy))
+        .service(resource("/applications/{app}").delete(applications::remove_application))
+        .service(resource("/applications/{app}/units").post(applications::add_units))
+        .service(
+            resource("/applications/{app}/constraints")
+                .get(applications::get_constraints)
+                .put(applications::set_constraints),
+        )
+        .service(resource("/units/remove").post(applications::remove_units))
+        .service(
+            resource("/model/constraints")
+                .get(model::get_constraints)
+                .put(model::set_constraints),
+        )
+        .service(resource("/machines").post(machines::add_machines))
+        .service(resource("/machines/retry").post(machines::retry))
+        // Machine ids hold slashes (`0/lxd/1`): the id is the whole tail.
+        .service(resource("/machines/{id:.+}").delete(machines::remove_machine))
+        .service(resource("/relations").post(relations::integrate))
+        .service(resource("/relations/remove").post(relations::remove_relation))
+        .service(resource("/zones").get(zones::list))
+        .service(resource("/zones/{zone}/enable").post(zones::enable))
+        .service(resource("/zones/{zone}/disable").post(zones::disable));
+}
+
+/// Builds the shared state: reads the admin token's hash and renders the
+/// OpenAPI document.
+///
+/// # Errors
+///
+/// When the store has no admin token (call
+/// [`Store::ensure_admin_token`] first) or cannot be read.
+fn shared(state: ApiState) -> std::io::Result<Shared> {
+    let admin_token_hash = state
+        .store
+        .admin_token_hash()
+        .map_err(|e| std::io::Error::other(format!("cannot read the admin token: {e}")))?;
+    let openapi_json = openapi::document()
+        .to_json()
+        .map_err(|e| std::io::Error::other(format!("cannot render the OpenAPI document: {e}")))?;
+    Ok(Shared {
+        admin_token_hash,
+        requests: Arc::new(Semaphore::new(state.limits.max_concurrent_requests)),
+        event_streams: Arc::new(Semaphore::new(state.limits.max_event_streams)),
+        replays: webhooks::ReplayCache::default(),
+        openapi_json,
+        state,
+    })
+}
+
+/// Starts the API on `listener` (bind port 0 in tests and read the port
+/// back from the listener). The returned server runs once awaited or
+/// spawned; its handle stops it.
+///
+/// # Errors
+///
+/// When the store has no admin token yet ([`Store::ensure_admin_token`]
+/// makes one), or the listener cannot be used.
+pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
+    let body_limit = state.limits.body_bytes;
+    let shared = web::Data::new(shared(state)?);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(shared.clone())
+            .app_data(
+                web::JsonConfig::default()
+                    .limit(body_limit)
+                    // Bodies are parsed as JSON whatever their declared
+                    // type: `curl -d` works, and nothing else is accepted.
+                    .content_type_required(false)
+                    .error_handler(errors::json_body_error(body_limit)),
+            )
+            .app_data(web::QueryConfig::default().error_handler(errors::query_error))
+            .app_data(web::PathConfig::default().error_handler(errors::path_error))
+            .service(resource("/healthz").get(observe::healthz))
+            .service(
+                resource("/metrics")
+                    .wrap(from_fn(auth::require_admin))
+                    .wrap(from_fn(auth::limit_concurrency))
+                    .get(observe::get_metrics),
+            )
+            .service(
+                web::scope("/v1/agents")
+                    .wrap(from_fn(auth::limit_concurrency))
+                    .service(resource("/{machine:.+}/connect").post(agents::connect))
+                    .service(resource("/{machine:.+}/heartbeat").post(agents::heartbeat)),
+            )
+            .service(
+                web::scope("/v1/webhooks")
+                    .wrap(from_fn(auth::limit_concurrency))
+                    .service(resource("/{provider}").post(webhooks::receive)),
+            )
+            .service(
+                web::scope("/v1")
+                    .wrap(from_fn(auth::require_admin))
+                    .wrap(from_fn(auth::limit_concurrency))
+                    .configure(admin_routes),
+            )
+            .default_service(web::to(errors::no_route))
+    })
+    .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
+    .listen(listener)?
+    .run();
+    Ok(server)
+}

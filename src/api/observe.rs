@@ -1,0 +1,384 @@
+//! Routes that show state without changing it: status, the change log as
+//! Server-Sent Events, `/healthz`, `/metrics` and the OpenAPI document.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::status::{status_view, Status};
+use crate::api::Shared;
+use crate::domain::machine::MachineState;
+use crate::store::{Change, Store, StoreError};
+
+/// How many change-log entries one read of the event stream takes.
+pub const EVENT_BATCH: i64 = 256;
+
+/// The header a reconnecting `EventSource` sends with the last `id:` it saw.
+pub const LAST_EVENT_ID: &str = "Last-Event-ID";
+
+/// Why an observation failed.
+#[derive(thiserror::Error)]
+pub enum ObserveError {
+    #[error("invalid Last-Event-ID header {0:?}: expected a change-log revision (a whole number)")]
+    BadLastEventId(String),
+    #[error("too many event streams are open (the limit is {0}); retry later")]
+    TooManyStreams(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl fmt::Debug for ObserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        error_chain_fmt(self, f)
+    }
+}
+
+impl ResponseError for ObserveError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ObserveError::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+            ObserveError::TooManyStreams(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ObserveError::Store(e) => store_status(e),
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        error_response(self)
+    }
+}
+
+/// The whole state, as `juju status --format=json` shapes it.
+#[utoipa::path(
+    get,
+    path = "/v1/status",
+    operation_id = "get_status",
+    tag = "observe",
+    responses(
+        (status = 200, description = "The status", body = Status),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn get_status(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
+    let store = shared.state.store.clone();
+    let snapshot = blocking(move || store.status()).await?;
+    Ok(HttpResponse::Ok().json(status_view(&snapshot, &shared.state.provider.name)))
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    operation_id = "get_openapi",
+    tag = "observe",
+    responses(
+        (status = 200, description = "The OpenAPI 3 document", content_type = "application/json", body = Object),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn get_openapi(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(shared.openapi_json.clone())
+}
+
+/// What `/healthz` says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    #[schema(example = "ok")]
+    pub status: String,
+}
+
+/// Whether the API is up. Needs no token, reads nothing, and is not
+/// subject to the concurrency limit.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "observe",
+    security(()),
+    responses((status = 200, description = "Up", body = Health))
+)]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(Health {
+        status: "ok".to_string(),
+    })
+}
+
+/// Counts per machine state, every state present.
+fn machines_by_state(store: &Store) -> Result<Vec<(&'static str, u64)>, StoreError> {
+    let machines = store.machines()?;
+    Ok(MachineState::ALL
+        .iter()
+        .map(|state| {
+            let n = machines.iter().filter(|m| m.state() == *state).count();
+            (state.as_str(), u64::try_from(n).unwrap_or(u64::MAX))
+        })
+        .collect())
+}
+
+/// Prometheus metrics: machines by state, provisioning attempts and
+/// errors, provider call latency, queue depths.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "get_metrics",
+    tag = "observe",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn get_metrics(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
+    let store = shared.state.store.clone();
+    let machines = blocking(move || machines_by_state(&store)).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(shared.state.metrics.render(&machines)))
+}
+
+/// One change-log entry, the `data:` of an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeEvent {
+    /// The change log's revision; also the event's `id:`.
+    pub revision: i64,
+    /// `model`, `charm`, `application`, `unit`, `machine`, `relation` or
+    /// `zone`.
+    pub entity: String,
+    /// The entity's name or id.
+    pub id: String,
+    /// `created`, `updated` or `removed`.
+    pub change: String,
+    /// What changed, in a few words (`state=allocating zone=sim-a`).
+    pub detail: String,
+    /// Who made it: `user`, `engine`, `agent` or `provider`.
+    pub origin: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+}
+
+impl From<&Change> for ChangeEvent {
+    fn from(change: &Change) -> ChangeEvent {
+        ChangeEvent {
+            revision: change.revision,
+            entity: change.entity.as_str().to_string(),
+            id: change.id.clone(),
+            change: change.change.as_str().to_string(),
+            detail: change.detail.clone(),
+            origin: change.origin.as_str().to_string(),
+            at_ms: change.at_ms,
+        }
+    }
+}
+
+/// `GET /v1/events` options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Send the changes after this revision (the `revision` of a status,
+    /// or the last event's `id`). Without it (and without a
+    /// `Last-Event-ID` header), only changes from now on are sent.
+    pub since: Option<u64>,
+}
+
+/// One event, in the `text/event-stream` format.
+pub fn sse_frame(change: &Change) -> Bytes {
+    // serde_json writes no newlines, so the data is one `data:` line.
+    let data = serde_json::to_string(&ChangeEvent::from(change)).unwrap_or_else(|_| "{}".into());
+    Bytes::from(format!(
+        "id: {}\nevent: change\ndata: {data}\n\n",
+        change.revision
+    ))
+}
+
+/// The comment an idle stream sends.
+pub const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
+
+/// What an open event stream holds between reads.
+struct Follow {
+    store: Store,
+    /// The last revision sent; the next read asks for what follows it.
+    since: i64,
+    head: watch::Receiver<i64>,
+    pending: VecDeque<Change>,
+    keep_alive: Duration,
+    /// Counts this stream against the limit until it is dropped.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Follow {
+    /// The next frame, or `None` to end the stream (the store closed, or a
+    /// read failed: the client reconnects with `Last-Event-ID` and loses
+    /// nothing).
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                self.since = change.revision;
+                return Some(sse_frame(&change));
+            }
+            // Mark the head seen *before* reading, so a commit that lands
+            // after the read still wakes `changed()` below.
+            self.head.borrow_and_update();
+            let store = self.store.clone();
+            let since = self.since;
+            match blocking(move || store.changes_since(since, EVENT_BATCH)).await {
+                Ok(changes) if !changes.is_empty() => {
+                    self.pending.extend(changes);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("event stream after revision {since} ends: {e}");
+                    return None;
+                }
+            }
+            match tokio::time::timeout(self.keep_alive, self.head.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => return None,
+                Err(_) => return Some(Bytes::from_static(KEEP_ALIVE_FRAME)),
+            }
+        }
+    }
+}
+
+/// The revision to start after: `Last-Event-ID` (what a reconnecting
+/// client saw last) over `since` (where it first asked to start).
+///
+/// # Errors
+///
+/// [`ObserveError::BadLastEventId`] for a header that is not a revision.
+pub fn start_revision(
+    last_event_id: Option<&HeaderValue>,
+    since: Option<u64>,
+) -> Result<Option<i64>, ObserveError> {
+    if let Some(value) = last_event_id {
+        let text = value.to_str().unwrap_or_default().trim();
+        return text
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| i64::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                ObserveError::BadLastEventId(String::from_utf8_lossy(value.as_bytes()).into())
+            });
+    }
+    Ok(since.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
+}
+
+/// The change log as Server-Sent Events: each event's `id:` is its
+/// revision, its `data:` a [`ChangeEvent`]. Resumable from any revision;
+/// no change is skipped or repeated. An idle stream sends a
+/// `: keep-alive` comment every 15 seconds.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    operation_id = "get_events",
+    tag = "observe",
+    params(
+        EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this revision (wins over `since`)"),
+    ),
+    responses(
+        (status = 200, description = "An endless stream of change events", content_type = "text/event-stream", body = ChangeEvent),
+        (status = 400, description = "Bad since or Last-Event-ID", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 503, description = "Too many streams open", body = ErrorBody),
+    )
+)]
+pub async fn get_events(
+    shared: web::Data<Shared>,
+    req: HttpRequest,
+    query: web::Query<EventsQuery>,
+) -> Result<HttpResponse, ObserveError> {
+    let start = start_revision(req.headers().get(LAST_EVENT_ID), query.since)?;
+    let permit = shared
+        .event_streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            shared.state.metrics.api_overloaded();
+            ObserveError::TooManyStreams(shared.state.limits.max_event_streams)
+        })?;
+    let store = shared.state.store.clone();
+    let since = start.unwrap_or_else(|| store.revision());
+    let follow = Follow {
+        head: store.watch_revision(),
+        store,
+        since,
+        pending: VecDeque::new(),
+        keep_alive: shared.state.limits.event_keep_alive,
+        _permit: permit,
+    };
+    // The first frame goes out at once, so the client knows the stream is
+    // open before anything changes.
+    let opening = Bytes::from(format!(": berth change log after revision {since}\n\n"));
+    let stream =
+        futures_util::stream::once(async move { Ok::<_, actix_web::Error>(opening) }).chain(
+            futures_util::stream::unfold(follow, |mut follow| async move {
+                let frame = follow.next_frame().await?;
+                Some((Ok::<_, actix_web::Error>(frame), follow))
+            }),
+        );
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ChangeKind, Entity, Origin};
+
+    #[test]
+    fn an_event_frame_has_the_revision_as_id_and_the_change_as_data() {
+        let change = Change {
+            revision: 7,
+            entity: Entity::Machine,
+            id: "0/lxd/1".into(),
+            change: ChangeKind::Updated,
+            detail: "state=allocating".into(),
+            origin: Origin::Engine,
+            at_ms: 1000,
+        };
+        assert_eq!(
+            sse_frame(&change),
+            Bytes::from(
+                "id: 7\nevent: change\ndata: {\"revision\":7,\"entity\":\"machine\",\"id\":\"0/lxd/1\",\"change\":\"updated\",\"detail\":\"state=allocating\",\"origin\":\"engine\",\"at_ms\":1000}\n\n"
+            )
+        );
+    }
+
+    #[test]
+    fn last_event_id_wins_over_since() {
+        let header = HeaderValue::from_static("12");
+        assert_eq!(start_revision(Some(&header), Some(3)).unwrap(), Some(12));
+        assert_eq!(start_revision(None, Some(3)).unwrap(), Some(3));
+        assert_eq!(start_revision(None, None).unwrap(), None);
+    }
+
+    #[test]
+    fn a_last_event_id_that_is_not_a_revision_is_refused() {
+        for bad in ["", "-1", "abc", "1.5"] {
+            let header = HeaderValue::from_str(bad).unwrap();
+            let e = start_revision(Some(&header), None).unwrap_err();
+            assert_eq!(e.status_code(), StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+    }
+}

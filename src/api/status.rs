@@ -1,0 +1,662 @@
+//! The status view: a [`StatusSnapshot`] in the shape of
+//! `juju status --format=json`, as `GET /v1/status` serves it.
+//!
+//! These are plain types and functions, so that the command line can read
+//! the same JSON back into the same types and print it as a table or YAML.
+//! Keys are kebab-case, as Juju's are. Maps are keyed by berth's own name
+//! types, so machines come out in numeric order (`2` before `10`) and
+//! containers follow their host.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::domain::base::Base;
+use crate::domain::charm::{CharmUrl, Namespace};
+use crate::domain::machine::{life, machine_status, Life};
+use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::store::records::{ApplicationRecord, MachineRecord, UnitRecord};
+use crate::store::status::{RelationRecord, StatusSnapshot};
+
+/// What Juju shows as a machine's instance id before it has one.
+pub const NO_INSTANCE: &str = "pending";
+
+/// The whole status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct Status {
+    pub model: ModelView,
+    /// Top-level machines by id; containers are under their host.
+    #[schema(value_type = BTreeMap<String, MachineView>)]
+    pub machines: BTreeMap<MachineId, MachineView>,
+    #[schema(value_type = BTreeMap<String, ApplicationView>)]
+    pub applications: BTreeMap<ApplicationName, ApplicationView>,
+}
+
+/// The model and where the status was taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct ModelView {
+    pub name: String,
+    pub uuid: String,
+    /// Always `iaas`: berth starts machines.
+    #[serde(rename = "type")]
+    pub model_type: String,
+    /// The controller's uuid.
+    pub controller: String,
+    /// The active provider (`sim`, `ec2`).
+    pub cloud: String,
+    /// The model constraints, canonical; absent when unset.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub constraints: String,
+    /// The change-log revision this status reflects: follow
+    /// `/v1/events?since=<revision>` to miss nothing after it.
+    pub revision: i64,
+}
+
+/// A status word and the message beside it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StatusInfo {
+    pub current: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl StatusInfo {
+    fn new(current: &str, message: Option<String>) -> StatusInfo {
+        StatusInfo {
+            current: current.to_string(),
+            message,
+        }
+    }
+}
+
+/// A base as Juju prints it: `{"name": "ubuntu", "channel": "22.04"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BaseView {
+    pub name: String,
+    /// The release, and its risk when that is not `stable`.
+    pub channel: String,
+}
+
+impl BaseView {
+    pub fn of(base: &Base) -> BaseView {
+        let text = base.to_string();
+        let (name, channel) = text.split_once('@').unwrap_or((text.as_str(), ""));
+        BaseView {
+            name: name.to_string(),
+            channel: channel.to_string(),
+        }
+    }
+}
+
+/// A machine (or container).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct MachineView {
+    /// The agent: `pending`, `started`, `down`, `error` or `stopped`.
+    pub juju_status: StatusInfo,
+    /// The instance: `pending`, `allocating`, `running`, `provisioning
+    /// error`, `stopping` or `stopped`; the message is the provider's last
+    /// error.
+    pub machine_status: StatusInfo,
+    /// The cloud's id, or `pending` while there is none.
+    pub instance_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    pub base: BaseView,
+    /// The machine's constraints, canonical; absent when none are set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub constraints: String,
+    /// What the instance has: `arch=amd64 cores=2 mem=8192M
+    /// availability-zone=sim-a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    /// `dying` or `dead` once removal was asked for; absent while alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life: Option<String>,
+    /// The lxd containers on this machine, by id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = BTreeMap<String, MachineView>, no_recursion)]
+    pub containers: BTreeMap<MachineId, MachineView>,
+}
+
+/// An application.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct ApplicationView {
+    /// The charm's name.
+    pub charm: String,
+    /// `charmhub` (a charm named on deploy) or `local` (a directory).
+    pub charm_origin: String,
+    pub charm_name: String,
+    pub charm_rev: u32,
+    pub base: BaseView,
+    /// The most severe workload status of its units.
+    pub application_status: StatusInfo,
+    /// For a subordinate: the principal applications it is joined to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subordinate_to: Vec<String>,
+    /// The application's endpoints and what each is related to.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub relations: BTreeMap<String, Vec<RelatedView>>,
+    /// `dying` while being removed; absent while alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life: Option<String>,
+    /// Principal units by name (a subordinate application's units are
+    /// shown under their principals).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = BTreeMap<String, UnitView>)]
+    pub units: BTreeMap<UnitName, UnitView>,
+}
+
+/// One side of a relation, seen from the other.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct RelatedView {
+    pub related_application: String,
+    pub interface: String,
+    /// `global` or `container`.
+    pub scope: String,
+}
+
+/// A unit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct UnitView {
+    /// The machine it is assigned to; absent for a subordinate (it is on
+    /// its principal's) or a unit not yet assigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub machine: Option<MachineId>,
+    pub juju_status: StatusInfo,
+    pub workload_status: StatusInfo,
+    /// The subordinate units beside this one, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = BTreeMap<String, UnitView>, no_recursion)]
+    pub subordinates: BTreeMap<UnitName, UnitView>,
+}
+
+/// The status of a snapshot, on the cloud `cloud`.
+///
+/// # Guarantees
+///
+/// Every machine of the snapshot appears once: a container under its host
+/// (or at the top level if its host is missing, which the store does not
+/// allow); every principal unit under its application, every subordinate
+/// unit under its principal (or, if that is missing, under its own
+/// application).
+pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
+    let model = &snapshot.model;
+    Status {
+        model: ModelView {
+            name: model.name.clone(),
+            uuid: model.uuid.clone(),
+            model_type: "iaas".to_string(),
+            controller: model.controller_uuid.clone(),
+            cloud: cloud.to_string(),
+            constraints: model.constraints.to_string(),
+            revision: snapshot.revision,
+        },
+        machines: machines_view(&snapshot.machines),
+        applications: applications_view(
+            &snapshot.applications,
+            &snapshot.units,
+            &snapshot.relations,
+        ),
+    }
+}
+
+/// One machine, without its containers.
+pub fn machine_view(machine: &MachineRecord) -> MachineView {
+    let state = machine.state();
+    let words = machine_status(state);
+    let message = machine.machine.lifecycle.last_error.clone();
+    MachineView {
+        juju_status: StatusInfo::new(
+            words.juju_status,
+            (words.juju_status == "error")
+                .then(|| message.clone())
+                .flatten(),
+        ),
+        machine_status: StatusInfo::new(words.machine_status, message),
+        instance_id: machine.instance_id().unwrap_or(NO_INSTANCE).to_string(),
+        instance_type: machine.instance_type.clone(),
+        base: BaseView::of(&machine.base),
+        constraints: machine.constraints.to_string(),
+        hardware: machine.hardware.clone().filter(|h| !h.is_empty()),
+        life: match life(state) {
+            Life::Alive => None,
+            other => Some(other.as_str().to_string()),
+        },
+        containers: BTreeMap::new(),
+    }
+}
+
+fn machines_view(machines: &[MachineRecord]) -> BTreeMap<MachineId, MachineView> {
+    let mut hosts: BTreeMap<MachineId, MachineView> = machines
+        .iter()
+        .filter(|m| !m.id.is_container())
+        .map(|m| (m.id, machine_view(m)))
+        .collect();
+    for container in machines.iter().filter(|m| m.id.is_container()) {
+        let view = machine_view(container);
+        match container.id.parent().and_then(|p| hosts.get_mut(&p)) {
+            Some(host) => {
+                host.containers.insert(container.id, view);
+            }
+            None => {
+                hosts.insert(container.id, view);
+            }
+        }
+    }
+    hosts
+}
+
+/// Juju's order of workload statuses, least to most severe: the
+/// application shows its most severe unit's.
+const WORKLOAD_SEVERITY: [&str; 7] = [
+    "unknown",
+    "active",
+    "waiting",
+    "maintenance",
+    "blocked",
+    "terminated",
+    "error",
+];
+
+fn severity(status: &str) -> usize {
+    WORKLOAD_SEVERITY
+        .iter()
+        .position(|s| *s == status)
+        .unwrap_or(0)
+}
+
+fn unit_view(unit: &UnitRecord) -> UnitView {
+    UnitView {
+        machine: if unit.principal.is_some() {
+            None
+        } else {
+            unit.machine
+        },
+        juju_status: StatusInfo::new(&unit.agent_status, None),
+        workload_status: StatusInfo::new(&unit.workload_status, None),
+        subordinates: BTreeMap::new(),
+    }
+}
+
+fn charm_fields(charm_url: &str) -> (String, String, u32) {
+    match charm_url.parse::<CharmUrl>() {
+        Ok(url) => (
+            url.name().to_string(),
+            match url.namespace() {
+                Namespace::Local => "local",
+                Namespace::Charmhub => "charmhub",
+            }
+            .to_string(),
+            url.revision(),
+        ),
+        // The store only keeps URLs it made; show what it has regardless.
+        Err(_) => (charm_url.to_string(), "unknown".to_string(), 0),
+    }
+}
+
+fn application_view(app: &ApplicationRecord) -> ApplicationView {
+    let (charm, origin, revision) = charm_fields(&app.charm_url);
+    ApplicationView {
+        charm: charm.clone(),
+        charm_origin: origin,
+        charm_name: charm,
+        charm_rev: revision,
+        base: BaseView::of(&app.base),
+        application_status: StatusInfo::new("unknown", None),
+        subordinate_to: Vec::new(),
+        relations: BTreeMap::new(),
+        life: (app.life != "alive").then(|| app.life.clone()),
+        units: BTreeMap::new(),
+    }
+}
+
+fn applications_view(
+    applications: &[ApplicationRecord],
+    units: &[UnitRecord],
+    relations: &[RelationRecord],
+) -> BTreeMap<ApplicationName, ApplicationView> {
+    let mut views: BTreeMap<ApplicationName, ApplicationView> = applications
+        .iter()
+        .map(|a| (a.name.clone(), application_view(a)))
+        .collect();
+    let subordinate_apps: Vec<&ApplicationName> = applications
+        .iter()
+        .filter(|a| a.subordinate)
+        .map(|a| &a.name)
+        .collect();
+
+    for relation in relations {
+        let sides = [
+            (&relation.app1, &relation.endpoint1, &relation.app2),
+            (&relation.app2, &relation.endpoint2, &relation.app1),
+        ];
+        for (app, endpoint, other) in sides {
+            let Some(view) = views.iter_mut().find(|(n, _)| n.as_str() == app.as_str()) else {
+                continue;
+            };
+            view.1
+                .relations
+                .entry(endpoint.clone())
+                .or_default()
+                .push(RelatedView {
+                    related_application: other.clone(),
+                    interface: relation.interface.clone(),
+                    scope: relation.scope.clone(),
+                });
+            let is_subordinate = subordinate_apps.iter().any(|s| s.as_str() == app.as_str());
+            let other_is_subordinate = subordinate_apps
+                .iter()
+                .any(|s| s.as_str() == other.as_str());
+            if relation.scope == "container"
+                && is_subordinate
+                && !other_is_subordinate
+                && !view.1.subordinate_to.contains(other)
+            {
+                view.1.subordinate_to.push(other.clone());
+            }
+        }
+    }
+    for view in views.values_mut() {
+        view.subordinate_to.sort();
+        for related in view.relations.values_mut() {
+            related.sort_by(|a, b| a.related_application.cmp(&b.related_application));
+        }
+    }
+
+    for unit in units.iter().filter(|u| u.principal.is_none()) {
+        if let Some(app) = views.get_mut(&unit.application) {
+            app.units.insert(unit.name.clone(), unit_view(unit));
+        }
+    }
+    for unit in units.iter().filter(|u| u.principal.is_some()) {
+        let principal = unit.principal.as_ref();
+        let host = principal.and_then(|p| {
+            views
+                .get_mut(p.application())
+                .and_then(|app| app.units.get_mut(p))
+        });
+        match host {
+            Some(principal_view) => {
+                principal_view
+                    .subordinates
+                    .insert(unit.name.clone(), unit_view(unit));
+            }
+            None => {
+                if let Some(app) = views.get_mut(&unit.application) {
+                    app.units.insert(unit.name.clone(), unit_view(unit));
+                }
+            }
+        }
+    }
+
+    for (name, view) in views.iter_mut() {
+        let worst = units
+            .iter()
+            .filter(|u| &u.application == name)
+            .map(|u| u.workload_status.as_str())
+            .max_by_key(|s| severity(s));
+        if let Some(worst) = worst {
+            view.application_status = StatusInfo::new(worst, None);
+        }
+    }
+    views
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::constraints::Constraints;
+    use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState};
+    use crate::store::records::ModelRecord;
+
+    fn machine(id: &str, state: MachineState) -> MachineRecord {
+        MachineRecord {
+            id: id.parse().unwrap(),
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: Constraints::default(),
+            placement: None,
+            role: MachineRole::Workload,
+            machine: Machine {
+                state,
+                lifecycle: Lifecycle::default(),
+            },
+            instance_type: None,
+            hardware: None,
+            awaiting_check_in: false,
+            retry_at_ms: None,
+            last_heartbeat_ms: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    fn application(name: &str, charm_url: &str, subordinate: bool) -> ApplicationRecord {
+        ApplicationRecord {
+            name: name.parse().unwrap(),
+            charm_url: charm_url.to_string(),
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: Constraints::default(),
+            subordinate,
+            settings: json!({}),
+            life: "alive".to_string(),
+        }
+    }
+
+    fn unit(name: &str, machine: &str, principal: Option<&str>, workload: &str) -> UnitRecord {
+        let name: UnitName = name.parse().unwrap();
+        UnitRecord {
+            application: name.application().clone(),
+            name,
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: Constraints::default(),
+            machine: Some(machine.parse().unwrap()),
+            principal: principal.map(|p| p.parse().unwrap()),
+            agent_status: "allocating".to_string(),
+            workload_status: workload.to_string(),
+        }
+    }
+
+    fn snapshot() -> StatusSnapshot {
+        let mut started = machine("0", MachineState::Started);
+        started.machine.lifecycle.instance_id = Some("i-0".into());
+        started.instance_type = Some("m5.large".into());
+        started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
+        started.constraints = Constraints::parse("mem=2G").unwrap();
+        let mut failed = machine("10", MachineState::ProvisioningError);
+        failed.machine.lifecycle.last_error = Some("no capacity".into());
+        StatusSnapshot {
+            revision: 42,
+            model: ModelRecord {
+                name: "default".into(),
+                uuid: "model-uuid".into(),
+                controller_uuid: "controller-uuid".into(),
+                constraints: Constraints::parse("cores=2").unwrap(),
+            },
+            machines: vec![
+                started,
+                machine("0/lxd/1", MachineState::Pending),
+                machine("2", MachineState::Down),
+                failed,
+            ],
+            applications: vec![
+                application("mysql", "ch:mysql-0", false),
+                application("ntp", "local:ntp-3", true),
+            ],
+            units: vec![
+                unit("mysql/0", "0", None, "waiting"),
+                unit("mysql/1", "0/lxd/1", None, "blocked"),
+                unit("ntp/0", "0", Some("mysql/0"), "waiting"),
+            ],
+            relations: vec![RelationRecord {
+                key: "mysql:juju-info ntp:juju-info".into(),
+                app1: "ntp".into(),
+                endpoint1: "juju-info".into(),
+                app2: "mysql".into(),
+                endpoint2: "juju-info".into(),
+                interface: "juju-info".into(),
+                scope: "container".into(),
+            }],
+            zones: Vec::new(),
+        }
+    }
+
+    fn view() -> serde_json::Value {
+        serde_json::to_value(status_view(&snapshot(), "sim")).unwrap()
+    }
+
+    #[test]
+    fn the_model_section_names_the_model_controller_cloud_and_revision() {
+        assert_eq!(
+            view()["model"],
+            json!({
+                "name": "default",
+                "uuid": "model-uuid",
+                "type": "iaas",
+                "controller": "controller-uuid",
+                "cloud": "sim",
+                "constraints": "cores=2",
+                "revision": 42,
+            })
+        );
+    }
+
+    #[test]
+    fn a_started_machine_shows_its_instance_hardware_and_constraints() {
+        let machine = &view()["machines"]["0"];
+        assert_eq!(machine["juju-status"], json!({"current": "started"}));
+        assert_eq!(machine["machine-status"], json!({"current": "running"}));
+        assert_eq!(machine["instance-id"], "i-0");
+        assert_eq!(machine["instance-type"], "m5.large");
+        assert_eq!(
+            machine["hardware"],
+            "arch=amd64 cores=2 mem=8192M availability-zone=sim-a"
+        );
+        assert_eq!(machine["constraints"], "mem=2048M");
+        assert_eq!(
+            machine["base"],
+            json!({"name": "ubuntu", "channel": "22.04"})
+        );
+    }
+
+    #[test]
+    fn containers_are_nested_under_their_host() {
+        let view = view();
+        assert!(view["machines"].get("0/lxd/1").is_none());
+        let container = &view["machines"]["0"]["containers"]["0/lxd/1"];
+        assert_eq!(container["juju-status"]["current"], "pending");
+        assert_eq!(container["instance-id"], "pending");
+    }
+
+    #[test]
+    fn machines_come_in_numeric_order() {
+        let status = status_view(&snapshot(), "sim");
+        let ids: Vec<String> = status.machines.keys().map(ToString::to_string).collect();
+        assert_eq!(ids, ["0", "2", "10"]);
+        let text = serde_json::to_string(&status).unwrap();
+        assert!(text.find("\"2\":").unwrap() < text.find("\"10\":").unwrap());
+    }
+
+    #[test]
+    fn a_machine_whose_heartbeats_stopped_shows_down() {
+        let machine = &view()["machines"]["2"];
+        assert_eq!(machine["juju-status"], json!({"current": "down"}));
+        assert_eq!(machine["machine-status"], json!({"current": "running"}));
+    }
+
+    #[test]
+    fn a_provisioning_error_shows_the_providers_message_on_both_statuses() {
+        let machine = &view()["machines"]["10"];
+        assert_eq!(
+            machine["juju-status"],
+            json!({"current": "error", "message": "no capacity"})
+        );
+        assert_eq!(
+            machine["machine-status"],
+            json!({"current": "provisioning error", "message": "no capacity"})
+        );
+        assert_eq!(machine["instance-id"], "pending");
+    }
+
+    #[test]
+    fn a_dying_machine_shows_its_life() {
+        let mut snapshot = snapshot();
+        snapshot.machines[0].machine.state = MachineState::Stopping;
+        let view = serde_json::to_value(status_view(&snapshot, "sim")).unwrap();
+        assert_eq!(view["machines"]["0"]["life"], "dying");
+        assert!(view["machines"]["2"].get("life").is_none());
+    }
+
+    #[test]
+    fn subordinate_units_are_under_their_principal() {
+        let view = view();
+        let mysql = &view["applications"]["mysql"];
+        assert_eq!(mysql["units"]["mysql/0"]["machine"], "0");
+        assert_eq!(
+            mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]["workload-status"],
+            json!({"current": "waiting"})
+        );
+        assert!(mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]
+            .get("machine")
+            .is_none());
+        assert!(view["applications"]["ntp"].get("units").is_none());
+    }
+
+    #[test]
+    fn an_application_shows_its_charm_base_and_worst_unit_status() {
+        let view = view();
+        let mysql = &view["applications"]["mysql"];
+        assert_eq!(mysql["charm"], "mysql");
+        assert_eq!(mysql["charm-origin"], "charmhub");
+        assert_eq!(mysql["charm-rev"], 0);
+        assert_eq!(mysql["application-status"], json!({"current": "blocked"}));
+        let ntp = &view["applications"]["ntp"];
+        assert_eq!(ntp["charm-origin"], "local");
+        assert_eq!(ntp["charm-rev"], 3);
+    }
+
+    #[test]
+    fn relations_are_listed_from_both_sides_and_subordinates_name_their_principals() {
+        let view = view();
+        assert_eq!(
+            view["applications"]["mysql"]["relations"],
+            json!({"juju-info": [{"related-application": "ntp", "interface": "juju-info", "scope": "container"}]})
+        );
+        assert_eq!(
+            view["applications"]["ntp"]["subordinate-to"],
+            json!(["mysql"])
+        );
+        assert!(view["applications"]["mysql"]
+            .get("subordinate-to")
+            .is_none());
+    }
+
+    #[test]
+    fn the_view_reads_back_into_the_same_types() {
+        let status = status_view(&snapshot(), "sim");
+        let text = serde_json::to_string(&status).unwrap();
+        let back: Status = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, status);
+    }
+
+    #[test]
+    fn a_base_with_a_risk_keeps_it_in_the_channel() {
+        let base: Base = "ubuntu@24.04/edge".parse().unwrap();
+        assert_eq!(
+            BaseView::of(&base),
+            BaseView {
+                name: "ubuntu".into(),
+                channel: "24.04/edge".into()
+            }
+        );
+    }
+}
