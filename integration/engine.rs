@@ -16,6 +16,7 @@ use berth::domain::placement::parse_to_list;
 use berth::engine::broker::RateLimits;
 use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
+use berth::metrics::Metrics;
 use berth::providers::sim::{SimConfig, SimProvider};
 use berth::providers::{
     tags, ControllerLink, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
@@ -64,7 +65,7 @@ fn start_engine(store: &Store, provider: Arc<dyn Provider>, config: &Provisioner
         config,
         RateLimits::default(),
         "http://127.0.0.1:17070".into(),
-        None,
+        Arc::new(Metrics::new()),
     )
     .expect("start engine")
 }

@@ -8,5 +8,6 @@
 mod api;
 mod applications;
 mod engine;
+mod serve;
 mod store;
 mod support;

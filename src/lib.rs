@@ -13,12 +13,14 @@
 //! - [`engine`]: the provisioning engine's actors (provisioner, machine
 //!   actors, zone tracker, provider broker, container provisioner).
 //! - [`config`]: the configuration file and `BERTH_*` environment.
+//! - [`app`]: `berth serve`, which starts all of the above.
 //! - [`metrics`]: the engine's counters, gauges and histograms, rendered
 //!   for Prometheus.
 //! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
 //!   auth and the OpenAPI document.
 
 pub mod api;
+pub mod app;
 pub mod charms;
 pub mod config;
 pub mod domain;

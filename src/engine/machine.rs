@@ -409,6 +409,7 @@ impl MachineActor {
     }
 
     fn launch(&mut self, zone: String, password: Secret, ctx: &mut Context<Self>) {
+        self.shared.metrics.provisioning_attempt();
         let request = match self.launch_request(&zone, password) {
             Ok(request) => request,
             Err(e) => return self.launch_failed(e, ctx),
@@ -458,6 +459,7 @@ impl MachineActor {
     }
 
     fn launch_failed(&mut self, error: ProviderError, ctx: &mut Context<Self>) {
+        self.shared.metrics.provisioning_error();
         self.shared.zones.do_send(Release { machine: self.id });
         let kind = match error.class {
             FailureClass::ZoneSpecific => FailureKind::ZoneSpecific,

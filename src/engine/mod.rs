@@ -29,10 +29,11 @@ use async_trait::async_trait;
 
 use crate::domain::machine::Policy;
 use crate::domain::names::MachineId;
-use crate::engine::broker::{CallObserver, ProviderBroker, RateLimits};
+use crate::engine::broker::{ProviderBroker, RateLimits};
 use crate::engine::config::{HarvestMode, ProvisionerConfig};
 use crate::engine::provisioner::{GetLiveActors, ProviderReport, Provisioner, ReconcileNow};
 use crate::engine::zone_tracker::ZoneTracker;
+use crate::metrics::Metrics;
 use crate::providers::{ControllerLink, InstanceStateChange, Provider, Secret};
 use crate::store::{Store, StoreError};
 
@@ -54,6 +55,8 @@ pub struct Shared {
     pub controller_url: String,
     pub reconcile_interval: Duration,
     pub agent_down_after: Duration,
+    /// Updated by the actors, rendered by the API's `/metrics`.
+    pub metrics: Arc<Metrics>,
 }
 
 /// A running engine.
@@ -76,15 +79,19 @@ impl Engine {
         config: &ProvisionerConfig,
         limits: RateLimits,
         controller_url: String,
-        observer: Option<CallObserver>,
+        metrics: Arc<Metrics>,
     ) -> Result<Engine, StoreError> {
         let model = store.model()?;
+        let observed = metrics.clone();
+        let observer: broker::CallObserver = Arc::new(move |kind, took, ok| {
+            observed.observe_provider_call(kind.as_str(), took.as_secs_f64(), ok)
+        });
         let broker = ProviderBroker::new(
             provider.clone(),
             limits,
             config.workers,
             config.call_timeout(),
-            observer,
+            Some(observer),
         )
         .start();
         let zones = Supervisor::start(|_| ZoneTracker::default());
@@ -101,6 +108,7 @@ impl Engine {
             controller_url,
             reconcile_interval: Duration::from_secs(config.reconcile_interval_s),
             agent_down_after: Duration::from_secs(config.agent_down_after_s),
+            metrics,
         });
         let for_provisioner = shared.clone();
         let provisioner = Supervisor::start(move |_| Provisioner::new(for_provisioner));

@@ -123,6 +123,13 @@ impl Provisioner {
             actor = actor.adopting(instance);
         }
         self.actors.insert(id, actor.start());
+        self.report_actors();
+    }
+
+    fn report_actors(&self) {
+        self.shared
+            .metrics
+            .set_queue_depth("machine_actors", self.actors.len());
     }
 
     /// Reads everything and reconciles it with the provider; then starts
@@ -590,6 +597,7 @@ impl Handler<ActorStopped> for Provisioner {
 
     fn handle(&mut self, msg: ActorStopped, _ctx: &mut Context<Self>) {
         self.actors.remove(&msg.machine);
+        self.report_actors();
     }
 }
 

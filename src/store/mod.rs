@@ -312,6 +312,15 @@ impl Store {
         self.writer.write_blocking(op)
     }
 
+    /// Waits until every write queued before this call is committed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::WriterGone`] if the writer has stopped.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.write(|_| Ok(())).await
+    }
+
     /// The change log's latest committed revision.
     pub fn revision(&self) -> i64 {
         *self.head.borrow()

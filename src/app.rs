@@ -1,0 +1,266 @@
+//! `berth serve`: one [`Application`] owns start-up. It reads the
+//! configuration, opens the store, makes the admin token on first start,
+//! opens the provider, starts the engine and serves the API, and shuts all
+//! of it down cleanly.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actix_web::dev::Server;
+
+use crate::api::{self, ApiState, Limits, ProviderInfo};
+use crate::config::{Config, ProviderKind};
+use crate::engine::broker::RateLimits;
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::providers::sim::SimProvider;
+use crate::providers::{Provider, Secret};
+use crate::store::agents::new_secret;
+use crate::store::db::DatabaseUrl;
+use crate::store::{Store, StoreError};
+
+/// The admin token's file in the data directory (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// The webhook secret's file, when the configuration gives none.
+pub const WEBHOOK_SECRET_FILE: &str = "webhook.secret";
+/// The simulated cloud's instance ledger.
+pub const SIM_LEDGER_FILE: &str = "sim-ledger.db";
+
+/// Why berth could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot use data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot start the {kind} provider: {message}")]
+    Provider { kind: &'static str, message: String },
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the API: {0}")]
+    Api(#[source] std::io::Error),
+}
+
+/// A running controller.
+pub struct Application {
+    port: u16,
+    server: Server,
+    engine: Engine,
+    store: Store,
+    data_dir: PathBuf,
+}
+
+impl Application {
+    /// Starts everything `config` describes. Must run inside an actix
+    /// system (`actix_web::main`, `actix_web::test`).
+    ///
+    /// # Errors
+    ///
+    /// [`AppError`], naming what could not be used.
+    pub async fn build(config: Config) -> Result<Application, AppError> {
+        let data_dir = config.data_dir();
+        create_private_dir(&data_dir)?;
+        let url = DatabaseUrl::parse(&config.database_url())?;
+        let store = {
+            let url = url.clone();
+            tokio::task::spawn_blocking(move || Store::open(&url))
+                .await
+                .map_err(|e| StoreError::Connect(e.to_string()))??
+        };
+        log::info!("store: {url}");
+        ensure_admin_token(&store, &data_dir).await?;
+        let webhook_secret = match &config.webhook_secret {
+            Some(secret) => Secret::new(secret.clone()),
+            None => read_or_create_secret(&data_dir.join(WEBHOOK_SECRET_FILE))?,
+        };
+        let (provider, limits) = open_provider(&config, &data_dir)?;
+        let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
+            address: config.listen.to_string(),
+            source,
+        })?;
+        let address = listener.local_addr().map_err(AppError::Api)?;
+        let controller_url = config
+            .controller_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{address}"));
+        let metrics = Arc::new(Metrics::new());
+        let engine = Engine::start(
+            store.clone(),
+            provider.clone(),
+            &config.provisioner,
+            limits,
+            controller_url,
+            metrics.clone(),
+        )?;
+        let state = ApiState {
+            store: store.clone(),
+            link: engine.link(),
+            provider: ProviderInfo {
+                name: provider.name().to_string(),
+                supported_constraints: provider.supported_constraints().to_vec(),
+            },
+            metrics,
+            webhook_secret: Some(webhook_secret),
+            limits: Limits::default(),
+        };
+        let server = api::server(listener, state).map_err(AppError::Api)?;
+        log::info!(
+            "berth controller listening on http://{address} (provider {}, data in {})",
+            provider.name(),
+            data_dir.display()
+        );
+        Ok(Application {
+            port: address.port(),
+            server,
+            engine,
+            store,
+            data_dir,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Serves until SIGINT or SIGTERM (or the server's handle stops it),
+    /// then waits for every acknowledged and queued write to be committed.
+    ///
+    /// # Errors
+    ///
+    /// The server's I/O error.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let served = self.server.await;
+        if let Err(e) = self.store.flush().await {
+            log::error!("could not flush the store on shutdown: {e}");
+        }
+        log::info!("berth controller stopped");
+        served
+    }
+}
+
+/// Creates `dir` (and parents) readable by its owner only.
+fn create_private_dir(dir: &Path) -> Result<(), AppError> {
+    let failed = |source| AppError::DataDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Writes `contents` to `path`, readable by its owner only.
+fn write_private(path: &Path, contents: &str) -> Result<(), AppError> {
+    let failed = |source| AppError::DataDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path).map_err(failed)?;
+    file.write_all(contents.as_bytes()).map_err(failed)?;
+    file.write_all(b"\n").map_err(failed)?;
+    file.sync_all().map_err(failed)
+}
+
+/// On first start, makes the admin token and writes it to
+/// `<data-dir>/admin.token`; only its hash is stored. If the file was lost,
+/// a new token replaces the old one.
+async fn ensure_admin_token(store: &Store, data_dir: &Path) -> Result<(), AppError> {
+    let path = data_dir.join(ADMIN_TOKEN_FILE);
+    let token = match store.ensure_admin_token().await? {
+        Some(token) => Some(token),
+        None if !path.exists() => {
+            log::warn!("{} is missing: making a new admin token", path.display());
+            Some(store.rotate_admin_token().await?)
+        }
+        None => None,
+    };
+    if let Some(token) = token {
+        write_private(&path, token.expose())?;
+        log::info!("admin token written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn read_or_create_secret(path: &Path) -> Result<Secret, AppError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Ok(Secret::new(text.trim())),
+        _ => {
+            let secret = new_secret();
+            write_private(path, secret.expose())?;
+            Ok(secret)
+        }
+    }
+}
+
+fn open_provider(
+    config: &Config,
+    data_dir: &Path,
+) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
+    match config.provider.kind {
+        ProviderKind::Sim => {
+            let sim = SimProvider::open(
+                config.provider.sim.clone(),
+                Some(data_dir.join(SIM_LEDGER_FILE)),
+            )
+            .map_err(|e| AppError::Provider {
+                kind: "sim",
+                message: e.to_string(),
+            })?;
+            Ok((Arc::new(sim), RateLimits::default()))
+        }
+        ProviderKind::Ec2 => Err(AppError::Provider {
+            kind: "ec2",
+            message: "this berth was built without the EC2 provider".into(),
+        }),
+    }
+}
+
+/// Runs `berth serve` with `config` until it is stopped. Logging goes
+/// through env_logger (`RUST_LOG`, default `info`).
+///
+/// # Errors
+///
+/// [`AppError`] if it cannot start; the server's I/O error if it fails.
+pub fn serve(config: Config) -> Result<(), AppError> {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .try_init();
+    actix_web::rt::System::new().block_on(async move {
+        let app = Application::build(config).await?;
+        app.run_until_stopped().await.map_err(AppError::Api)
+    })
+}
