@@ -668,3 +668,62 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
         assert!(per_machine.values().all(|n| *n == 1), "{per_machine:?}");
     });
 }
+
+#[actix_web::test]
+async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back() {
+    // The simulated agents report only once an hour here.
+    let sim = SimConfig {
+        heartbeat_interval_ms: 3_600_000,
+        ..SimConfig::default()
+    };
+    let config = ProvisionerConfig {
+        agent_down_after_s: 1,
+        ..fast_provisioner()
+    };
+    let h = harness(sim, config);
+    h.store.add_machines(AddMachines::default()).await.unwrap();
+    until(&h.store, "started", all_started(1)).await;
+    let status = until(&h.store, "down", |s| all_in(s, &[MachineState::Down])).await;
+    assert_eq!(
+        status.machines[0].machine.lifecycle.last_error.as_deref(),
+        Some("agent is not responding")
+    );
+    h.store
+        .agents_alive(vec!["0".parse().unwrap()])
+        .await
+        .unwrap();
+    until(&h.store, "started again", all_started(1)).await;
+}
+
+#[actix_web::test]
+async fn the_simulated_agents_heartbeats_keep_their_machines_started() {
+    let sim = SimConfig {
+        heartbeat_interval_ms: 200,
+        ..SimConfig::default()
+    };
+    let config = ProvisionerConfig {
+        agent_down_after_s: 1,
+        ..fast_provisioner()
+    };
+    let h = harness(sim, config);
+    h.store
+        .add_machines(AddMachines {
+            count: 3,
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap();
+    until(&h.store, "started", all_started(3)).await;
+    // Three times the down threshold: without heartbeats they would be down.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = h.store.status().unwrap();
+    assert!(
+        all_in(&status, &[MachineState::Started]),
+        "{:?}",
+        status
+            .machines
+            .iter()
+            .map(|m| m.state())
+            .collect::<Vec<_>>()
+    );
+}

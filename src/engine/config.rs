@@ -58,7 +58,8 @@ pub struct ProvisionerConfig {
     /// (webhooks can be lost).
     pub reconcile_interval_s: u64,
     /// A started machine whose agent has not been heard from for this long
-    /// is shown `down`; 0 turns the check off.
+    /// is shown `down`; 0 turns the check off. Agents (and the simulated
+    /// cloud's) report every 30 seconds.
     pub agent_down_after_s: u64,
 }
 
@@ -74,7 +75,7 @@ impl Default for ProvisionerConfig {
             harvest_mode: HarvestMode::All,
             call_timeout_s: 60,
             reconcile_interval_s: 60,
-            agent_down_after_s: 0,
+            agent_down_after_s: 120,
         }
     }
 }

@@ -174,4 +174,10 @@ impl ControllerLink for EngineLink {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+
+    async fn agents_alive(&self, machines: Vec<MachineId>) {
+        if let Err(e) = self.store.agents_alive(machines).await {
+            log::warn!("cannot record the simulated agents' heartbeats: {e}");
+        }
+    }
 }

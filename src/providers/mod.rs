@@ -186,6 +186,10 @@ pub trait ControllerLink: Send + Sync {
         machine: MachineId,
         one_time_password: Secret,
     ) -> Result<(), String>;
+
+    /// Simulated agents that are alive, reported together (real agents
+    /// send their own authenticated heartbeats to the API).
+    async fn agents_alive(&self, _machines: Vec<MachineId>) {}
 }
 
 /// A cloud.

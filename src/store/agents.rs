@@ -139,6 +139,44 @@ impl Store {
         .await
     }
 
+    /// Agents the provider vouches for (the simulated cloud's) are alive:
+    /// their heartbeat time is now, and those shown `down` are started
+    /// again. One statement per thousand machines.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] only; unknown machines are ignored.
+    pub async fn agents_alive(&self, ids: Vec<MachineId>) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            tx.set_origin(Origin::Agent);
+            let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
+            for chunk in keys.chunks(1000) {
+                diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
+                    .set(machines::last_heartbeat_ms.eq(tx.now_ms))
+                    .execute(tx.conn)?;
+                let down: Vec<String> = machines::table
+                    .filter(machines::id.eq_any(chunk))
+                    .filter(machines::state.eq(MachineState::Down.as_str()))
+                    .select(machines::id)
+                    .load(tx.conn)?;
+                for id in down {
+                    let id: MachineId = crate::store::records::stored("machine id", &id)?;
+                    let record = load_machine(tx, &id)?;
+                    if let Ok(step) = transition(
+                        &record.machine,
+                        &Event::AgentConnected,
+                        &Policy::default(),
+                        Jitter::NONE,
+                    ) {
+                        save_machine_tx(tx, &id, &step.next, &MachineUpdate::default())?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Creates the admin token on first start and returns it; later starts
     /// return `None` (only its hash is kept).
     ///

@@ -47,6 +47,9 @@ pub struct SimConfig {
     /// Zones that are out: launches there fail and `zones()` reports them
     /// unavailable.
     pub outages: Vec<String>,
+    /// How often the simulated agents that checked in report that they are
+    /// alive, as real agents' heartbeats do.
+    pub heartbeat_interval_ms: u64,
 }
 
 impl Default for SimConfig {
@@ -60,6 +63,7 @@ impl Default for SimConfig {
             seed: 1,
             capacity: BTreeMap::new(),
             outages: Vec::new(),
+            heartbeat_interval_ms: 30_000,
         }
     }
 }
@@ -75,6 +79,9 @@ impl SimConfig {
     /// `zones`.
     pub fn validate(&self) -> Result<(), String> {
         check_failure_rate(self.failure_rate)?;
+        if self.heartbeat_interval_ms == 0 {
+            return Err("heartbeat_interval_ms must be at least 1".to_string());
+        }
         if self.zones.is_empty() {
             return Err("zones is empty: expected at least one zone name".to_string());
         }

@@ -65,6 +65,7 @@ use tokio::time::Instant;
 use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
 use crate::domain::instance_types::{Catalogue, CatalogueError};
+use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::ledger::{tagged_machine, Batch, Change, Ledger, Record, RngPosition};
@@ -184,6 +185,8 @@ struct Settings {
     /// Whether ledger work touches a file (and so runs on a blocking
     /// thread).
     file_backed: bool,
+    /// How often connected agents report that they are alive.
+    heartbeat_interval: Duration,
 }
 
 /// What an administrator may change at run time.
@@ -282,6 +285,7 @@ impl SimProvider {
                 agent_delay: config.agent_delay(),
                 seed: config.seed,
                 file_backed: ledger_path.is_some(),
+                heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
             },
             knobs: Mutex::new(Knobs {
                 outages: config.outages.iter().cloned().collect(),
@@ -967,6 +971,18 @@ impl Inner {
             .schedule_all(now + self.settings.agent_delay, agents);
     }
 
+    /// The machines whose agents checked in and whose instances run.
+    fn connected_agents(&self) -> Vec<MachineId> {
+        lock(&self.state)
+            .ledger
+            .records()
+            .filter(|r| {
+                r.entry.agent == AgentState::Connected && r.entry.state == InstanceState::Running
+            })
+            .filter_map(|r| r.entry.machine)
+            .collect()
+    }
+
     fn ensure_driver(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let events = Arc::clone(&self.events);
@@ -1096,11 +1112,30 @@ async fn deliver(
 /// cloud weakly, upgrading only for ledger work, and stops once the cloud
 /// is dropped.
 async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
+    let interval = match cloud.upgrade() {
+        Some(inner) => inner.settings.heartbeat_interval,
+        None => return,
+    };
+    let mut next_heartbeat = Instant::now() + interval;
     loop {
         if events.is_closed() {
             return;
         }
         let now = Instant::now();
+        if now >= next_heartbeat {
+            next_heartbeat = now + interval;
+            if let Some(link) = events.link() {
+                let Some(inner) = cloud.upgrade() else {
+                    return;
+                };
+                let alive = inner.connected_agents();
+                drop(inner);
+                if !alive.is_empty() {
+                    link.agents_alive(alive).await;
+                }
+            }
+            continue;
+        }
         let due = events.take_due(now, DRIVER_BATCH);
         if !due.is_empty() {
             let Some(inner) = cloud.upgrade() else {
@@ -1127,14 +1162,12 @@ async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
             }
         }
         let wake = events.wake();
-        match events.next_at() {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = wake.notified() => {}
-                }
-            }
-            None => wake.notified().await,
+        let at = events
+            .next_at()
+            .map_or(next_heartbeat, |at| at.min(next_heartbeat));
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = wake.notified() => {}
         }
     }
 }
