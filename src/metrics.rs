@@ -29,6 +29,7 @@ pub mod names {
     pub const QUEUE_DEPTH: &str = "berth_queue_depth";
     pub const MACHINES: &str = "berth_machines";
     pub const API_OVERLOADED: &str = "berth_api_overloaded_total";
+    pub const RECONCILIATIONS: &str = "berth_reconciliations_total";
 }
 
 /// One histogram: a count per bucket (not cumulative; rendering adds them
@@ -120,6 +121,9 @@ pub struct Metrics {
     queue_depths: Family<AtomicI64>,
     /// Requests the API refused with 503 because it was at its limit.
     api_overloaded: AtomicU64,
+    /// Times the provisioner finished reconciling the store with the
+    /// provider at start (1 after the first start is complete).
+    reconciliations: AtomicU64,
 }
 
 impl Metrics {
@@ -153,6 +157,12 @@ impl Metrics {
     pub fn set_queue_depth(&self, name: &'static str, depth: usize) {
         let depth = i64::try_from(depth).unwrap_or(i64::MAX);
         self.queue_depths.get(name).store(depth, Ordering::Relaxed);
+    }
+
+    /// The provisioner finished its start-up reconciliation: every machine
+    /// that needs an actor has one, and strays were dealt with.
+    pub fn reconciled(&self) {
+        self.reconciliations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The API refused a request because it was overloaded.
@@ -254,6 +264,19 @@ impl Metrics {
             "{} {}",
             names::API_OVERLOADED,
             self.api_overloaded.load(Ordering::Relaxed)
+        );
+
+        header(
+            &mut out,
+            names::RECONCILIATIONS,
+            "counter",
+            "Start-up reconciliations of the store with the provider that completed.",
+        );
+        let _ = writeln!(
+            out,
+            "{} {}",
+            names::RECONCILIATIONS,
+            self.reconciliations.load(Ordering::Relaxed)
         );
         out
     }

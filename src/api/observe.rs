@@ -119,12 +119,15 @@ pub async fn healthz() -> HttpResponse {
 
 /// Counts per machine state, every state present.
 fn machines_by_state(store: &Store) -> Result<Vec<(&'static str, u64)>, StoreError> {
-    let machines = store.machines()?;
+    let counts = store.machine_counts()?;
     Ok(MachineState::ALL
         .iter()
         .map(|state| {
-            let n = machines.iter().filter(|m| m.state() == *state).count();
-            (state.as_str(), u64::try_from(n).unwrap_or(u64::MAX))
+            let n = counts
+                .iter()
+                .find(|(stored, _)| stored == state.as_str())
+                .map_or(0, |(_, n)| *n);
+            (state.as_str(), u64::try_from(n).unwrap_or(0))
         })
         .collect())
 }

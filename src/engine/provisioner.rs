@@ -250,6 +250,7 @@ impl Provisioner {
                 }
             }
             act.follow(revision, ctx);
+            act.shared.metrics.reconciled();
         }));
     }
 

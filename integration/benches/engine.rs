@@ -1,0 +1,377 @@
+//! How fast berth provisions: `cargo bench --bench engine`.
+//!
+//! For each size (default 1,000 and 10,000 units; set `BERTH_BENCH_SIZES`,
+//! e.g. `1000,10000,100000`), in a fresh data directory, against a real
+//! `berth serve` process over HTTP on loopback with the simulated cloud at
+//! zero start and check-in latency, it measures:
+//!
+//! - deploy-to-settled: from sending the deploy to every machine `started`;
+//! - floor: the same rows (units, machines, their status transitions and
+//!   change-log entries) written straight through the store, in the same
+//!   run on the same disk, and the ratio of the two;
+//! - status: p50 and p99 of `GET /v1/status` under concurrent readers;
+//! - webhooks: sustained signed provider callbacks per second;
+//! - restart: from process start to answering status, and to having
+//!   reconciled every machine;
+//! - memory: the controller's peak resident memory.
+//!
+//! It prints a table and writes `target/bench/engine.json`. Nothing is
+//! asserted: the figures go into BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use berth::charms::resolve;
+use berth::domain::constraints::Constraints;
+use berth::domain::machine::{Lifecycle, Machine, MachineState};
+use berth::store::applications::DeployRequest;
+use berth::store::db::DatabaseUrl;
+use berth::store::machines::MachineUpdate;
+use berth::store::Store;
+use serde_json::{json, Value};
+
+/// Units one API request may add (the API's own limit).
+const PER_REQUEST: usize = 1000;
+const READERS: usize = 4;
+const WEBHOOKS: usize = 20_000;
+const WEBHOOK_CONCURRENCY: usize = 32;
+const PATIENCE: Duration = Duration::from_secs(600);
+
+fn sizes() -> Vec<usize> {
+    std::env::var("BERTH_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1_000, 10_000])
+}
+
+fn bench_root() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+fn spawn_server(dir: &Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start berth serve")
+}
+
+impl Server {
+    async fn start(dir: &Path, port: u16) -> (Server, Duration, Duration) {
+        let started = Instant::now();
+        let child = spawn_server(dir, port);
+        let url = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + PATIENCE;
+        let token = loop {
+            if let Ok(token) = std::fs::read_to_string(dir.join("admin.token")) {
+                if let Ok(r) = client.get(format!("{url}/v1/status")).bearer_auth(token.trim()).send().await {
+                    if r.status().is_success() {
+                        break token.trim().to_string();
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "berth serve did not come up");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let serving = started.elapsed();
+        let server = Server { child, url, token, client };
+        while server.metric("berth_reconciliations_total").await < 1.0 {
+            assert!(Instant::now() < deadline, "the engine did not reconcile");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let reconciled = started.elapsed();
+        (server, serving, reconciled)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        assert!(response.status().is_success(), "{path}: {}", response.status());
+        response.json().await.unwrap_or(Value::Null)
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .unwrap_or_default()
+    }
+
+    async fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The same rows as a deploy of `n` units that all start, written straight
+/// through the store: units and machines in transactions of 1,000 units,
+/// then four transitions per machine, committed by the group-committing
+/// writer in large batches.
+async fn floor(dir: &Path, n: usize) -> Duration {
+    let store = Store::open(&DatabaseUrl::Sqlite(dir.join("floor.db"))).expect("open floor store");
+    let started = Instant::now();
+    let mut remaining = n;
+    let mut first = true;
+    while remaining > 0 {
+        let count = remaining.min(PER_REQUEST);
+        if first {
+            store
+                .deploy(DeployRequest {
+                    application: "wordpress".parse().unwrap(),
+                    charm: resolve("wordpress").unwrap(),
+                    base: None,
+                    constraints: Constraints::default(),
+                    units: count as u32,
+                    placement: Vec::new(),
+                    settings: BTreeMap::new(),
+                })
+                .await
+                .expect("deploy");
+            first = false;
+        } else {
+            store.add_units("wordpress".parse().unwrap(), count as u32, Vec::new()).await.expect("add units");
+        }
+        remaining -= count;
+    }
+    let ids: Vec<_> = store.machines().expect("machines").into_iter().map(|m| m.id).collect();
+    let zone = Some("sim-a".to_string());
+    let steps = [
+        (MachineState::Pending, MachineState::Allocating, None),
+        (MachineState::Allocating, MachineState::Starting, None),
+        (MachineState::Starting, MachineState::AwaitingAgent, Some("i-0")),
+        (MachineState::AwaitingAgent, MachineState::Started, Some("i-0")),
+    ];
+    for (from, to, instance) in steps {
+        let writes: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let store = store.clone();
+                let machine = Machine {
+                    state: to,
+                    lifecycle: Lifecycle {
+                        zone: zone.clone(),
+                        instance_id: instance.map(|i| format!("{i}-{id}")),
+                        ..Lifecycle::default()
+                    },
+                };
+                let id = *id;
+                tokio::spawn(async move { store.save_machine(id, from, machine, MachineUpdate::default()).await })
+            })
+            .collect();
+        for write in writes {
+            write.await.expect("task").expect("save");
+        }
+    }
+    started.elapsed()
+}
+
+async fn webhooks(server: &Server, dir: &Path) -> f64 {
+    let secret = std::fs::read_to_string(dir.join("webhook.secret")).expect("webhook secret");
+    let secret = secret.trim().to_string();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..WEBHOOK_CONCURRENCY {
+        let client = server.client.clone();
+        let url = format!("{}/v1/webhooks/sim", server.url);
+        let secret = secret.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0usize;
+            for k in (worker..WEBHOOKS).step_by(WEBHOOK_CONCURRENCY) {
+                let at_ms = berth::store::now_ms();
+                let body = json!({"instance_id": format!("i-bench-{k}"), "state": "running", "at_ms": at_ms}).to_string();
+                let timestamp = at_ms / 1000;
+                let response = client
+                    .post(&url)
+                    .header(TIMESTAMP_HEADER, timestamp.to_string())
+                    .header(SIGNATURE_HEADER, sign(&secret, timestamp, body.as_bytes()))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                if response.is_ok_and(|r| r.status().is_success()) {
+                    ok += 1;
+                }
+            }
+            ok
+        }));
+    }
+    let mut accepted = 0;
+    for task in tasks {
+        accepted += task.await.unwrap_or(0);
+    }
+    let took = started.elapsed();
+    assert_eq!(accepted, WEBHOOKS, "every signed callback should be accepted");
+    accepted as f64 / took.as_secs_f64()
+}
+
+async fn status_latencies(server: &Server, n: usize) -> (f64, f64) {
+    let per_reader = if n >= 50_000 { 5 } else { 25 };
+    let mut tasks = Vec::new();
+    for _ in 0..READERS {
+        let client = server.client.clone();
+        let url = format!("{}/v1/status", server.url);
+        let token = server.token.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::new();
+            for _ in 0..per_reader {
+                let start = Instant::now();
+                let body = client.get(&url).bearer_auth(&token).send().await.expect("status").bytes().await;
+                assert!(body.is_ok());
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            times
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("reader"));
+    }
+    all.sort_by(f64::total_cmp);
+    (percentile(&all, 50.0), percentile(&all, 99.0))
+}
+
+async fn run(n: usize) -> Value {
+    let dir = bench_root().join(format!("engine-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let port = free_port();
+    let (server, _, _) = Server::start(&dir, port).await;
+
+    let started = Instant::now();
+    let mut remaining = n;
+    let mut first = true;
+    while remaining > 0 {
+        let count = remaining.min(PER_REQUEST);
+        if first {
+            server.post("/v1/applications", json!({"charm": "wordpress", "num_units": count})).await;
+            first = false;
+        } else {
+            server.post("/v1/applications/wordpress/units", json!({"num_units": count})).await;
+        }
+        remaining -= count;
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while server.metric("berth_machines{state=\"started\"}").await < n as f64 {
+        assert!(Instant::now() < deadline, "deploy did not settle");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let settled = started.elapsed();
+
+    let (p50, p99) = status_latencies(&server, n).await;
+    let webhooks_per_s = webhooks(&server, &dir).await;
+    let peak_mib = server.peak_rss_mib();
+    server.stop();
+
+    let (server, serving, reconciled) = Server::start(&dir, port).await;
+    let peak_after_restart = server.peak_rss_mib();
+    server.stop();
+
+    let floor = floor(&dir, n).await;
+    let ratio = settled.as_secs_f64() / floor.as_secs_f64();
+    json!({
+        "units": n,
+        "deploy_to_settled_s": settled.as_secs_f64(),
+        "machines_per_s": n as f64 / settled.as_secs_f64(),
+        "floor_s": floor.as_secs_f64(),
+        "ratio_to_floor": ratio,
+        "status_p50_ms": p50,
+        "status_p99_ms": p99,
+        "webhooks_per_s": webhooks_per_s,
+        "restart_to_serving_s": serving.as_secs_f64(),
+        "restart_to_reconciled_s": reconciled.as_secs_f64(),
+        "peak_rss_mib": peak_mib.max(peak_after_restart),
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let mut rows = Vec::new();
+    println!(
+        "{:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
+        "units", "settled s", "mach/s", "floor s", "ratio", "st p50ms", "st p99ms", "hooks/s", "serve s", "reconcile s", "peak MiB"
+    );
+    for n in sizes() {
+        let row = runtime.block_on(run(n));
+        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
+        println!(
+            "{:>8} {:>10.2} {:>10.0} {:>9.2} {:>7.2} {:>9.1} {:>9.1} {:>10.0} {:>9.2} {:>11.2} {:>9.0}",
+            n,
+            f("deploy_to_settled_s"),
+            f("machines_per_s"),
+            f("floor_s"),
+            f("ratio_to_floor"),
+            f("status_p50_ms"),
+            f("status_p99_ms"),
+            f("webhooks_per_s"),
+            f("restart_to_serving_s"),
+            f("restart_to_reconciled_s"),
+            f("peak_rss_mib"),
+        );
+        rows.push(row);
+    }
+    let out = bench_root().join("engine.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&json!({ "sizes": rows })).expect("json")).expect("write engine.json");
+    println!("wrote {}", out.display());
+}
