@@ -75,7 +75,14 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// The controller's address.
-    #[arg(long, global = true, env = "BERTH_URL", default_value = DEFAULT_URL, value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_URL,
+        value_name = "URL"
+    )]
     pub url: String,
     /// The admin token; by default read from <data-dir>/admin.token
     /// (the data directory is BERTH_DATA_DIR, else $XDG_DATA_HOME/berth,
@@ -96,6 +103,13 @@ pub enum Command {
     /// Run the controller: the API and the provisioning engine.
     Serve(ServeArgs),
     /// Deploy an application from a charm and add its units.
+    ///
+    /// CHARM is a charm name (wordpress) or the path of a charm directory
+    /// (./wordpress). A path is sent to the controller made absolute, and
+    /// the controller reads the directory from its own disk: this works
+    /// as it is when the controller runs on this machine (the default);
+    /// for a controller elsewhere, the directory must be at the same path
+    /// there.
     Deploy(applications::DeployArgs),
     /// Add units to an application.
     AddUnit(applications::AddUnitArgs),
@@ -219,13 +233,13 @@ impl Session {
     ///
     /// [`CliError::Usage`] for a bad URL; [`CliError::NoToken`].
     pub fn client(&mut self) -> Result<&Client, CliError> {
-        if self.client.is_none() {
-            let token = token::discover(self.token.as_deref(), &self.data_dir)?;
-            self.client = Some(Client::new(&self.url, Some(token))?);
-        }
-        self.client
-            .as_ref()
-            .ok_or_else(|| CliError::Usage("no client".into()))
+        Ok(match &mut self.client {
+            Some(client) => client,
+            empty => {
+                let token = token::discover(self.token.as_deref(), &self.data_dir)?;
+                empty.insert(Client::new(&self.url, Some(token))?)
+            }
+        })
     }
 
     /// A client without the admin token, for the agent's calls.
