@@ -3,10 +3,12 @@
 //! The store tests run every rule on both backends: SQLite in a temporary
 //! directory, and a real PostgreSQL server the harness starts itself (see
 //! [`support::postgres`]). The API tests run the HTTP server over SQLite
-//! (see [`api`]).
+//! (see [`api`]); the command line tests run `berth`'s commands against
+//! it (see [`cli`]).
 
 mod api;
 mod applications;
+mod cli;
 mod engine;
 mod serve;
 mod store;

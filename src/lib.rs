@@ -18,10 +18,14 @@
 //!   for Prometheus.
 //! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
 //!   auth and the OpenAPI document.
+//! - [`cli`]: the `berth` command line (an HTTP client of the API with
+//!   Juju's command names), the machine agent, and `berth serve`'s
+//!   arguments.
 
 pub mod api;
 pub mod app;
 pub mod charms;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod engine;

@@ -1,5 +1,6 @@
 //! What the integration tests share: stores on both backends.
 
+pub mod controller;
 pub mod postgres;
 
 use berth::store::db::DatabaseUrl;

@@ -1,0 +1,833 @@
+//! The command line against a real API: the requests each command makes,
+//! what it prints, and how it fails.
+//!
+//! Each test starts a controller ([`start_controller`]) without an engine,
+//! so machines stay pending unless the test moves them, and runs the
+//! command line in-process with [`berth::cli::run_args`], capturing what it
+//! writes to standard output and error.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use berth::api::status::Status;
+use berth::cli::agent::{self, AgentArgs, Clock};
+use berth::cli::follow::Backoff;
+use berth::cli::status::{watch, Format};
+use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
+use berth::store::zones::ProviderZone;
+use clap::Parser;
+use serde_json::{json, Value};
+
+use crate::support::charm_dir;
+use crate::support::controller::{start_controller, TestController};
+
+/// What one run of the command line did.
+#[derive(Debug)]
+struct Output {
+    code: u8,
+    out: String,
+    err: String,
+}
+
+/// Runs `berth <args>` with `--url` and `--token` given first.
+fn berth(controller: &TestController, args: &[&str]) -> Output {
+    let mut full = vec![
+        "berth",
+        "--url",
+        controller.url.as_str(),
+        "--token",
+        controller.token.as_str(),
+    ];
+    full.extend_from_slice(args);
+    run(&full)
+}
+
+/// Runs a whole command line (the program name first).
+fn run(args: &[&str]) -> Output {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_args(
+        args.iter().copied(),
+        &mut Io {
+            out: &mut out,
+            err: &mut err,
+            tty: false,
+        },
+    );
+    Output {
+        code,
+        out: String::from_utf8(out).expect("utf-8 output"),
+        err: String::from_utf8(err).expect("utf-8 errors"),
+    }
+}
+
+/// Runs a command that must succeed silently on standard error, and
+/// returns its standard output.
+fn ok(controller: &TestController, args: &[&str]) -> String {
+    let output = berth(controller, args);
+    assert_eq!((output.code, output.err.as_str()), (0, ""), "{args:?}");
+    output.out
+}
+
+fn status_json(controller: &TestController) -> Value {
+    serde_json::from_str(&ok(controller, &["status", "--format", "json"])).expect("status json")
+}
+
+const MYSQL: &str = "name: mysql\nprovides:\n  db:\n    interface: mysql\nseries: [jammy]\n";
+const WORDPRESS: &str =
+    "name: wordpress\nrequires:\n  db:\n    interface: mysql\nseries: [jammy]\n";
+
+#[test]
+fn the_seeds_constraints_scenario_gives_one_2g_machine_and_two_3g_machines() {
+    let controller = start_controller();
+    assert_eq!(
+        ok(
+            &controller,
+            &[
+                "deploy",
+                "--constraints",
+                "mem=2G",
+                "wordpress",
+                "--base",
+                "ubuntu@22.04"
+            ]
+        ),
+        "Deployed \"wordpress\" from charm \"ch:wordpress-0\" on ubuntu@22.04\n\
+         added unit wordpress/0 to machine 0\n"
+    );
+    assert_eq!(
+        ok(
+            &controller,
+            &["set-constraints", "--service", "wordpress", "mem=3G"]
+        ),
+        ""
+    );
+    assert_eq!(
+        ok(&controller, &["constraints", "wordpress"]),
+        "mem=3072M\n"
+    );
+    assert_eq!(
+        ok(&controller, &["add-unit", "wordpress", "-n", "2"]),
+        "added unit wordpress/1 to machine 1\nadded unit wordpress/2 to machine 2\n"
+    );
+    let status = status_json(&controller);
+    let mems: Vec<&str> = ["0", "1", "2"]
+        .iter()
+        .map(|m| status["machines"][m]["constraints"].as_str().unwrap())
+        .collect();
+    assert_eq!(mems, ["mem=2048M", "mem=3072M", "mem=3072M"]);
+}
+
+#[test]
+fn set_constraints_takes_the_application_first_and_get_constraints_reads_it() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress"]);
+    ok(
+        &controller,
+        &["set-constraints", "wordpress", "mem=3G", "cores=2"],
+    );
+    assert_eq!(
+        ok(&controller, &["get-constraints", "wordpress"]),
+        "mem=3072M cores=2\n"
+    );
+    ok(&controller, &["set-constraints", "wordpress"]);
+    assert_eq!(ok(&controller, &["constraints", "wordpress"]), "\n");
+}
+
+#[test]
+fn model_constraints_round_trip_in_canonical_form() {
+    let controller = start_controller();
+    assert_eq!(ok(&controller, &["model-constraints"]), "\n");
+    ok(&controller, &["set-model-constraints", "cores=2", "mem=4G"]);
+    assert_eq!(
+        ok(&controller, &["model-constraints"]),
+        "mem=4096M cores=2\n"
+    );
+    assert_eq!(
+        status_json(&controller)["model"]["constraints"],
+        "mem=4096M cores=2"
+    );
+}
+
+#[test]
+fn constraint_warnings_go_to_standard_error() {
+    let controller = start_controller();
+    let output = berth(
+        &controller,
+        &[
+            "deploy",
+            "wordpress",
+            "--constraints",
+            "mem=2G virt-type=kvm",
+        ],
+    );
+    assert_eq!(output.code, 0);
+    assert!(
+        output.out.starts_with("Deployed \"wordpress\""),
+        "{output:?}"
+    );
+    assert_eq!(
+        output.err,
+        "WARNING constraint \"virt-type\" is not supported by provider \"sim\" and is ignored\n"
+    );
+    let output = berth(
+        &controller,
+        &["set-constraints", "wordpress", "virt-type=kvm"],
+    );
+    assert_eq!((output.code, output.out.as_str()), (0, ""));
+    assert_eq!(
+        output.err,
+        "WARNING constraint \"virt-type\" is not supported by provider \"sim\" and is ignored\n"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
+    let controller = start_controller();
+    let before = controller.store.revision();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["deploy", "wordpress", "--to", "4,5,,"],
+            "ERROR invalid --to parameter \"4,5,,\"\n",
+        ),
+        (
+            &["deploy", "wordpress", "--constraints", "mem=lots"],
+            "ERROR bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix\n",
+        ),
+        (
+            &["add-machine", "kvm:0"],
+            "ERROR invalid placement scope \"kvm\": containers other than lxd are not supported\n",
+        ),
+        (
+            &["remove-unit", "wordpress"],
+            "ERROR \"wordpress\" is not a valid unit name\n",
+        ),
+    ];
+    for (args, err) in cases {
+        let output = berth(&controller, args);
+        assert_eq!(output.code, 2, "{args:?}");
+        assert_eq!(output.out, "", "{args:?}");
+        assert_eq!(output.err, err, "{args:?}");
+    }
+    assert_eq!(controller.store.revision(), before);
+}
+
+#[test]
+fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress"]);
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["deploy", "wordpress"],
+            "ERROR application \"wordpress\" already exists\n",
+        ),
+        (
+            &["add-unit", "ghost"],
+            "ERROR application \"ghost\" not found\n",
+        ),
+        (&["remove-machine", "7"], "ERROR machine 7 not found\n"),
+        (
+            &["deploy", "/no/such/charm/dir"],
+            "ERROR cannot open charm directory /no/such/charm/dir: No such file or directory (os error 2)\n",
+        ),
+    ];
+    for (args, err) in cases {
+        let output = berth(&controller, args);
+        assert_eq!(output.code, 1, "{args:?}");
+        assert_eq!(output.out, "", "{args:?}");
+        assert_eq!(output.err, err, "{args:?}");
+    }
+}
+
+#[test]
+fn a_wrong_token_is_refused_by_the_controller() {
+    let controller = start_controller();
+    let output = run(&[
+        "berth",
+        "--url",
+        &controller.url,
+        "--token",
+        "guess",
+        "status",
+    ]);
+    assert_eq!(output.code, 1);
+    assert_eq!(output.err, "ERROR invalid token\n");
+}
+
+#[test]
+fn without_a_token_the_data_directorys_admin_token_is_used() {
+    let controller = start_controller();
+    let data_dir = tempfile::tempdir().unwrap();
+    let run_zones = |data_dir: PathBuf| {
+        let cli =
+            berth::cli::Cli::try_parse_from(["berth", "--url", &controller.url, "zones"]).unwrap();
+        let mut session = Session::new(&cli.url, None, data_dir);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let result = dispatch(
+            &cli.command,
+            &mut session,
+            &mut Io {
+                out: &mut out,
+                err: &mut err,
+                tty: false,
+            },
+        );
+        (result, String::from_utf8(out).unwrap())
+    };
+    let (result, _) = run_zones(data_dir.path().to_path_buf());
+    let e = result.unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "no admin token: none was given with --token or BERTH_TOKEN, and {} cannot be read",
+            data_dir.path().join("admin.token").display()
+        )),
+        "{e}"
+    );
+    std::fs::write(
+        data_dir.path().join(berth::cli::ADMIN_TOKEN_FILE),
+        format!("{}\n", controller.token),
+    )
+    .unwrap();
+    let (result, out) = run_zones(data_dir.path().to_path_buf());
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(out, "No availability zones are known yet.\n");
+}
+
+#[test]
+fn status_json_has_the_shape_of_juju_status_json() {
+    let controller = start_controller();
+    ok(
+        &controller,
+        &["deploy", "wordpress", "-n", "2", "--base", "ubuntu@22.04"],
+    );
+    let text = ok(&controller, &["status", "--format", "json"]);
+    assert!(text.starts_with("{\"model\":{"), "{text}");
+    assert!(text.ends_with("}\n"), "{text}");
+    assert_eq!(text.lines().count(), 1);
+    let status: Value = serde_json::from_str(&text).unwrap();
+    let keys: Vec<&String> = status.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["applications", "machines", "model"]);
+    assert_eq!(status["model"]["cloud"], "sim");
+    assert_eq!(status["model"]["type"], "iaas");
+    assert_eq!(
+        status["machines"]["1"]["juju-status"],
+        json!({"current": "pending"})
+    );
+    assert_eq!(
+        status["machines"]["1"]["base"],
+        json!({"name": "ubuntu", "channel": "22.04"})
+    );
+    assert_eq!(
+        status["applications"]["wordpress"]["units"]["wordpress/1"]["machine"],
+        "1"
+    );
+    let typed: Status = serde_json::from_value(status).unwrap();
+    assert_eq!(typed.machines.len(), 2);
+}
+
+#[test]
+fn status_yaml_is_the_same_data_as_json() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress"]);
+    let yaml = ok(&controller, &["status", "--format", "yaml"]);
+    assert!(yaml.starts_with("model:\n"), "{yaml}");
+    let from_yaml: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_eq!(from_yaml, status_json(&controller));
+}
+
+#[test]
+fn tabular_status_shows_the_model_applications_units_and_machines() {
+    let controller = start_controller();
+    ok(
+        &controller,
+        &["deploy", "wordpress", "-n", "2", "--base", "ubuntu@22.04"],
+    );
+    ok(&controller, &["add-machine", "lxd:0"]);
+    controller.fail_provisioning("1", "no capacity in sim-b");
+    controller.launch("0");
+    let text = ok(&controller, &["status"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "Model    Controller                            Cloud/Region  Version  Timestamp"
+    );
+    assert!(lines[1].starts_with("default  "), "{text}");
+    assert!(lines[1].contains(&format!("  sim           {}  ", env!("CARGO_PKG_VERSION"))));
+    assert_eq!(
+        lines[2..].join("\n"),
+        "
+App        Version  Status   Scale  Charm      Base          Rev  Message
+wordpress           waiting      2  wordpress  ubuntu@22.04    0
+
+Unit         Workload  Agent       Machine  Message
+wordpress/0  waiting   allocating  0
+wordpress/1  waiting   allocating  1
+
+Machine  State    Inst id  Base          AZ     Message
+0        pending  i-0      ubuntu@22.04  sim-a  running
+0/lxd/0  pending  pending  ubuntu@24.04         pending
+1        error    pending  ubuntu@22.04         no capacity in sim-b"
+    );
+}
+
+#[test]
+fn an_empty_model_says_so() {
+    let controller = start_controller();
+    let text = ok(&controller, &["status"]);
+    assert!(
+        text.ends_with("\n\nModel \"default\" is empty.\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn machines_are_added_as_machines_or_containers_and_removed() {
+    let controller = start_controller();
+    assert_eq!(
+        ok(&controller, &["add-machine", "-n", "2"]),
+        "created machine 0\ncreated machine 1\n"
+    );
+    assert_eq!(
+        ok(&controller, &["add-machine", "lxd:0"]),
+        "created container 0/lxd/0\n"
+    );
+    assert_eq!(
+        ok(
+            &controller,
+            &[
+                "add-machine",
+                "--constraints",
+                "mem=4G",
+                "--base",
+                "ubuntu@24.04"
+            ]
+        ),
+        "created machine 2\n"
+    );
+    assert_eq!(
+        status_json(&controller)["machines"]["2"]["constraints"],
+        "mem=4096M"
+    );
+    assert_eq!(
+        ok(&controller, &["remove-machine", "0/lxd/0", "1"]),
+        "removing machine 0/lxd/0\nremoving machine 1\n"
+    );
+    assert_eq!(
+        ok(&controller, &["destroy-machine", "2", "--force"]),
+        "removing machine 2\n"
+    );
+    let status = status_json(&controller);
+    let ids: Vec<&String> = status["machines"].as_object().unwrap().keys().collect();
+    assert_eq!(ids, ["0"]);
+    assert!(status["machines"]["0"].get("containers").is_none());
+}
+
+#[test]
+fn removing_a_machine_with_units_needs_force() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress"]);
+    let output = berth(&controller, &["remove-machine", "0"]);
+    assert_eq!(output.code, 1);
+    assert!(output.err.starts_with("ERROR machine 0 "), "{output:?}");
+    assert_eq!(
+        ok(&controller, &["remove-machine", "0", "--force"]),
+        "removing machine 0\n"
+    );
+}
+
+#[test]
+fn units_and_applications_are_removed() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress", "-n", "3"]);
+    assert_eq!(
+        ok(&controller, &["remove-unit", "wordpress/0", "wordpress/2"]),
+        "removed unit wordpress/0\nremoved unit wordpress/2\n"
+    );
+    assert_eq!(
+        ok(&controller, &["destroy-unit", "wordpress/1"]),
+        "removed unit wordpress/1\n"
+    );
+    let output = berth(&controller, &["remove-unit", "wordpress/1"]);
+    assert_eq!(output.code, 1);
+    assert!(output.err.starts_with("ERROR "), "{output:?}");
+    assert_eq!(
+        ok(&controller, &["remove-application", "wordpress"]),
+        "removed application wordpress\n"
+    );
+    assert_eq!(status_json(&controller)["applications"], json!({}));
+}
+
+#[test]
+fn retrying_a_pending_machine_gives_the_controllers_conflict_and_a_failed_one_is_retried() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine", "-n", "2"]);
+    let output = berth(&controller, &["retry-provisioning", "0"]);
+    assert_eq!(output.code, 1);
+    assert_eq!(output.out, "");
+    assert_eq!(
+        output.err,
+        "ERROR machine 0 is not in provisioning error (it is pending): only machines in error can be retried\n"
+    );
+
+    controller.fail_provisioning("0", "no capacity in sim-a");
+    controller.fail_provisioning("1", "no capacity in sim-a");
+    assert_eq!(
+        ok(&controller, &["resolved", "0", "--constraints", "mem=8G"]),
+        "retrying machine 0\n"
+    );
+    let status = status_json(&controller);
+    assert_eq!(status["machines"]["0"]["juju-status"]["current"], "pending");
+    assert_eq!(status["machines"]["0"]["constraints"], "mem=8192M");
+    assert_eq!(
+        ok(&controller, &["retry-provisioning", "--all"]),
+        "retrying machine 1\n"
+    );
+}
+
+#[test]
+fn applications_are_integrated_and_the_relation_removed() {
+    let controller = start_controller();
+    let (mysql, wordpress) = (charm_dir(MYSQL, None), charm_dir(WORDPRESS, None));
+    ok(&controller, &["deploy", mysql.path().to_str().unwrap()]);
+    let deployed = ok(&controller, &["deploy", wordpress.path().to_str().unwrap()]);
+    assert!(
+        deployed.starts_with("Deployed \"wordpress\" from charm \"local:wordpress-"),
+        "{deployed}"
+    );
+    assert_eq!(
+        ok(&controller, &["relate", "wordpress", "mysql"]),
+        "integrated wordpress:db with mysql:db (interface mysql, scope global)\n"
+    );
+    let status = status_json(&controller);
+    assert_eq!(
+        status["applications"]["wordpress"]["relations"]["db"][0]["related-application"],
+        "mysql"
+    );
+    let output = berth(&controller, &["integrate", "wordpress", "mysql"]);
+    assert_eq!(output.code, 1);
+    assert!(output.err.starts_with("ERROR "), "{output:?}");
+    assert_eq!(
+        ok(&controller, &["remove-relation", "mysql", "wordpress:db"]),
+        "removed the relation between mysql and wordpress:db\n"
+    );
+}
+
+#[test]
+fn zones_are_listed_disabled_and_enabled() {
+    let controller = start_controller();
+    controller
+        .runtime
+        .block_on(controller.store.set_provider_zones(vec![
+            ProviderZone {
+                name: "sim-a".into(),
+                available: true,
+                reason: String::new(),
+            },
+            ProviderZone {
+                name: "sim-b".into(),
+                available: false,
+                reason: "impaired".into(),
+            },
+        ]))
+        .unwrap();
+    assert_eq!(
+        ok(&controller, &["zones"]),
+        "Zone   State        Message\nsim-a  available\nsim-b  unavailable  impaired\n"
+    );
+    assert_eq!(
+        ok(&controller, &["disable-zone", "sim-a"]),
+        "zone sim-a: disabled (disabled by an administrator)\n"
+    );
+    assert_eq!(
+        ok(&controller, &["enable-zone", "sim-a"]),
+        "zone sim-a: available\n"
+    );
+    let output = berth(&controller, &["enable-zone", "sim-z"]);
+    assert_eq!(output.code, 1);
+    assert_eq!(
+        output.err,
+        "ERROR zone \"sim-z\" not found; zones: sim-a, sim-b\n"
+    );
+}
+
+#[test]
+fn wait_times_out_with_exit_code_1_when_machines_stay_pending() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine"]);
+    let output = berth(&controller, &["wait", "--timeout", "1"]);
+    assert_eq!(output.code, 1);
+    assert_eq!(output.out, "0/1 machine started, 1 waiting\n");
+    assert_eq!(
+        output.err,
+        "ERROR timed out after 1s waiting for machines to start: 1 not started yet: 0 (pending)\n"
+    );
+}
+
+#[test]
+fn wait_returns_at_once_when_every_machine_is_started_or_in_error() {
+    let controller = start_controller();
+    assert_eq!(ok(&controller, &["wait"]), "0/0 machines started\n");
+    ok(&controller, &["add-machine", "-n", "2"]);
+    controller.fail_provisioning("0", "no capacity in sim-a");
+    let otp = controller.launch("1");
+    let (checked_in, _, _) = run_agent(
+        &controller,
+        &["--machine", "1", "--password", otp.expose()],
+        1,
+    );
+    assert!(checked_in.is_ok(), "{checked_in:?}");
+    let output = berth(&controller, &["wait", "--timeout", "5"]);
+    assert_eq!(output.code, 0, "{output:?}");
+    assert_eq!(output.out, "1/2 machines started, 1 in error\n");
+    assert_eq!(
+        output.err,
+        "WARNING machine 0 failed to provision: no capacity in sim-a\n"
+    );
+}
+
+/// Sends what a command writes to the test, a chunk at a time.
+struct Chunks(mpsc::Sender<String>);
+
+impl Write for Chunks {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = self.0.send(String::from_utf8_lossy(buf).into_owned());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Receives chunks until the text received holds `needle`; a bound, not a
+/// timing assertion.
+fn receive_until(chunks: &mpsc::Receiver<String>, needle: &str) -> String {
+    let mut text = String::new();
+    while !text.contains(needle) {
+        match chunks.recv_timeout(Duration::from_secs(30)) {
+            Ok(chunk) => text.push_str(&chunk),
+            Err(e) => panic!("{needle:?} never came ({e}); got {text:?}"),
+        }
+    }
+    text
+}
+
+#[test]
+fn wait_wakes_on_the_change_that_settles_the_last_machine() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine"]);
+    let (sender, chunks) = mpsc::channel();
+    let (url, token) = (controller.url.clone(), controller.token.clone());
+    let waiter = std::thread::spawn(move || {
+        let (mut out, mut err) = (Chunks(sender), Vec::new());
+        let code = run_args(
+            [
+                "berth",
+                "--url",
+                &url,
+                "--token",
+                &token,
+                "wait",
+                "--timeout",
+                "60",
+            ],
+            &mut Io {
+                out: &mut out,
+                err: &mut err,
+                tty: false,
+            },
+        );
+        (code, String::from_utf8(err).unwrap())
+    });
+    receive_until(&chunks, "0/1 machine started, 1 waiting\n");
+    controller.fail_provisioning("0", "no capacity");
+    let (code, err) = waiter.join().unwrap();
+    assert_eq!(code, 0);
+    assert_eq!(err, "WARNING machine 0 failed to provision: no capacity\n");
+    receive_until(&chunks, "0/1 machine started, 1 in error\n");
+}
+
+#[test]
+fn status_watch_prints_again_after_a_change() {
+    let controller = start_controller();
+    let (sender, chunks) = mpsc::channel();
+    let client = Client::new(&controller.url, Some(controller.token.clone())).unwrap();
+    let watcher = std::thread::spawn(move || {
+        let (mut out, mut err) = (Chunks(sender), Vec::new());
+        watch(
+            &client,
+            Format::Json,
+            &mut Io {
+                out: &mut out,
+                err: &mut err,
+                tty: false,
+            },
+            Some(2),
+        )
+    });
+    let first = receive_until(&chunks, "}\n");
+    assert!(first.contains("\"applications\":{}"), "{first}");
+    ok(&controller, &["deploy", "wordpress"]);
+    watcher.join().unwrap().unwrap();
+    let second = receive_until(&chunks, "\"wordpress/0\"");
+    assert!(second.starts_with('\n'), "frames are a blank line apart");
+}
+
+/// A clock that records the agent's waits and stops it after `limit`.
+struct CountingClock {
+    waits: Vec<Duration>,
+    limit: usize,
+}
+
+impl Clock for CountingClock {
+    fn sleep(&mut self, duration: Duration) -> ControlFlow<()> {
+        self.waits.push(duration);
+        if self.waits.len() >= self.limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+fn agent_args(args: &[&str]) -> AgentArgs {
+    let mut full = vec!["berth", "agent"];
+    full.extend_from_slice(args);
+    match berth::cli::Cli::try_parse_from(full).unwrap().command {
+        Command::Agent(args) => args,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn run_agent(
+    controller: &TestController,
+    args: &[&str],
+    limit: usize,
+) -> (
+    Result<(), berth::cli::error::CliError>,
+    String,
+    Vec<Duration>,
+) {
+    let args = agent_args(args);
+    let mut session = Session::new(&controller.url, None, PathBuf::from("/nonexistent"));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut clock = CountingClock {
+        waits: Vec::new(),
+        limit,
+    };
+    let result = agent::run_with(
+        &args,
+        &mut session,
+        &mut Io {
+            out: &mut out,
+            err: &mut err,
+            tty: false,
+        },
+        &mut clock,
+        Backoff::exact(),
+    );
+    (result, String::from_utf8(out).unwrap(), clock.waits)
+}
+
+#[test]
+fn the_agent_checks_in_once_then_heartbeats_every_interval_and_keeps_its_credential() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine"]);
+    let otp = controller.launch("0");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credential");
+    let file_arg = file.to_str().unwrap();
+
+    let (result, out, waits) = run_agent(
+        &controller,
+        &[
+            "--machine",
+            "0",
+            "--password",
+            otp.expose(),
+            "--credential-file",
+            file_arg,
+            "--interval",
+            "7",
+        ],
+        3,
+    );
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        out,
+        "machine 0: checked in\nmachine 0: heartbeat accepted, started\n"
+    );
+    assert_eq!(waits, [Duration::from_secs(7); 3]);
+    assert_eq!(
+        status_json(&controller)["machines"]["0"]["juju-status"]["current"],
+        "started"
+    );
+
+    // Restarted, the agent carries on with the stored credential.
+    let (result, out, _) = run_agent(
+        &controller,
+        &["--machine", "0", "--credential-file", file_arg],
+        1,
+    );
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        out,
+        format!(
+            "machine 0: using the credential in {file_arg}\nmachine 0: heartbeat accepted, started\n"
+        )
+    );
+
+    // The one-time password worked once.
+    let output = berth(
+        &controller,
+        &["agent", "--machine", "0", "--password", otp.expose()],
+    );
+    assert_eq!(output.code, 1);
+    assert_eq!(
+        output.err,
+        "ERROR the controller refused machine 0's one-time password: \
+         machine 0: the one-time password is wrong or was already used\n"
+    );
+}
+
+#[test]
+fn an_agent_whose_credential_is_refused_exits_with_a_clear_message() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credential");
+    std::fs::write(&file, "not-the-credential\n").unwrap();
+    let (result, _, _) = run_agent(
+        &controller,
+        &[
+            "--machine",
+            "0",
+            "--credential-file",
+            file.to_str().unwrap(),
+        ],
+        5,
+    );
+    let e = result.unwrap_err();
+    assert_eq!(e.exit_code(), 1);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "the controller refused machine 0's credential: machine 0: wrong agent credential \
+             (the credential came from {}; delete it to check in again with a new one-time password)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn an_agent_of_an_unknown_machine_exits() {
+    let controller = start_controller();
+    let output = berth(
+        &controller,
+        &["agent", "--machine", "9", "--password", "whatever"],
+    );
+    assert_eq!(output.code, 1);
+    assert_eq!(output.err, "ERROR machine 9 not found\n");
+}

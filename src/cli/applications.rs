@@ -1,0 +1,759 @@
+//! Application commands: `deploy`, `add-unit`, `remove-unit` (alias
+//! `destroy-unit`), `remove-application`, `set-constraints` and
+//! `constraints`.
+//!
+//! A local charm (`deploy ./wordpress`) is sent as an absolute path: the
+//! controller reads the charm directory from its own disk, which is this
+//! machine's when the controller runs here, as it does by default. To
+//! deploy a local charm to a controller on another machine, the directory
+//! must exist at the same path there.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use clap::Args;
+
+use crate::api::applications::{
+    AddUnitsRequest, AddUnitsResponse, ConstraintsRequest, ConstraintsResponse, DeployRequest,
+    DeployResponse, PlacedUnitView, RemoveUnitsRequest,
+};
+use crate::api::input::PlacementList;
+use crate::charms::{self, CharmLoadError};
+use crate::cli::client::segment;
+use crate::cli::error::CliError;
+use crate::cli::{count, Io, Session};
+use crate::domain::base::Base;
+use crate::domain::constraints::Constraints;
+use crate::domain::names::{ApplicationName, UnitName};
+use crate::domain::placement::parse_to_list;
+
+/// `berth deploy CHARM [APP]`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct DeployArgs {
+    /// A charm name (wordpress) or the path of a charm directory
+    /// (./wordpress), which the controller reads from its own disk.
+    #[arg(value_name = "CHARM")]
+    pub charm: String,
+    /// The application's name; the charm's name by default.
+    #[arg(value_name = "APP")]
+    pub application: Option<String>,
+    /// How many units to add (1, or 0 for a subordinate charm).
+    #[arg(short = 'n', long = "num-units", value_name = "N")]
+    pub num_units: Option<u32>,
+    /// The base to deploy on, such as ubuntu@22.04.
+    #[arg(long, value_name = "BASE")]
+    pub base: Option<String>,
+    /// The application's constraints, such as "mem=2G cores=2".
+    #[arg(long, value_name = "CONSTRAINTS")]
+    pub constraints: Option<String>,
+    /// Where the units go, one directive per unit: 3, lxd, lxd:3,
+    /// zone=us-east-1a (comma-separated).
+    #[arg(long, value_name = "LIST")]
+    pub to: Option<String>,
+    /// A charm setting, KEY=VALUE; repeat for several.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub config: Vec<String>,
+}
+
+/// `berth add-unit APP`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct AddUnitArgs {
+    #[arg(value_name = "APP")]
+    pub application: String,
+    /// How many units to add.
+    #[arg(short = 'n', long = "num-units", value_name = "N", default_value_t = 1)]
+    pub num_units: u32,
+    /// Where the units go, one directive per unit (comma-separated).
+    #[arg(long, value_name = "LIST")]
+    pub to: Option<String>,
+}
+
+/// `berth remove-unit UNIT...`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct RemoveUnitArgs {
+    /// Principal units, such as wordpress/0; all are removed or none.
+    #[arg(value_name = "UNIT", required = true)]
+    pub units: Vec<String>,
+}
+
+/// `berth remove-application APP`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct RemoveApplicationArgs {
+    #[arg(value_name = "APP")]
+    pub application: String,
+}
+
+/// `berth set-constraints APP KEY=VALUE...`, or with the application given
+/// by `--application` (or the seeds' `--service`):
+/// `berth set-constraints --service wordpress mem=3G`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct SetConstraintsArgs {
+    /// The application, instead of the first argument.
+    #[arg(
+        long = "application",
+        visible_alias = "service",
+        alias = "service-name",
+        value_name = "APP"
+    )]
+    pub application: Option<String>,
+    /// The application (unless given with --application), then the
+    /// constraints: mem=3G cores=2. None clears them all.
+    #[arg(value_name = "ARGS")]
+    pub args: Vec<String>,
+}
+
+/// `berth constraints APP`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct ConstraintsArgs {
+    #[arg(value_name = "APP")]
+    pub application: String,
+}
+
+/// The charm argument as the controller should see it: a path made
+/// absolute (the controller does not share this process's working
+/// directory), or a charm name.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a name that is not a valid charm name, or a
+/// path that cannot be made absolute or is not UTF-8.
+pub fn charm_argument(charm: &str) -> Result<String, CliError> {
+    if charms::is_path(charm) {
+        let absolute = std::path::absolute(Path::new(charm)).map_err(|e| {
+            CliError::Usage(format!("cannot resolve the charm path {charm:?}: {e}"))
+        })?;
+        return absolute.to_str().map(str::to_string).ok_or_else(|| {
+            CliError::Usage(format!("the charm path {charm:?} is not valid UTF-8"))
+        });
+    }
+    charm
+        .parse::<ApplicationName>()
+        .map_err(|_| CliError::usage(CharmLoadError::InvalidName(charm.to_string())))?;
+    Ok(charm.to_string())
+}
+
+/// An application name.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] with the domain's message.
+pub fn application_name(name: &str) -> Result<ApplicationName, CliError> {
+    name.parse().map_err(CliError::usage)
+}
+
+/// Constraints given as one string or several words, in the canonical
+/// form the controller stores (`mem=3G` is sent as `mem=3072M`).
+///
+/// # Errors
+///
+/// [`CliError::Usage`] with the constraint parser's message.
+pub fn canonical_constraints<S: AsRef<str>>(args: &[S]) -> Result<String, CliError> {
+    Ok(Constraints::parse_args(args)
+        .map_err(CliError::usage)?
+        .to_string())
+}
+
+/// A `--to` list, checked and written back in its canonical form.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] with the placement parser's message.
+pub fn placement_list(to: &str) -> Result<String, CliError> {
+    let list = parse_to_list(to).map_err(CliError::usage)?;
+    Ok(list
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(","))
+}
+
+/// `--config KEY=VALUE` settings.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a setting without `=` or a key, or a key given
+/// twice.
+pub fn config_settings(
+    settings: &[String],
+) -> Result<BTreeMap<String, serde_json::Value>, CliError> {
+    let mut config = BTreeMap::new();
+    for setting in settings {
+        let (key, value) = setting
+            .split_once('=')
+            .filter(|(key, _)| !key.trim().is_empty())
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "invalid --config value {setting:?}: expected KEY=VALUE"
+                ))
+            })?;
+        let key = key.trim().to_string();
+        if config.contains_key(&key) {
+            return Err(CliError::Usage(format!(
+                "config key {key:?} is given more than once"
+            )));
+        }
+        config.insert(key, serde_json::Value::String(value.to_string()));
+    }
+    Ok(config)
+}
+
+impl DeployArgs {
+    /// The request these arguments make.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for anything that does not parse.
+    pub fn request(&self) -> Result<DeployRequest, CliError> {
+        let charm = charm_argument(&self.charm)?;
+        let application = self
+            .application
+            .as_deref()
+            .map(application_name)
+            .transpose()?
+            .map(|name| name.to_string());
+        let num_units = self
+            .num_units
+            .map(|n| count("--num-units", n, 0))
+            .transpose()?;
+        let base = self
+            .base
+            .as_deref()
+            .map(|b| b.parse::<Base>().map_err(CliError::usage))
+            .transpose()?
+            .map(|b| b.to_string());
+        let constraints = self
+            .constraints
+            .as_deref()
+            .map(|c| canonical_constraints(&[c]))
+            .transpose()?;
+        let to = self
+            .to
+            .as_deref()
+            .map(placement_list)
+            .transpose()?
+            .map(PlacementList::One);
+        Ok(DeployRequest {
+            charm,
+            application,
+            num_units,
+            base,
+            constraints,
+            to,
+            config: config_settings(&self.config)?,
+        })
+    }
+}
+
+impl AddUnitArgs {
+    /// The application and the request these arguments make.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for anything that does not parse.
+    pub fn request(&self) -> Result<(ApplicationName, AddUnitsRequest), CliError> {
+        let application = application_name(&self.application)?;
+        let num_units = count("--num-units", self.num_units, 1)?;
+        let to = self
+            .to
+            .as_deref()
+            .map(placement_list)
+            .transpose()?
+            .map(PlacementList::One);
+        Ok((
+            application,
+            AddUnitsRequest {
+                num_units: Some(num_units),
+                to,
+            },
+        ))
+    }
+}
+
+impl RemoveUnitArgs {
+    /// The units, parsed.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] naming the first unit name that is not one.
+    pub fn units(&self) -> Result<Vec<UnitName>, CliError> {
+        self.units
+            .iter()
+            .map(|u| u.parse().map_err(CliError::usage))
+            .collect()
+    }
+}
+
+impl SetConstraintsArgs {
+    /// The application and the canonical constraints.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] when no application is named, or for a bad name
+    /// or constraint.
+    pub fn request(&self) -> Result<(ApplicationName, ConstraintsRequest), CliError> {
+        let (application, constraints) =
+            match &self.application {
+                Some(app) => (app.as_str(), self.args.as_slice()),
+                None => match self.args.split_first() {
+                    Some((app, rest)) if !app.contains('=') => (app.as_str(), rest),
+                    _ => return Err(CliError::Usage(
+                        "no application name specified: give it first (set-constraints wordpress \
+                         mem=3G) or with --application"
+                            .into(),
+                    )),
+                },
+            };
+        Ok((
+            application_name(application)?,
+            ConstraintsRequest {
+                constraints: canonical_constraints(constraints)?,
+            },
+        ))
+    }
+}
+
+fn print_placed(io: &mut Io<'_>, units: &[PlacedUnitView]) -> Result<(), CliError> {
+    for placed in units {
+        writeln!(
+            io.out,
+            "added unit {} to machine {}",
+            placed.unit, placed.machine
+        )?;
+    }
+    Ok(())
+}
+
+/// `berth deploy`: prints what was deployed and where each unit went;
+/// constraint warnings go to standard error.
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal.
+pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
+    let request = args.request()?;
+    let deployed: DeployResponse = session.client()?.post("/v1/applications", &request)?;
+    io.warnings(&deployed.warnings)?;
+    writeln!(
+        io.out,
+        "Deployed {:?} from charm {:?} on {}",
+        deployed.application, deployed.charm, deployed.base
+    )?;
+    print_placed(io, &deployed.units)
+}
+
+/// `berth add-unit`: prints where each unit went.
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal.
+pub fn add_unit(
+    args: &AddUnitArgs,
+    session: &mut Session,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let (application, request) = args.request()?;
+    let path = format!("/v1/applications/{}/units", segment(application.as_str()));
+    let added: AddUnitsResponse = session.client()?.post(&path, &request)?;
+    print_placed(io, &added.units)
+}
+
+/// `berth remove-unit`.
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal (then no
+/// unit was removed).
+pub fn remove_unit(
+    args: &RemoveUnitArgs,
+    session: &mut Session,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let units = args.units()?;
+    let request = RemoveUnitsRequest {
+        units: units.iter().map(ToString::to_string).collect(),
+    };
+    session
+        .client()?
+        .post_no_content("/v1/units/remove", &request)?;
+    for unit in &units {
+        writeln!(io.out, "removed unit {unit}")?;
+    }
+    Ok(())
+}
+
+/// `berth remove-application`.
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal.
+pub fn remove_application(
+    args: &RemoveApplicationArgs,
+    session: &mut Session,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let application = application_name(&args.application)?;
+    let path = format!("/v1/applications/{}", segment(application.as_str()));
+    session.client()?.delete(&path)?;
+    writeln!(io.out, "removed application {application}")?;
+    Ok(())
+}
+
+/// `berth set-constraints`: prints nothing (as Juju); warnings go to
+/// standard error.
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal.
+pub fn set_constraints(
+    args: &SetConstraintsArgs,
+    session: &mut Session,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let (application, request) = args.request()?;
+    let path = format!(
+        "/v1/applications/{}/constraints",
+        segment(application.as_str())
+    );
+    let set: ConstraintsResponse = session.client()?.put(&path, &request)?;
+    io.warnings(&set.warnings)
+}
+
+/// `berth constraints`: prints the application's constraints in canonical
+/// form (`mem=3072M cores=2`).
+///
+/// # Errors
+///
+/// Bad input before anything is sent; the controller's refusal.
+pub fn constraints(
+    args: &ConstraintsArgs,
+    session: &mut Session,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let application = application_name(&args.application)?;
+    let path = format!(
+        "/v1/applications/{}/constraints",
+        segment(application.as_str())
+    );
+    let shown: ConstraintsResponse = session.client()?.get(&path)?;
+    writeln!(io.out, "{}", shown.constraints)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::tests::{command, parse, run_offline};
+    use crate::cli::Command;
+
+    fn deploy_args(args: &[&str]) -> DeployArgs {
+        let mut full = vec!["deploy"];
+        full.extend_from_slice(args);
+        match command(&full) {
+            Command::Deploy(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn deploy_takes_every_option_juju_does() {
+        let args = deploy_args(&[
+            "wordpress",
+            "blog",
+            "-n",
+            "3",
+            "--base",
+            "ubuntu@22.04",
+            "--constraints",
+            "mem=3G cores=2",
+            "--to",
+            "lxd:1,zone=sim-a,2",
+            "--config",
+            "port=8080",
+            "--config",
+            "title=My blog",
+        ]);
+        assert_eq!(
+            args,
+            DeployArgs {
+                charm: "wordpress".into(),
+                application: Some("blog".into()),
+                num_units: Some(3),
+                base: Some("ubuntu@22.04".into()),
+                constraints: Some("mem=3G cores=2".into()),
+                to: Some("lxd:1,zone=sim-a,2".into()),
+                config: vec!["port=8080".into(), "title=My blog".into()],
+            }
+        );
+        let request = args.request().unwrap();
+        assert_eq!(
+            serde_json::to_value(&request).unwrap(),
+            serde_json::json!({
+                "charm": "wordpress",
+                "application": "blog",
+                "num_units": 3,
+                "base": "ubuntu@22.04",
+                "constraints": "mem=3072M cores=2",
+                "to": "lxd:1,zone=sim-a,2",
+                "config": {"port": "8080", "title": "My blog"},
+            })
+        );
+    }
+
+    #[test]
+    fn deploy_options_may_come_before_the_charm_as_in_the_seeds() {
+        let args = deploy_args(&["--constraints", "mem=2G", "wordpress"]);
+        assert_eq!(args.charm, "wordpress");
+        assert_eq!(args.constraints.as_deref(), Some("mem=2G"));
+        assert_eq!(args.num_units, None);
+        let request = args.request().unwrap();
+        assert_eq!(request.num_units, None);
+        assert_eq!(request.constraints.as_deref(), Some("mem=2048M"));
+        assert!(request.config.is_empty());
+    }
+
+    #[test]
+    fn the_long_form_of_n_is_num_units() {
+        assert_eq!(
+            deploy_args(&["wordpress", "--num-units", "2"]).num_units,
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn a_local_charm_path_is_sent_absolute() {
+        let args = deploy_args(&["./charms/wordpress"]);
+        let request = args.request().unwrap();
+        let expected = std::env::current_dir().unwrap().join("charms/wordpress");
+        assert_eq!(
+            Path::new(&request.charm)
+                .components()
+                .filter(|c| !matches!(c, std::path::Component::CurDir))
+                .collect::<std::path::PathBuf>(),
+            expected
+        );
+        assert!(Path::new(&request.charm).is_absolute());
+        let absolute = deploy_args(&["/srv/charms/wordpress"]).request().unwrap();
+        assert_eq!(absolute.charm, "/srv/charms/wordpress");
+    }
+
+    #[test]
+    fn bad_deploy_input_is_refused_with_the_domains_message() {
+        let cases: [(&[&str], &str); 8] = [
+            (
+                &["wordpress", "--constraints", "mem=lots"],
+                "bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix",
+            ),
+            (
+                &["wordpress", "--constraints", "colour=red"],
+                "unknown constraint \"colour\"",
+            ),
+            (
+                &["wordpress", "--to", "4,5,,"],
+                "invalid --to parameter \"4,5,,\"",
+            ),
+            (
+                &["wordpress", "--base", "windows@11"],
+                "unknown base \"windows@11\": expected an ubuntu base",
+            ),
+            (
+                &["wordpress", "Bad_Name"],
+                "\"Bad_Name\" is not a valid application name",
+            ),
+            (
+                &["Bad_Charm"],
+                "\"Bad_Charm\" is not a valid charm name: expected a charm name (such as wordpress) or a path to a charm directory (such as ./wordpress)",
+            ),
+            (
+                &["wordpress", "--config", "port"],
+                "invalid --config value \"port\": expected KEY=VALUE",
+            ),
+            (
+                &["wordpress", "-n", "1001"],
+                "--num-units must be between 0 and 1000, got 1001",
+            ),
+        ];
+        for (args, message) in cases {
+            let e = deploy_args(args).request().unwrap_err();
+            assert_eq!(e.to_string(), message, "{args:?}");
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn a_config_key_given_twice_is_refused() {
+        let e = config_settings(&["a=1".into(), "a=2".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "config key \"a\" is given more than once");
+    }
+
+    #[test]
+    fn a_config_value_may_hold_equals_signs_and_be_empty() {
+        let config = config_settings(&["url=http://x/?a=b".into(), "empty=".into()]).unwrap();
+        assert_eq!(config["url"], "http://x/?a=b");
+        assert_eq!(config["empty"], "");
+    }
+
+    #[test]
+    fn bad_deploy_input_sends_nothing_and_exits_2() {
+        // The controller at --url is not there: a request would fail with
+        // exit code 1 and "cannot reach".
+        let (code, out, err) = run_offline(&["deploy", "wordpress", "--constraints", "mem=lots"]);
+        assert_eq!(code, 2);
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "ERROR bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix\n"
+        );
+    }
+
+    #[test]
+    fn deploy_needs_a_charm() {
+        assert_eq!(parse(&["deploy"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn add_unit_takes_a_count_and_placement() {
+        let Command::AddUnit(args) =
+            command(&["add-unit", "wordpress", "-n", "2", "--to", "3,lxd:4"])
+        else {
+            panic!()
+        };
+        let (app, request) = args.request().unwrap();
+        assert_eq!(app.as_str(), "wordpress");
+        assert_eq!(
+            serde_json::to_value(&request).unwrap(),
+            serde_json::json!({"num_units": 2, "to": "3,lxd:4"})
+        );
+        let Command::AddUnit(args) = command(&["add-unit", "wordpress"]) else {
+            panic!()
+        };
+        assert_eq!(args.request().unwrap().1.num_units, Some(1));
+    }
+
+    #[test]
+    fn add_unit_refuses_zero_units_and_bad_placement() {
+        let Command::AddUnit(args) = command(&["add-unit", "wordpress", "-n", "0"]) else {
+            panic!()
+        };
+        assert_eq!(
+            args.request().unwrap_err().to_string(),
+            "--num-units must be between 1 and 1000, got 0"
+        );
+        let Command::AddUnit(args) = command(&["add-unit", "wordpress", "--to", "kvm:1"]) else {
+            panic!()
+        };
+        assert_eq!(
+            args.request().unwrap_err().to_string(),
+            "invalid --to parameter \"kvm:1\": invalid placement scope \"kvm\": containers other than lxd are not supported"
+        );
+    }
+
+    #[test]
+    fn remove_unit_and_its_alias_destroy_unit_take_several_units() {
+        for name in ["remove-unit", "destroy-unit"] {
+            let Command::RemoveUnit(args) = command(&[name, "wordpress/0", "mysql/12"]) else {
+                panic!("{name}")
+            };
+            let units: Vec<String> = args
+                .units()
+                .unwrap()
+                .iter()
+                .map(|u| u.to_string())
+                .collect();
+            assert_eq!(units, ["wordpress/0", "mysql/12"]);
+        }
+        assert_eq!(parse(&["remove-unit"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn remove_unit_refuses_a_bad_unit_name_before_sending() {
+        let (code, _, err) = run_offline(&["remove-unit", "wordpress/0", "wordpress"]);
+        assert_eq!(code, 2);
+        assert_eq!(err, "ERROR \"wordpress\" is not a valid unit name\n");
+    }
+
+    #[test]
+    fn remove_application_refuses_a_bad_name_before_sending() {
+        let Command::RemoveApplication(args) = command(&["remove-application", "wordpress"]) else {
+            panic!()
+        };
+        assert_eq!(args.application, "wordpress");
+        let (code, _, err) = run_offline(&["remove-application", "Word_Press"]);
+        assert_eq!(code, 2);
+        assert_eq!(
+            err,
+            "ERROR \"Word_Press\" is not a valid application name\n"
+        );
+    }
+
+    fn set_constraints(args: &[&str]) -> Result<(String, String), CliError> {
+        let mut full = vec!["set-constraints"];
+        full.extend_from_slice(args);
+        let Command::SetConstraints(args) = command(&full) else {
+            panic!()
+        };
+        args.request()
+            .map(|(app, request)| (app.to_string(), request.constraints))
+    }
+
+    #[test]
+    fn set_constraints_takes_the_application_first_or_by_flag() {
+        let expected = ("wordpress".to_string(), "mem=3072M cores=2".to_string());
+        for args in [
+            &["wordpress", "mem=3G", "cores=2"][..],
+            &["wordpress", "mem=3G cores=2"],
+            &["--application", "wordpress", "mem=3G", "cores=2"],
+            &["--service", "wordpress", "mem=3G", "cores=2"],
+            &["mem=3G", "cores=2", "--service", "wordpress"],
+            &["--service-name", "wordpress", "mem=3G", "cores=2"],
+        ] {
+            assert_eq!(set_constraints(args).unwrap(), expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn set_constraints_with_no_constraints_clears_them() {
+        assert_eq!(
+            set_constraints(&["wordpress"]).unwrap(),
+            ("wordpress".to_string(), String::new())
+        );
+    }
+
+    #[test]
+    fn set_constraints_needs_an_application() {
+        for args in [&[][..], &["mem=3G"]] {
+            let e = set_constraints(args).unwrap_err();
+            assert!(
+                e.to_string().starts_with("no application name specified"),
+                "{e}"
+            );
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn set_constraints_refuses_bad_constraints_and_keys_set_twice() {
+        assert_eq!(
+            set_constraints(&["wordpress", "mem=3G", "mem=4G"])
+                .unwrap_err()
+                .to_string(),
+            "bad \"mem\" constraint: already set"
+        );
+        assert_eq!(
+            set_constraints(&["wordpress", "cores"])
+                .unwrap_err()
+                .to_string(),
+            "malformed constraint \"cores\""
+        );
+    }
+
+    #[test]
+    fn constraints_and_its_alias_get_constraints_take_an_application() {
+        for name in ["constraints", "get-constraints"] {
+            let Command::Constraints(args) = command(&[name, "wordpress"]) else {
+                panic!("{name}")
+            };
+            assert_eq!(args.application, "wordpress");
+        }
+        assert_eq!(parse(&["constraints"]).unwrap_err().exit_code(), 2);
+    }
+}

@@ -1,0 +1,501 @@
+//! The command line's side of berth's HTTP API: a small blocking client
+//! that sends JSON, reads JSON back, turns error bodies into
+//! [`CliError::Api`] with the server's message, and follows the change log
+//! (`/v1/events`, Server-Sent Events).
+//!
+//! Only plain `http://` URLs are spoken: the controller listens on
+//! loopback by default, and a remote one is reached through a tunnel or a
+//! proxy that terminates TLS.
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api::errors::ErrorBody;
+use crate::api::observe::ChangeEvent;
+use crate::cli::error::CliError;
+
+/// How long connecting may take: the controller is usually on this
+/// machine, so a slow connect means something is wrong.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one request may wait for the controller's answer. Every route
+/// answers after one store transaction; deploying a large local charm
+/// reads it from disk first.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long an event stream may stay silent before it is taken for dead.
+/// The controller sends a keep-alive comment every 15 seconds.
+pub const STREAM_IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The most an answer body is read: far more than any status.
+const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Who a request is from.
+#[derive(Clone, Copy, Debug)]
+pub enum Auth<'a> {
+    /// No `Authorization` header (agent check-in).
+    None,
+    /// `Authorization: Bearer <token>`: the admin token, or a machine
+    /// agent's credential.
+    Bearer(&'a str),
+}
+
+/// A client of one controller.
+#[derive(Clone)]
+pub struct Client {
+    /// `http://host:port`, without a trailing slash.
+    base: String,
+    /// The admin token, for the routes that need it; `None` for a client
+    /// that only makes agent calls.
+    token: Option<String>,
+    agent: ureq::Agent,
+    /// For event streams: no overall deadline, but a read limit, so a dead
+    /// connection is noticed.
+    stream_agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a secret: never printed.
+        f.debug_struct("Client").field("base", &self.base).finish()
+    }
+}
+
+impl Client {
+    /// A client of the controller at `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a URL that is not `http://host[:port]`.
+    pub fn new(url: &str, token: Option<String>) -> Result<Client, CliError> {
+        let base = url.trim().trim_end_matches('/').to_string();
+        if base.starts_with("https://") {
+            return Err(CliError::Usage(format!(
+                "invalid --url {url:?}: this build speaks plain HTTP only (the controller listens on \
+                 http://127.0.0.1:17070 by default); reach a remote controller through a tunnel"
+            )));
+        }
+        let rest = base.strip_prefix("http://").ok_or_else(|| {
+            CliError::Usage(format!(
+                "invalid --url {url:?}: expected http://host[:port], such as http://127.0.0.1:17070"
+            ))
+        })?;
+        if rest.is_empty() || rest.contains('/') {
+            return Err(CliError::Usage(format!(
+                "invalid --url {url:?}: expected http://host[:port], such as http://127.0.0.1:17070"
+            )));
+        }
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .build();
+        let stream_agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .timeout_read(STREAM_IDLE_LIMIT)
+            .build();
+        Ok(Client {
+            base,
+            token,
+            agent,
+            stream_agent,
+        })
+    }
+
+    /// The controller's URL, as the user gave it (without a trailing
+    /// slash).
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    fn admin(&self) -> Auth<'_> {
+        match &self.token {
+            Some(token) => Auth::Bearer(token),
+            None => Auth::None,
+        }
+    }
+
+    /// `GET path` with the admin token, decoding the JSON answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        let text = self.send("GET", path, None, self.admin())?;
+        self.decode(path, &text)
+    }
+
+    /// `POST path` with a JSON body and the admin token.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, CliError> {
+        self.post_as(path, body, self.admin())
+    }
+
+    /// `POST path` with a JSON body, as `auth`.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn post_as<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        auth: Auth<'_>,
+    ) -> Result<T, CliError> {
+        let body = self.encode(path, body)?;
+        let text = self.send("POST", path, Some(&body), auth)?;
+        self.decode(path, &text)
+    }
+
+    /// `POST path` without a body, as `auth`, decoding the JSON answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn post_bare_as<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        auth: Auth<'_>,
+    ) -> Result<T, CliError> {
+        let text = self.send("POST", path, None, auth)?;
+        self.decode(path, &text)
+    }
+
+    /// `POST path` with a JSON body, for routes that answer 204.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn post_no_content<B: Serialize>(&self, path: &str, body: &B) -> Result<(), CliError> {
+        let body = self.encode(path, body)?;
+        self.send("POST", path, Some(&body), self.admin()).map(drop)
+    }
+
+    /// `PUT path` with a JSON body and the admin token.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, CliError> {
+        let body = self.encode(path, body)?;
+        let text = self.send("PUT", path, Some(&body), self.admin())?;
+        self.decode(path, &text)
+    }
+
+    /// `DELETE path` with the admin token.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn delete(&self, path: &str) -> Result<(), CliError> {
+        self.send("DELETE", path, None, self.admin()).map(drop)
+    }
+
+    /// Sends one request and returns the answer's body.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Api`] with the server's message for an error status;
+    /// [`CliError::Unreachable`] when nothing listens at the URL;
+    /// [`CliError::Transport`] for other connection failures.
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        auth: Auth<'_>,
+    ) -> Result<String, CliError> {
+        let mut request = self.agent.request(method, &self.endpoint(path));
+        if let Auth::Bearer(token) = auth {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        let result = match body {
+            Some(body) => request
+                .set("Content-Type", "application/json")
+                .send_string(body),
+            None => request.call(),
+        };
+        let response = result.map_err(|e| self.failure(e))?;
+        read_body(response).map_err(|e| self.transport(&e.to_string()))
+    }
+
+    /// Opens the change log after `since`. With a `deadline`, reading the
+    /// stream fails once that much time has passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`]; 503 when the controller has too many streams
+    /// open.
+    pub fn events(&self, since: i64, deadline: Option<Duration>) -> Result<EventStream, CliError> {
+        let path = format!("/v1/events?since={since}");
+        let mut request = self.stream_agent.get(&self.endpoint(&path));
+        if let Auth::Bearer(token) = self.admin() {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        if let Some(deadline) = deadline {
+            request = request.timeout(deadline);
+        }
+        let response = request.call().map_err(|e| self.failure(e))?;
+        Ok(EventStream::new(BufReader::new(response.into_reader())))
+    }
+
+    fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn encode<B: Serialize>(&self, path: &str, body: &B) -> Result<String, CliError> {
+        serde_json::to_string(body).map_err(|e| CliError::Protocol {
+            url: self.endpoint(path),
+            reason: format!("cannot encode the request: {e}"),
+        })
+    }
+
+    fn decode<T: DeserializeOwned>(&self, path: &str, text: &str) -> Result<T, CliError> {
+        serde_json::from_str(text).map_err(|e| CliError::Protocol {
+            url: self.endpoint(path),
+            reason: format!("{e} in {}", excerpt(text)),
+        })
+    }
+
+    fn transport(&self, reason: &str) -> CliError {
+        CliError::Transport {
+            url: self.base.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn failure(&self, error: ureq::Error) -> CliError {
+        match error {
+            ureq::Error::Status(status, response) => {
+                let text = read_body(response).unwrap_or_default();
+                api_error(status, &text)
+            }
+            ureq::Error::Transport(transport) => {
+                if transport.kind() == ureq::ErrorKind::ConnectionFailed {
+                    return CliError::Unreachable {
+                        url: self.base.clone(),
+                    };
+                }
+                let mut reason = transport.kind().to_string();
+                if let Some(message) = transport.message() {
+                    reason.push_str(": ");
+                    reason.push_str(message);
+                }
+                if let Some(source) = std::error::Error::source(&transport) {
+                    reason.push_str(": ");
+                    reason.push_str(&source.to_string());
+                }
+                self.transport(&reason)
+            }
+        }
+    }
+}
+
+fn read_body(response: ureq::Response) -> std::io::Result<String> {
+    let mut text = String::new();
+    response
+        .into_reader()
+        .take(MAX_BODY_BYTES)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The error an error response means: the message of berth's JSON error
+/// body, or (from something that is not berth) the status and the body.
+pub fn api_error(status: u16, body: &str) -> CliError {
+    let message = match serde_json::from_str::<ErrorBody>(body) {
+        Ok(parsed) => parsed.error.message,
+        Err(_) if body.trim().is_empty() => format!("HTTP {status} with no message"),
+        Err(_) => format!("HTTP {status}: {}", excerpt(body)),
+    };
+    CliError::Api { status, message }
+}
+
+/// The start of a body, for messages.
+fn excerpt(text: &str) -> String {
+    const LIMIT: usize = 200;
+    let text = text.trim();
+    match text.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// Percent-encodes one path segment (a zone name, an application name).
+/// Machine ids keep their slashes: the API takes them whole.
+pub fn segment(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The change log as it arrives: `text/event-stream` frames, each a
+/// [`ChangeEvent`].
+pub struct EventStream {
+    reader: Box<dyn BufRead + Send>,
+}
+
+impl EventStream {
+    /// A stream over any reader (tests give it text).
+    pub fn new(reader: impl BufRead + Send + 'static) -> EventStream {
+        EventStream {
+            reader: Box::new(reader),
+        }
+    }
+
+    /// The next change, or `None` when the stream ends. Comments
+    /// (keep-alives) and events of other types are skipped.
+    ///
+    /// # Errors
+    ///
+    /// The read's error (a timeout, a reset connection), or
+    /// [`std::io::ErrorKind::InvalidData`] for a `change` event whose data
+    /// is not a [`ChangeEvent`].
+    pub fn next_event(&mut self) -> std::io::Result<Option<ChangeEvent>> {
+        let mut data = String::new();
+        let mut kind = String::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line)? == 0 {
+                return Ok(None);
+            }
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                let is_change = kind.is_empty() || kind == "change";
+                if is_change && !data.is_empty() {
+                    let event = serde_json::from_str(&data).map_err(|e| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("bad change event {data:?}: {e}"),
+                        )
+                    })?;
+                    return Ok(Some(event));
+                }
+                data.clear();
+                kind.clear();
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "data" => {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(value);
+                }
+                "event" => kind = value.to_string(),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(text: &'static str) -> EventStream {
+        EventStream::new(std::io::Cursor::new(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_url_must_be_plain_http_with_a_host() {
+        assert_eq!(
+            Client::new("http://127.0.0.1:17070/", None).unwrap().url(),
+            "http://127.0.0.1:17070"
+        );
+        for bad in ["127.0.0.1:17070", "http://", "ftp://x", "http://host/path"] {
+            let e = Client::new(bad, None).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(e.to_string().contains("expected http://host[:port]"), "{e}");
+        }
+        let e = Client::new("https://controller:17070", None).unwrap_err();
+        assert!(e.to_string().contains("plain HTTP only"), "{e}");
+    }
+
+    #[test]
+    fn the_token_is_not_printed_in_debug_output() {
+        let client = Client::new("http://localhost:1", Some("s3cret".into())).unwrap();
+        assert!(!format!("{client:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn an_error_body_gives_the_servers_message_as_it_is() {
+        let body =
+            r#"{"error":{"code":"conflict","message":"machine 1 is not in provisioning error"}}"#;
+        match api_error(409, body) {
+            CliError::Api { status, message } => {
+                assert_eq!(status, 409);
+                assert_eq!(message, "machine 1 is not in provisioning error");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_from_something_else_shows_the_status_and_body() {
+        assert_eq!(
+            api_error(502, "<html>Bad Gateway</html>").to_string(),
+            "HTTP 502: <html>Bad Gateway</html>"
+        );
+        assert_eq!(api_error(500, "").to_string(), "HTTP 500 with no message");
+    }
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(segment("us-east-1a"), "us-east-1a");
+        assert_eq!(segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn change_events_are_read_and_comments_skipped() {
+        let mut events = stream(
+            ": berth change log after revision 4\n\n\
+             id: 5\nevent: change\ndata: {\"revision\":5,\"entity\":\"machine\",\"id\":\"0\",\"change\":\"created\",\"detail\":\"\",\"origin\":\"user\",\"at_ms\":1}\n\n\
+             : keep-alive\n\n\
+             id: 6\r\nevent: change\r\ndata: {\"revision\":6,\"entity\":\"unit\",\"id\":\"a/0\",\"change\":\"removed\",\"detail\":\"\",\"origin\":\"user\",\"at_ms\":2}\r\n\r\n",
+        );
+        let first = events.next_event().unwrap().unwrap();
+        assert_eq!((first.revision, first.entity.as_str()), (5, "machine"));
+        let second = events.next_event().unwrap().unwrap();
+        assert_eq!((second.revision, second.id.as_str()), (6, "a/0"));
+        assert!(events.next_event().unwrap().is_none());
+    }
+
+    #[test]
+    fn events_of_other_types_are_skipped() {
+        let mut events = stream("event: hello\ndata: {}\n\n");
+        assert!(events.next_event().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_change_event_that_does_not_parse_is_invalid_data() {
+        let mut events = stream("event: change\ndata: {\"revision\": \"x\"}\n\n");
+        let e = events.next_event().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
+}

@@ -1,0 +1,517 @@
+//! The `berth` command line: an HTTP client of berth's JSON API with
+//! Juju's command names and output (`deploy`, `add-unit`, `status`, ...),
+//! plus `berth agent`, the machine agent, and the arguments of
+//! `berth serve` (which the application start-up code runs, not this
+//! module).
+//!
+//! Every command first parses what it can locally (constraints, placement,
+//! bases, names) and refuses bad input with the domain's message and exit
+//! code 2 before anything is sent; then it calls the controller at `--url`
+//! (`BERTH_URL`, by default `http://127.0.0.1:17070`) with the admin token
+//! from `--token` (`BERTH_TOKEN`) or, failing that, from
+//! `<data-dir>/admin.token` (see [`token`]). Failures are one line on
+//! standard error, `ERROR <message>`, where the message is the
+//! controller's own when it answered with an error.
+//!
+//! One file per command group:
+//!
+//! - [`applications`]: deploy, add-unit, remove-unit, remove-application,
+//!   set-constraints, constraints.
+//! - [`model`]: set-model-constraints, model-constraints.
+//! - [`machines`]: add-machine, remove-machine, retry-provisioning.
+//! - [`relations`]: integrate, remove-relation.
+//! - [`zones`]: zones, enable-zone, disable-zone.
+//! - [`status`]: status (tabular, JSON, YAML; `--watch`).
+//! - [`wait`]: wait until every machine is started or in error.
+//! - [`agent`]: the machine agent's check-in and heartbeats.
+//! - [`client`], [`token`], [`error`], [`follow`]: what they share.
+
+pub mod agent;
+pub mod applications;
+pub mod client;
+pub mod error;
+pub mod follow;
+pub mod machines;
+pub mod model;
+pub mod relations;
+pub mod status;
+pub mod token;
+pub mod wait;
+pub mod zones;
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::MAX_COUNT_PER_REQUEST;
+use crate::cli::client::Client;
+use crate::cli::error::{CliError, EXIT_OK};
+
+pub use crate::cli::error::{EXIT_FAILED, EXIT_USAGE};
+pub use crate::cli::token::ADMIN_TOKEN_FILE;
+
+/// Where the command line looks for the controller unless told otherwise:
+/// `berth serve`'s default listen address.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:17070";
+
+/// `berth`: the controller (`berth serve`), its command line, and the
+/// machine agent.
+#[derive(Debug, Parser)]
+#[command(
+    name = "berth",
+    version,
+    about = "A provisioning engine in the model of Juju's provisioner",
+    long_about = "A provisioning engine in the model of Juju's provisioner.\n\n\
+                  `berth serve` runs the controller; the other commands talk to it over HTTP \
+                  at --url (BERTH_URL, by default http://127.0.0.1:17070) with the admin token \
+                  from --token (BERTH_TOKEN), or else from <data-dir>/admin.token, which the \
+                  controller writes when it starts."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// The controller's address.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_URL,
+        value_name = "URL"
+    )]
+    pub url: String,
+    /// The admin token; by default read from <data-dir>/admin.token
+    /// (the data directory is BERTH_DATA_DIR, else $XDG_DATA_HOME/berth,
+    /// else ~/.local/share/berth).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+/// Every command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller: the API and the provisioning engine.
+    Serve(ServeArgs),
+    /// Deploy an application from a charm and add its units.
+    ///
+    /// CHARM is a charm name (wordpress) or the path of a charm directory
+    /// (./wordpress). A path is sent to the controller made absolute, and
+    /// the controller reads the directory from its own disk: this works
+    /// as it is when the controller runs on this machine (the default);
+    /// for a controller elsewhere, the directory must be at the same path
+    /// there.
+    Deploy(applications::DeployArgs),
+    /// Add units to an application.
+    AddUnit(applications::AddUnitArgs),
+    /// Remove units (and their subordinates); their machines stay.
+    #[command(visible_alias = "destroy-unit")]
+    RemoveUnit(applications::RemoveUnitArgs),
+    /// Remove an application, its units and its relations.
+    RemoveApplication(applications::RemoveApplicationArgs),
+    /// Set an application's constraints (for units added from now on).
+    SetConstraints(applications::SetConstraintsArgs),
+    /// Show an application's constraints.
+    #[command(visible_alias = "get-constraints")]
+    Constraints(applications::ConstraintsArgs),
+    /// Set the model's constraints (for units and machines added from now
+    /// on).
+    SetModelConstraints(model::SetModelConstraintsArgs),
+    /// Show the model's constraints.
+    #[command(visible_alias = "get-model-constraints")]
+    ModelConstraints,
+    /// Add machines, or containers.
+    AddMachine(machines::AddMachineArgs),
+    /// Remove machines.
+    #[command(visible_alias = "destroy-machine")]
+    RemoveMachine(machines::RemoveMachineArgs),
+    /// Make machines whose provisioning failed eligible again.
+    #[command(visible_alias = "resolved")]
+    RetryProvisioning(machines::RetryArgs),
+    /// Relate two applications.
+    #[command(visible_alias = "relate")]
+    Integrate(relations::IntegrateArgs),
+    /// Remove a relation (and the subordinate units it made).
+    RemoveRelation(relations::IntegrateArgs),
+    /// Show the model: applications, units and machines.
+    Status(status::StatusArgs),
+    /// List the availability zones.
+    Zones,
+    /// Let new machines go to a zone again.
+    EnableZone(zones::ZoneArgs),
+    /// Keep new machines out of a zone.
+    DisableZone(zones::ZoneArgs),
+    /// Wait until every machine is started or in error.
+    Wait(wait::WaitArgs),
+    /// Run the machine agent: check in with a one-time password, then send
+    /// heartbeats.
+    Agent(agent::AgentArgs),
+}
+
+/// `berth serve`'s options; each overrides the configuration file and the
+/// environment (see [`crate::config`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (default 127.0.0.1:17070).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Where berth keeps its database, admin token and secrets.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A PostgreSQL URL, or a SQLite file path (default: berth.db in the
+    /// data directory).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// A TOML configuration file.
+    #[arg(long, env = "BERTH_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Where a command writes. Commands take this rather than the process's
+/// streams so that tests can capture what they print.
+pub struct Io<'a> {
+    pub out: &'a mut dyn Write,
+    pub err: &'a mut dyn Write,
+    /// Whether `out` is a terminal: progress bars and screen redraws are
+    /// only drawn there; elsewhere output is plain lines.
+    pub tty: bool,
+}
+
+impl Io<'_> {
+    /// Writes each warning the controller returned as a `WARNING` line on
+    /// standard error.
+    ///
+    /// # Errors
+    ///
+    /// When standard error cannot be written.
+    pub fn warnings(&mut self, warnings: &[String]) -> Result<(), CliError> {
+        for warning in warnings {
+            writeln!(self.err, "WARNING {warning}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The controller a command talks to; the admin token is looked for only
+/// when a command first needs it, after its arguments have parsed.
+pub struct Session {
+    url: String,
+    token: Option<String>,
+    /// Where the admin token file is looked for.
+    data_dir: PathBuf,
+    client: Option<Client>,
+}
+
+impl Session {
+    /// A session with the controller at `url`.
+    pub fn new(url: &str, token: Option<String>, data_dir: PathBuf) -> Session {
+        Session {
+            url: url.to_string(),
+            token,
+            data_dir,
+            client: None,
+        }
+    }
+
+    /// The URL the session talks to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client carrying the admin token.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a bad URL; [`CliError::NoToken`].
+    pub fn client(&mut self) -> Result<&Client, CliError> {
+        Ok(match &mut self.client {
+            Some(client) => client,
+            empty => {
+                let token = token::discover(self.token.as_deref(), &self.data_dir)?;
+                empty.insert(Client::new(&self.url, Some(token))?)
+            }
+        })
+    }
+
+    /// A client without the admin token, for the agent's calls.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a bad URL.
+    pub fn anonymous(&self) -> Result<Client, CliError> {
+        Client::new(&self.url, None)
+    }
+}
+
+/// A count given with `flag`: at least `min`, at most the API's limit.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] naming the flag and the range.
+pub fn count(flag: &str, n: u32, min: u32) -> Result<u32, CliError> {
+    if n < min || n > MAX_COUNT_PER_REQUEST {
+        return Err(CliError::Usage(format!(
+            "{flag} must be between {min} and {MAX_COUNT_PER_REQUEST}, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Runs a parsed command line (anything but `serve`) on the process's
+/// standard output and error, and returns the exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let stdout = std::io::stdout();
+    let tty = stdout.is_terminal();
+    let mut out = stdout.lock();
+    let mut err = std::io::stderr().lock();
+    let mut io = Io {
+        out: &mut out,
+        err: &mut err,
+        tty,
+    };
+    ExitCode::from(execute(cli, &mut io))
+}
+
+/// Parses `args` (the program name first) and runs the command, writing
+/// to `io`; returns the exit code. Usage errors are clap's, with exit code
+/// 2; `--help` and `--version` print to `io.out` and exit 0.
+pub fn run_args<I, T>(args: I, io: &mut Io<'_>) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => execute(cli, io),
+        Err(e) => {
+            let target: &mut dyn Write = if e.use_stderr() {
+                &mut *io.err
+            } else {
+                &mut *io.out
+            };
+            let _ = write!(target, "{}", e.render());
+            u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE)
+        }
+    }
+}
+
+/// Runs a parsed command, writing to `io`; returns the exit code.
+pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
+    let data_dir = crate::config::default_data_dir(None);
+    let mut session = Session::new(&cli.url, cli.token.clone(), data_dir);
+    match dispatch(&cli.command, &mut session, io) {
+        Ok(()) => {
+            let _ = io.out.flush();
+            EXIT_OK
+        }
+        Err(e) => {
+            let _ = io.out.flush();
+            let _ = writeln!(io.err, "ERROR {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Runs one command.
+///
+/// # Errors
+///
+/// The command's [`CliError`]; `serve` is refused (the start-up code runs
+/// it).
+pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
+    match command {
+        Command::Serve(_) => Err(CliError::Usage(
+            "'berth serve' is run by the controller's start-up code, not by the command line client"
+                .into(),
+        )),
+        Command::Deploy(args) => applications::deploy(args, session, io),
+        Command::AddUnit(args) => applications::add_unit(args, session, io),
+        Command::RemoveUnit(args) => applications::remove_unit(args, session, io),
+        Command::RemoveApplication(args) => applications::remove_application(args, session, io),
+        Command::SetConstraints(args) => applications::set_constraints(args, session, io),
+        Command::Constraints(args) => applications::constraints(args, session, io),
+        Command::SetModelConstraints(args) => model::set_constraints(args, session, io),
+        Command::ModelConstraints => model::constraints(session, io),
+        Command::AddMachine(args) => machines::add_machine(args, session, io),
+        Command::RemoveMachine(args) => machines::remove_machine(args, session, io),
+        Command::RetryProvisioning(args) => machines::retry(args, session, io),
+        Command::Integrate(args) => relations::integrate(args, session, io),
+        Command::RemoveRelation(args) => relations::remove_relation(args, session, io),
+        Command::Status(args) => status::run(args, session, io),
+        Command::Zones => zones::list(session, io),
+        Command::EnableZone(args) => zones::set_enabled(args, true, session, io),
+        Command::DisableZone(args) => zones::set_enabled(args, false, session, io),
+        Command::Wait(args) => wait::run(args, session, io),
+        Command::Agent(args) => agent::run(args, session, io, &mut agent::RealClock),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Parses a command line (without the program name).
+    pub(crate) fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("berth").chain(args.iter().copied()))
+    }
+
+    /// The command of a command line that must parse.
+    pub(crate) fn command(args: &[&str]) -> Command {
+        match parse(args) {
+            Ok(cli) => cli.command,
+            Err(e) => panic!("{args:?} does not parse: {e}"),
+        }
+    }
+
+    /// Runs a command line against a controller that is not there (port 9
+    /// on loopback), with a token given so that none is looked for.
+    pub(crate) fn run_offline(args: &[&str]) -> (u8, String, String) {
+        let mut full = vec!["berth", "--url", "http://127.0.0.1:9", "--token", "t"];
+        full.extend_from_slice(args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run_args(
+            full,
+            &mut Io {
+                out: &mut out,
+                err: &mut err,
+                tty: false,
+            },
+        );
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_url_defaults_to_the_local_controller_and_the_token_to_none() {
+        let cli = parse(&["status"]).unwrap();
+        if std::env::var_os("BERTH_URL").is_none() {
+            assert_eq!(cli.url, "http://127.0.0.1:17070");
+        }
+        if std::env::var_os("BERTH_TOKEN").is_none() {
+            assert_eq!(cli.token, None);
+        }
+    }
+
+    #[test]
+    fn url_and_token_are_taken_before_or_after_the_command() {
+        let before = parse(&["--url", "http://h:1", "--token", "t", "zones"]).unwrap();
+        let after = parse(&["zones", "--url", "http://h:1", "--token", "t"]).unwrap();
+        for cli in [before, after] {
+            assert_eq!(cli.url, "http://h:1");
+            assert_eq!(cli.token.as_deref(), Some("t"));
+        }
+    }
+
+    #[test]
+    fn serve_takes_listen_data_dir_database_url_and_config() {
+        let Command::Serve(args) = command(&[
+            "serve",
+            "--listen",
+            "0.0.0.0:8080",
+            "--data-dir",
+            "/var/lib/berth",
+            "--database-url",
+            "postgres://db/berth",
+            "--config",
+            "/etc/berth.toml",
+        ]) else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            args,
+            ServeArgs {
+                listen: Some("0.0.0.0:8080".parse().unwrap()),
+                data_dir: Some("/var/lib/berth".into()),
+                database_url: Some("postgres://db/berth".into()),
+                config: Some("/etc/berth.toml".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn serve_options_are_all_optional() {
+        let Command::Serve(args) = command(&["serve"]) else {
+            panic!("not serve");
+        };
+        assert_eq!(args.listen, None);
+        assert_eq!(args.data_dir, None);
+        assert_eq!(args.database_url, None);
+        if std::env::var_os("BERTH_CONFIG").is_none() {
+            assert_eq!(args.config, None);
+        }
+    }
+
+    #[test]
+    fn a_bad_listen_address_is_a_usage_error() {
+        let e = parse(&["serve", "--listen", "nowhere"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn the_command_line_client_does_not_run_serve() {
+        let (code, out, err) = run_offline(&["serve"]);
+        assert_eq!(code, 2);
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "ERROR 'berth serve' is run by the controller's start-up code, not by the command line client\n"
+        );
+    }
+
+    #[test]
+    fn an_unknown_command_is_claps_usage_error() {
+        let (code, _, err) = run_offline(&["frobnicate"]);
+        assert_eq!(code, 2);
+        assert!(
+            err.contains("unrecognized subcommand 'frobnicate'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn help_goes_to_standard_output_and_exits_0() {
+        let (code, out, err) = run_offline(&["--help"]);
+        assert_eq!(code, 0);
+        assert!(out.contains("Usage: berth"), "{out}");
+        assert_eq!(err, "");
+    }
+
+    #[test]
+    fn an_unreachable_controller_is_one_clear_line() {
+        let (code, out, err) = run_offline(&["status"]);
+        assert_eq!(code, 1);
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "ERROR cannot reach the berth controller at http://127.0.0.1:9: is 'berth serve' running?\n"
+        );
+    }
+
+    #[test]
+    fn counts_are_checked_against_the_apis_limit() {
+        assert_eq!(count("-n", 0, 0).unwrap(), 0);
+        assert_eq!(count("-n", 1000, 1).unwrap(), 1000);
+        assert_eq!(
+            count("--num-units", 0, 1).unwrap_err().to_string(),
+            "--num-units must be between 1 and 1000, got 0"
+        );
+        assert_eq!(count("-n", 1001, 0).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
