@@ -250,6 +250,36 @@ fn open_provider(
     }
 }
 
+/// The configuration `berth serve` runs with: defaults, then the file
+/// (`--config` or `BERTH_CONFIG`), then `BERTH_*` variables, then the other
+/// flags.
+///
+/// # Errors
+///
+/// [`crate::config::ConfigError`] naming what is wrong.
+pub fn config_for(args: &crate::cli::ServeArgs) -> Result<Config, crate::config::ConfigError> {
+    let mut config = Config::load(args.config.as_deref(), std::env::vars())?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = &args.data_dir {
+        config.data_dir = Some(dir.clone());
+    }
+    if let Some(url) = &args.database_url {
+        config.database_url = Some(url.clone());
+    }
+    Ok(config)
+}
+
+/// `berth serve` with its command-line arguments.
+///
+/// # Errors
+///
+/// As [`config_for`] and [`serve`].
+pub fn serve_with_args(args: &crate::cli::ServeArgs) -> Result<(), AppError> {
+    serve(config_for(args)?)
+}
+
 /// Runs `berth serve` with `config` until it is stopped. Logging goes
 /// through env_logger (`RUST_LOG`, default `info`).
 ///

@@ -1,1 +1,22 @@
-fn main() {}
+//! The `berth` binary: `berth serve` runs the controller; every other
+//! command is a client of a running controller's API.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use berth::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => match berth::app::serve_with_args(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ERROR {e}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => berth::cli::run(cli),
+    }
+}
