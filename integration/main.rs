@@ -10,6 +10,7 @@ mod api;
 mod applications;
 mod cli;
 mod engine;
+mod process;
 mod serve;
 mod store;
 mod support;

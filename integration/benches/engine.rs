@@ -56,7 +56,11 @@ fn bench_root() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Server {
@@ -68,7 +72,12 @@ struct Server {
 
 fn spawn_server(dir: &Path, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
         .arg(dir)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -86,7 +95,12 @@ impl Server {
         let deadline = Instant::now() + PATIENCE;
         let token = loop {
             if let Ok(token) = std::fs::read_to_string(dir.join("admin.token")) {
-                if let Ok(r) = client.get(format!("{url}/v1/status")).bearer_auth(token.trim()).send().await {
+                if let Ok(r) = client
+                    .get(format!("{url}/v1/status"))
+                    .bearer_auth(token.trim())
+                    .send()
+                    .await
+                {
                     if r.status().is_success() {
                         break token.trim().to_string();
                     }
@@ -96,7 +110,12 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         let serving = started.elapsed();
-        let server = Server { child, url, token, client };
+        let server = Server {
+            child,
+            url,
+            token,
+            client,
+        };
         while server.metric("berth_reconciliations_total").await < 1.0 {
             assert!(Instant::now() < deadline, "the engine did not reconcile");
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -114,7 +133,11 @@ impl Server {
             .send()
             .await
             .expect("request");
-        assert!(response.status().is_success(), "{path}: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
         response.json().await.unwrap_or(Value::Null)
     }
 
@@ -141,7 +164,8 @@ impl Server {
     }
 
     fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find(|l| l.starts_with("VmHWM:"))
@@ -152,7 +176,9 @@ impl Server {
 
     /// SIGTERM, then wait for a clean exit.
     fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -191,17 +217,33 @@ async fn floor(dir: &Path, n: usize) -> Duration {
                 .expect("deploy");
             first = false;
         } else {
-            store.add_units("wordpress".parse().unwrap(), count as u32, Vec::new()).await.expect("add units");
+            store
+                .add_units("wordpress".parse().unwrap(), count as u32, Vec::new())
+                .await
+                .expect("add units");
         }
         remaining -= count;
     }
-    let ids: Vec<_> = store.machines().expect("machines").into_iter().map(|m| m.id).collect();
+    let ids: Vec<_> = store
+        .machines()
+        .expect("machines")
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
     let zone = Some("sim-a".to_string());
     let steps = [
         (MachineState::Pending, MachineState::Allocating, None),
         (MachineState::Allocating, MachineState::Starting, None),
-        (MachineState::Starting, MachineState::AwaitingAgent, Some("i-0")),
-        (MachineState::AwaitingAgent, MachineState::Started, Some("i-0")),
+        (
+            MachineState::Starting,
+            MachineState::AwaitingAgent,
+            Some("i-0"),
+        ),
+        (
+            MachineState::AwaitingAgent,
+            MachineState::Started,
+            Some("i-0"),
+        ),
     ];
     for (from, to, instance) in steps {
         let writes: Vec<_> = ids
@@ -217,7 +259,11 @@ async fn floor(dir: &Path, n: usize) -> Duration {
                     },
                 };
                 let id = *id;
-                tokio::spawn(async move { store.save_machine(id, from, machine, MachineUpdate::default()).await })
+                tokio::spawn(async move {
+                    store
+                        .save_machine(id, from, machine, MachineUpdate::default())
+                        .await
+                })
             })
             .collect();
         for write in writes {
@@ -262,7 +308,10 @@ async fn webhooks(server: &Server, dir: &Path) -> f64 {
         accepted += task.await.unwrap_or(0);
     }
     let took = started.elapsed();
-    assert_eq!(accepted, WEBHOOKS, "every signed callback should be accepted");
+    assert_eq!(
+        accepted, WEBHOOKS,
+        "every signed callback should be accepted"
+    );
     accepted as f64 / took.as_secs_f64()
 }
 
@@ -277,7 +326,14 @@ async fn status_latencies(server: &Server, n: usize) -> (f64, f64) {
             let mut times = Vec::new();
             for _ in 0..per_reader {
                 let start = Instant::now();
-                let body = client.get(&url).bearer_auth(&token).send().await.expect("status").bytes().await;
+                let body = client
+                    .get(&url)
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .expect("status")
+                    .bytes()
+                    .await;
                 assert!(body.is_ok());
                 times.push(start.elapsed().as_secs_f64() * 1e3);
             }
@@ -305,10 +361,20 @@ async fn run(n: usize) -> Value {
     while remaining > 0 {
         let count = remaining.min(PER_REQUEST);
         if first {
-            server.post("/v1/applications", json!({"charm": "wordpress", "num_units": count})).await;
+            server
+                .post(
+                    "/v1/applications",
+                    json!({"charm": "wordpress", "num_units": count}),
+                )
+                .await;
             first = false;
         } else {
-            server.post("/v1/applications/wordpress/units", json!({"num_units": count})).await;
+            server
+                .post(
+                    "/v1/applications/wordpress/units",
+                    json!({"num_units": count}),
+                )
+                .await;
         }
         remaining -= count;
     }
@@ -346,11 +412,24 @@ async fn run(n: usize) -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut rows = Vec::new();
     println!(
         "{:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
-        "units", "settled s", "mach/s", "floor s", "ratio", "st p50ms", "st p99ms", "hooks/s", "serve s", "reconcile s", "peak MiB"
+        "units",
+        "settled s",
+        "mach/s",
+        "floor s",
+        "ratio",
+        "st p50ms",
+        "st p99ms",
+        "hooks/s",
+        "serve s",
+        "reconcile s",
+        "peak MiB"
     );
     for n in sizes() {
         let row = runtime.block_on(run(n));
@@ -372,6 +451,10 @@ fn main() {
         rows.push(row);
     }
     let out = bench_root().join("engine.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&json!({ "sizes": rows })).expect("json")).expect("write engine.json");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&json!({ "sizes": rows })).expect("json"),
+    )
+    .expect("write engine.json");
     println!("wrote {}", out.display());
 }

@@ -60,6 +60,8 @@ pub struct Host {
 #[rtype(result = "()")]
 pub struct ActorStopped {
     pub machine: MachineId,
+    /// Which actor of this machine stopped (a newer one may exist).
+    pub serial: u64,
     pub state: Option<MachineState>,
 }
 
@@ -98,6 +100,8 @@ pub struct MachineActor {
     /// flight when the engine stopped): taken over instead of launching
     /// another.
     adopt: Option<Instance>,
+    /// Tells this actor apart from later actors of the same machine.
+    serial: u64,
 }
 
 impl MachineActor {
@@ -117,7 +121,15 @@ impl MachineActor {
             host,
             timer: None,
             adopt: None,
+            serial: 0,
         }
+    }
+
+    /// Numbers this actor, so that its provisioner can tell it from a later
+    /// actor of the same machine.
+    pub fn numbered(mut self, serial: u64) -> MachineActor {
+        self.serial = serial;
+        self
     }
 
     /// Takes over `instance`, launched for this machine before a restart.
@@ -577,6 +589,7 @@ impl Actor for MachineActor {
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         self.provisioner.do_send(ActorStopped {
             machine: self.id,
+            serial: self.serial,
             state: Some(self.machine.state),
         });
     }

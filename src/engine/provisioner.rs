@@ -76,7 +76,9 @@ impl Handler<Shutdown> for MachineActor {
 
 pub struct Provisioner {
     shared: Arc<Shared>,
-    actors: HashMap<MachineId, Addr<MachineActor>>,
+    /// The live machine actors, with the serial each was started with.
+    actors: HashMap<MachineId, (u64, Addr<MachineActor>)>,
+    next_serial: u64,
     containers: HashMap<MachineId, Addr<ContainerProvisioner>>,
     /// Bumped on every (re)start, so that work of an earlier life that
     /// finishes late is recognised and dropped.
@@ -88,6 +90,7 @@ impl Provisioner {
         Provisioner {
             shared,
             actors: HashMap::new(),
+            next_serial: 0,
             containers: HashMap::new(),
             generation: 0,
         }
@@ -113,17 +116,35 @@ impl Provisioner {
             pen.do_send(AddContainer(machine));
             return;
         }
-        let mut actor = MachineActor::new(
+        let actor = MachineActor::new(
             machine,
             self.shared.clone(),
             ctx.address().recipient(),
             None,
         );
-        if let Some(instance) = adopt {
-            actor = actor.adopting(instance);
-        }
-        self.actors.insert(id, actor.start());
+        let actor = match adopt {
+            Some(instance) => actor.adopting(instance),
+            None => actor,
+        };
+        self.launch_actor(id, actor);
         self.report_actors();
+    }
+
+    fn launch_actor(&mut self, id: MachineId, actor: MachineActor) {
+        self.next_serial += 1;
+        let serial = self.next_serial;
+        self.actors
+            .insert(id, (serial, actor.numbered(serial).start()));
+        self.report_actors();
+    }
+
+    /// Forgets actor `serial` of `id`, unless a newer actor has taken its
+    /// place.
+    fn forget(&mut self, id: MachineId, serial: u64) {
+        if self.actors.get(&id).is_some_and(|(s, _)| *s == serial) {
+            self.actors.remove(&id);
+            self.report_actors();
+        }
     }
 
     fn report_actors(&self) {
@@ -239,7 +260,7 @@ impl Provisioner {
                     let instance = adopt.remove(&id);
                     act.spawn_actor(machine, instance, ctx);
                     if vanished.contains(&id) {
-                        if let Some(actor) = act.actors.get(&id) {
+                        if let Some((_, actor)) = act.actors.get(&id) {
                             actor.do_send(InstanceChanged(InstanceState::Terminated));
                         }
                     }
@@ -435,7 +456,7 @@ impl Provisioner {
                     continue;
                 }
                 match act.actors.get(&machine.record.id) {
-                    Some(actor) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
+                    Some((_, actor)) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
                     None if machine.record.state() == MachineState::Started => {
                         act.lost_instance(machine, InstanceState::Terminated, ctx)
                     }
@@ -584,7 +605,7 @@ impl Supervised for Provisioner {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
         // Start again from the store, as after a process restart: stop the
         // machine actors of the old life and forget them.
-        for (_, actor) in self.actors.drain() {
+        for (_, (_, actor)) in self.actors.drain() {
             actor.do_send(Shutdown);
         }
         for (_, pen) in self.containers.drain() {
@@ -597,8 +618,8 @@ impl Handler<ActorStopped> for Provisioner {
     type Result = ();
 
     fn handle(&mut self, msg: ActorStopped, _ctx: &mut Context<Self>) {
-        self.actors.remove(&msg.machine);
-        self.report_actors();
+        // Only the stopped actor's entry: a replacement may already exist.
+        self.forget(msg.machine, msg.serial);
     }
 }
 
@@ -607,7 +628,7 @@ impl Handler<StoreChanged> for Provisioner {
 
     fn handle(&mut self, msg: StoreChanged, ctx: &mut Context<Self>) {
         for id in msg.removed {
-            if let Some(actor) = self.actors.remove(&id) {
+            if let Some((_, actor)) = self.actors.remove(&id) {
                 actor.do_send(Gone);
             }
         }
@@ -616,10 +637,23 @@ impl Handler<StoreChanged> for Provisioner {
             if machine.record.state() == MachineState::Started {
                 self.host_ready(&machine, ctx);
             }
-            match self.actors.get(&id) {
-                Some(actor) if actor.connected() => actor.do_send(Reconcile(machine)),
-                _ => {
-                    self.actors.remove(&id);
+            match self.actors.get(&id).cloned() {
+                Some((serial, actor)) => {
+                    // The actor may be stopping (settled) as this arrives:
+                    // then the change is not lost, a new actor takes it.
+                    let retained = machine.clone();
+                    ctx.spawn(actor.send(Reconcile(machine)).into_actor(self).map(
+                        move |delivered, act, ctx| {
+                            if delivered.is_err() {
+                                act.forget(id, serial);
+                                if needs_actor(&retained.record) {
+                                    act.spawn_actor(retained, None, ctx);
+                                }
+                            }
+                        },
+                    ));
+                }
+                None => {
                     if needs_actor(&machine.record) {
                         self.spawn_actor(machine, None, ctx);
                     }
@@ -669,8 +703,24 @@ impl Handler<ProviderReport> for Provisioner {
             .into_actor(self)
             .map(move |found, act, ctx| {
                 let Ok(Some(machine)) = found else { return };
-                match act.actors.get(&machine.record.id) {
-                    Some(actor) => actor.do_send(InstanceChanged(change.state)),
+                let id = machine.record.id;
+                match act.actors.get(&id).cloned() {
+                    Some((serial, actor)) => {
+                        // If the actor stopped meanwhile, do its part.
+                        ctx.spawn(
+                            actor
+                                .send(InstanceChanged(change.state))
+                                .into_actor(act)
+                                .map(move |delivered, act, ctx| {
+                                    if delivered.is_err() {
+                                        act.forget(id, serial);
+                                        if machine.record.state() == MachineState::Started {
+                                            act.lost_instance(machine, change.state, ctx);
+                                        }
+                                    }
+                                }),
+                        );
+                    }
                     None if machine.record.state() == MachineState::Started => {
                         act.lost_instance(machine, change.state, ctx);
                     }
@@ -720,7 +770,7 @@ impl Handler<SpawnContainer> for Provisioner {
             ctx.address().recipient(),
             Some(msg.host),
         );
-        self.actors.insert(id, actor.start());
+        self.launch_actor(id, actor);
     }
 }
 
