@@ -359,11 +359,11 @@ fn tabular_status_shows_the_model_applications_units_and_machines() {
         lines[2..].join("\n"),
         "
 App        Version  Status   Scale  Charm      Base          Rev  Message
-wordpress           waiting      2  wordpress  ubuntu@22.04    0
+wordpress           waiting      2  wordpress  ubuntu@22.04    0  waiting for machine
 
 Unit         Workload  Agent       Machine  Message
-wordpress/0  waiting   allocating  0
-wordpress/1  waiting   allocating  1
+wordpress/0  waiting   allocating  0        waiting for machine
+wordpress/1  waiting   allocating  1        waiting for machine
 
 Machine  State    Inst id  Base          AZ     Message
 0        pending  i-0      ubuntu@22.04  sim-a  running

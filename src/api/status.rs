@@ -7,14 +7,14 @@
 //! types, so machines come out in numeric order (`2` before `10`) and
 //! containers follow their host.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::base::Base;
 use crate::domain::charm::{CharmUrl, Namespace};
-use crate::domain::machine::{life, machine_status, Life};
+use crate::domain::machine::{life, machine_status, Life, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::records::{ApplicationRecord, MachineRecord, UnitRecord};
 use crate::store::status::{RelationRecord, StatusSnapshot};
@@ -204,6 +204,11 @@ pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
             &snapshot.applications,
             &snapshot.units,
             &snapshot.relations,
+            &snapshot
+                .machines
+                .iter()
+                .map(|m| (m.id, m.state()))
+                .collect(),
         ),
     }
 }
@@ -273,15 +278,52 @@ fn severity(status: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn unit_view(unit: &UnitRecord) -> UnitView {
+/// A unit's agent and workload status, as Juju shows them. berth runs no
+/// charm hooks, so a unit's stored statuses stay as they were made
+/// (`allocating`, `waiting`) and what a user needs is its machine's
+/// progress: `waiting for machine` until the machine is up, then the agent
+/// is `idle` (or `lost` while the machine is down) and the workload
+/// `unknown`, as Juju shows a charm that set no status.
+fn unit_statuses(unit: &UnitRecord, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
+    let unset = unit.agent_status == "allocating" && unit.workload_status == "waiting";
+    if !unset {
+        return (
+            StatusInfo::new(&unit.agent_status, None),
+            StatusInfo::new(&unit.workload_status, None),
+        );
+    }
+    match machine {
+        Some(MachineState::Started) => (
+            StatusInfo::new("idle", None),
+            StatusInfo::new("unknown", None),
+        ),
+        Some(MachineState::Down) => (
+            StatusInfo::new(
+                "lost",
+                Some("agent lost, see the machine's status".to_string()),
+            ),
+            StatusInfo::new("unknown", None),
+        ),
+        _ => (
+            StatusInfo::new("allocating", None),
+            StatusInfo::new("waiting", Some("waiting for machine".to_string())),
+        ),
+    }
+}
+
+fn unit_view(unit: &UnitRecord, machine_states: &HashMap<MachineId, MachineState>) -> UnitView {
+    let (agent, workload) = unit_statuses(
+        unit,
+        unit.machine.and_then(|m| machine_states.get(&m).copied()),
+    );
     UnitView {
         machine: if unit.principal.is_some() {
             None
         } else {
             unit.machine
         },
-        juju_status: StatusInfo::new(&unit.agent_status, None),
-        workload_status: StatusInfo::new(&unit.workload_status, None),
+        juju_status: agent,
+        workload_status: workload,
         subordinates: BTreeMap::new(),
     }
 }
@@ -322,7 +364,9 @@ fn applications_view(
     applications: &[ApplicationRecord],
     units: &[UnitRecord],
     relations: &[RelationRecord],
+    machine_states: &HashMap<MachineId, MachineState>,
 ) -> BTreeMap<ApplicationName, ApplicationView> {
+    let unit_view = |unit: &UnitRecord| unit_view(unit, machine_states);
     let mut views: BTreeMap<ApplicationName, ApplicationView> = applications
         .iter()
         .map(|a| (a.name.clone(), application_view(a)))
@@ -401,10 +445,10 @@ fn applications_view(
         let worst = units
             .iter()
             .filter(|u| &u.application == name)
-            .map(|u| u.workload_status.as_str())
-            .max_by_key(|s| severity(s));
+            .map(|u| unit_statuses(u, u.machine.and_then(|m| machine_states.get(&m).copied())).1)
+            .max_by_key(|s| severity(&s.current));
         if let Some(worst) = worst {
-            view.application_status = StatusInfo::new(worst, None);
+            view.application_status = worst;
         }
     }
     views
@@ -596,14 +640,61 @@ mod tests {
         assert!(view["machines"]["2"].get("life").is_none());
     }
 
+    fn unit_on(state: Option<MachineState>) -> (StatusInfo, StatusInfo) {
+        let unit = UnitRecord {
+            name: "app/0".parse().unwrap(),
+            application: "app".parse().unwrap(),
+            base: Base::DEFAULT,
+            constraints: Default::default(),
+            machine: Some(MachineId::new(0)),
+            principal: None,
+            agent_status: "allocating".into(),
+            workload_status: "waiting".into(),
+        };
+        unit_statuses(&unit, state)
+    }
+
+    #[test]
+    fn a_unit_waits_for_its_machine_until_the_machine_is_started() {
+        for state in [
+            None,
+            Some(MachineState::Pending),
+            Some(MachineState::Starting),
+            Some(MachineState::ProvisioningError),
+        ] {
+            let (agent, workload) = unit_on(state);
+            assert_eq!(agent.current, "allocating");
+            assert_eq!(
+                (workload.current.as_str(), workload.message.as_deref()),
+                ("waiting", Some("waiting for machine"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_unit_on_a_started_machine_is_idle_with_an_unknown_workload() {
+        let (agent, workload) = unit_on(Some(MachineState::Started));
+        assert_eq!(
+            (agent.current.as_str(), workload.current.as_str()),
+            ("idle", "unknown")
+        );
+    }
+
+    #[test]
+    fn a_unit_on_a_down_machine_shows_its_agent_lost() {
+        let (agent, _) = unit_on(Some(MachineState::Down));
+        assert_eq!(agent.current, "lost");
+    }
+
     #[test]
     fn subordinate_units_are_under_their_principal() {
         let view = view();
         let mysql = &view["applications"]["mysql"];
         assert_eq!(mysql["units"]["mysql/0"]["machine"], "0");
+        // Machine 0 is started: no charm has set a status, so "unknown".
         assert_eq!(
             mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]["workload-status"],
-            json!({"current": "waiting"})
+            json!({"current": "unknown"})
         );
         assert!(mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]
             .get("machine")
