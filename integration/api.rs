@@ -1215,7 +1215,7 @@ async fn status_has_the_shape_of_juju_status_json() {
         json!({
             "machine": "0",
             "juju-status": {"current": "allocating"},
-            "workload-status": {"current": "waiting"},
+            "workload-status": {"current": "waiting", "message": "waiting for machine"},
         })
     );
     // The command line reads the same JSON back into the same types.

@@ -224,3 +224,25 @@ async fn unsatisfiable_constraints_show_a_provisioning_error_and_retry_fixes_it(
     assert!((200..300).contains(&code), "{code} {body}");
     c.all_started(1).await;
 }
+
+#[actix_web::test]
+async fn status_always_shows_the_callers_own_writes_even_when_kept_between_requests() {
+    let c = spawn_controller().await;
+    for n in 1..=5 {
+        let (code, body) = c.post("/v1/machines", json!({"count": 1})).await;
+        assert!((200..300).contains(&code), "{code} {body}");
+        let status = c.status().await;
+        assert_eq!(
+            status["machines"].as_object().map(|m| m.len()),
+            Some(n),
+            "{status}"
+        );
+    }
+    // Concurrent readers with no write between them see one revision.
+    let reads = futures_util::future::join_all((0..8).map(|_| c.status())).await;
+    let revisions: std::collections::BTreeSet<i64> = reads
+        .iter()
+        .map(|s| s["model"]["revision"].as_i64().unwrap())
+        .collect();
+    assert!(revisions.len() <= 2, "{revisions:?}");
+}

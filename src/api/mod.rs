@@ -28,6 +28,7 @@ pub mod observe;
 pub mod openapi;
 pub mod relations;
 pub mod status;
+pub mod status_cache;
 pub mod webhooks;
 pub mod zones;
 
@@ -135,6 +136,8 @@ pub struct Shared {
     pub replays: webhooks::ReplayCache,
     /// The OpenAPI document, rendered once.
     pub openapi_json: String,
+    /// The status response, kept per change-log revision.
+    pub status: status_cache::StatusCache,
 }
 
 /// A resource whose unsupported methods get a JSON 405.
@@ -193,6 +196,7 @@ fn shared(state: ApiState) -> std::io::Result<Shared> {
         event_streams: Arc::new(Semaphore::new(state.limits.max_event_streams)),
         replays: webhooks::ReplayCache::default(),
         openapi_json,
+        status: status_cache::StatusCache::default(),
         state,
     })
 }

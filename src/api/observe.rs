@@ -15,7 +15,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
-use crate::api::status::{status_view, Status};
+use crate::api::status::Status;
 use crate::api::Shared;
 use crate::domain::machine::MachineState;
 use crate::store::{Change, Store, StoreError};
@@ -70,9 +70,13 @@ impl ResponseError for ObserveError {
     )
 )]
 pub async fn get_status(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
-    let store = shared.state.store.clone();
-    let snapshot = blocking(move || store.status()).await?;
-    Ok(HttpResponse::Ok().json(status_view(&snapshot, &shared.state.provider.name)))
+    let body = shared
+        .status
+        .get(&shared.state.store, &shared.state.provider.name)
+        .await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body))
 }
 
 /// This document.
