@@ -29,6 +29,7 @@ use crate::engine::zone_tracker::{Place, SetZones};
 use crate::engine::Shared;
 use crate::providers::{Instance, InstanceState, InstanceStateChange};
 use crate::store::machines::{EngineMachine, MachineUpdate};
+use crate::store::zones::ZoneRecord;
 use crate::store::{now_ms, Entity, Origin, StoreError};
 
 /// Change-log entries read at once while following the log.
@@ -43,7 +44,9 @@ const RECONCILE_RETRY: Duration = Duration::from_secs(2);
 struct StoreChanged {
     machines: Vec<EngineMachine>,
     removed: Vec<MachineId>,
-    zones_changed: bool,
+    /// The zones, when they changed: applied before the machines, so that
+    /// a machine never chooses from zones older than its own revision.
+    zones: Option<Vec<ZoneRecord>>,
 }
 
 /// A provider reported an instance's new state (webhook or notification).
@@ -377,6 +380,11 @@ impl Provisioner {
                     if ids.is_empty() && removed.is_empty() && !zones_changed {
                         continue;
                     }
+                    let zones = if zones_changed {
+                        Some(store.blocking(|s| s.zones()).await?)
+                    } else {
+                        None
+                    };
                     let machines = store
                         .blocking(move |s| s.engine_machines(Some(&ids)))
                         .await?;
@@ -384,7 +392,7 @@ impl Provisioner {
                         .send(StoreChanged {
                             machines,
                             removed,
-                            zones_changed,
+                            zones,
                         })
                         .await
                         .is_err()
@@ -627,6 +635,11 @@ impl Handler<StoreChanged> for Provisioner {
     type Result = ();
 
     fn handle(&mut self, msg: StoreChanged, ctx: &mut Context<Self>) {
+        if let Some(zones) = msg.zones {
+            // First: the tracker handles its messages in order, so every
+            // zone choice below sees these zones.
+            self.shared.zones.do_send(SetZones(zones));
+        }
         for id in msg.removed {
             if let Some((_, actor)) = self.actors.remove(&id) {
                 actor.do_send(Gone);
@@ -659,18 +672,6 @@ impl Handler<StoreChanged> for Provisioner {
                     }
                 }
             }
-        }
-        if msg.zones_changed {
-            let store = self.shared.store.clone();
-            let zones = self.shared.zones.clone();
-            ctx.spawn(
-                async move {
-                    if let Ok(list) = store.blocking(|s| s.zones()).await {
-                        zones.do_send(SetZones(list));
-                    }
-                }
-                .into_actor(self),
-            );
         }
     }
 }
