@@ -3,10 +3,13 @@
 //! The store tests run every rule on both backends: SQLite in a temporary
 //! directory, and a real PostgreSQL server the harness starts itself (see
 //! [`support::postgres`]). The API tests run the HTTP server over SQLite
-//! (see [`api`]).
+//! (see [`api`]). The EC2 tests run the engine against moto's EC2 server,
+//! which the harness also starts itself (see [`support::moto`]).
 
 mod api;
 mod applications;
+#[cfg(feature = "ec2")]
+mod ec2;
 mod engine;
 mod serve;
 mod store;

@@ -1,5 +1,8 @@
-//! What the integration tests share: stores on both backends.
+//! What the integration tests share: stores on both backends, and moto's
+//! EC2 server.
 
+#[cfg(feature = "ec2")]
+pub mod moto;
 pub mod postgres;
 
 use berth::store::db::DatabaseUrl;
