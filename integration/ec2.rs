@@ -645,3 +645,137 @@ async fn a_missing_image_id_puts_the_machine_in_error_without_an_instance() {
     assert!(message.contains("InvalidAMIID.NotFound"), "{message}");
     assert!(moto_instances(&client, &controller).await.is_empty());
 }
+
+/// EC2 answers that moto cannot give: a zone out of capacity for one type.
+mod scripted {
+    use std::collections::{HashMap, HashSet};
+
+    use aws_sdk_ec2::config::http::HttpResponse;
+    use aws_sdk_ec2::config::retry::RetryConfig;
+    use aws_sdk_ec2::operation::describe_availability_zones::DescribeAvailabilityZonesOutput;
+    use aws_sdk_ec2::operation::describe_images::DescribeImagesOutput;
+    use aws_sdk_ec2::operation::describe_instances::DescribeInstancesOutput;
+    use aws_sdk_ec2::operation::run_instances::RunInstancesOutput;
+    use aws_sdk_ec2::types::{
+        AvailabilityZone, AvailabilityZoneState, Image, Instance as Ec2Instance, Placement,
+    };
+    use aws_smithy_mocks::{mock, mock_client, RuleMode};
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use berth::providers::ec2::RegionFacts;
+
+    use super::*;
+
+    const IMAGE: &str = "ami-0123456789abcdef0";
+
+    fn no_capacity() -> HttpResponse {
+        HttpResponse::new(
+            StatusCode::try_from(500).unwrap(),
+            SdkBody::from(
+                "<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient t3a.medium capacity in the Availability Zone you requested (zone-a).</Message></Error></Errors><RequestID>1</RequestID></Response>",
+            ),
+        )
+    }
+
+    #[actix_web::test]
+    async fn a_zone_out_of_capacity_sends_the_machine_on_and_its_next_launch_there_takes_another_type(
+    ) {
+        let zones = mock!(Client::describe_availability_zones).then_output(|| {
+            let zone = |name: &str| {
+                AvailabilityZone::builder()
+                    .zone_name(name)
+                    .state(AvailabilityZoneState::Available)
+                    .build()
+            };
+            DescribeAvailabilityZonesOutput::builder()
+                .availability_zones(zone("zone-a"))
+                .availability_zones(zone("zone-b"))
+                .build()
+        });
+        let listing = mock!(Client::describe_instances)
+            .then_output(|| DescribeInstancesOutput::builder().build());
+        let images = mock!(Client::describe_images).then_output(|| {
+            DescribeImagesOutput::builder()
+                .images(
+                    Image::builder()
+                        .image_id(IMAGE)
+                        .root_device_name("/dev/sda1")
+                        .build(),
+                )
+                .build()
+        });
+        let full = mock!(Client::run_instances)
+            .match_requests(|r| {
+                r.placement().and_then(|p| p.availability_zone()) == Some("zone-a")
+                    && r.instance_type().map(|t| t.as_str()) == Some("t3a.medium")
+            })
+            .then_http_response(no_capacity);
+        let runs = mock!(Client::run_instances).then_compute_output(|r| {
+            let zone = r.placement().and_then(|p| p.availability_zone()).unwrap();
+            let kind = r.instance_type().unwrap().as_str();
+            RunInstancesOutput::builder()
+                .instances(
+                    Ec2Instance::builder()
+                        .instance_id(format!("i-{zone}-{kind}"))
+                        .instance_type(r.instance_type().cloned().unwrap())
+                        .placement(Placement::builder().availability_zone(zone).build())
+                        .build(),
+                )
+                .build()
+        });
+        let client = mock_client!(
+            aws_sdk_ec2,
+            RuleMode::MatchAny,
+            [&zones, &listing, &images, &full, &runs],
+            |b| b.retry_config(RetryConfig::disabled())
+        );
+        let types: HashSet<String> = ["t3a.medium", "t3.medium"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let facts = RegionFacts {
+            instance_types: types.clone(),
+            offerings: HashMap::from([
+                ("zone-a".to_string(), types.clone()),
+                ("zone-b".to_string(), types),
+            ]),
+            subnets: Default::default(),
+        };
+        let mut config = Ec2Config::for_region(REGION);
+        config.images.insert(
+            berth::providers::ec2::ImageKey {
+                base: berth::domain::base::Base::DEFAULT,
+                arch: Arch::Amd64,
+            },
+            IMAGE.to_string(),
+        );
+        let provider = Arc::new(Ec2Provider::from_facts(config, client, facts).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path());
+        let _engine = start_engine(&store, provider.clone());
+
+        // The first machine goes to the emptiest zone, zone-a, which is
+        // full: it moves on to zone-b at once.
+        deploy(&store, "wordpress", 1, "mem=4G").await;
+        let status = until(&store, "1 awaiting", all_in(1, MachineState::AwaitingAgent)).await;
+        let first = &status.machines[0];
+        assert_eq!(first.machine.lifecycle.zone.as_deref(), Some("zone-b"));
+        assert_eq!(first.instance_id(), Some("i-zone-b-t3a.medium"));
+        assert_eq!(full.num_calls(), 1);
+        assert!(!provider.offers("zone-a", "t3a.medium"));
+        assert!(provider.offers("zone-b", "t3a.medium"));
+
+        // The second unit's machine goes to zone-a, now the zone with
+        // fewer wordpress machines, with the cheapest type zone-a still
+        // offers.
+        store
+            .add_units("wordpress".parse().unwrap(), 1, Vec::new())
+            .await
+            .unwrap();
+        let status = until(&store, "2 awaiting", all_in(2, MachineState::AwaitingAgent)).await;
+        let second = status.machines.iter().find(|m| m.id != first.id).unwrap();
+        assert_eq!(second.machine.lifecycle.zone.as_deref(), Some("zone-a"));
+        assert_eq!(second.instance_id(), Some("i-zone-a-t3.medium"));
+        assert_eq!(full.num_calls(), 1);
+    }
+}

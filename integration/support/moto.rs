@@ -5,7 +5,7 @@
 //! a free loopback port. As with the PostgreSQL harness, a small shell ties
 //! the server to this process: it waits on a pipe from us, and when this
 //! process exits (however it exits) the pipe closes and the shell stops
-//! the server.
+//! the server and removes its log.
 //!
 //! Every test shares the server; tests keep apart by their controller's
 //! uuid, which berth's tags and filters carry.
@@ -87,7 +87,8 @@ fn start() -> Result<Server, String> {
          pid=$!
          read _ignored
          kill $pid
-         wait $pid";
+         wait $pid
+         rm -f \"$2\"";
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)

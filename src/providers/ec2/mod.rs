@@ -233,8 +233,9 @@ pub struct Ec2Provider {
     config: Ec2Config,
     catalogue: Catalogue,
     facts: RegionFacts,
-    /// Types refused in a zone, and until when.
-    unavailable: Mutex<HashMap<(String, String), Instant>>,
+    /// Types refused in a zone, and until when: by zone, then type, so
+    /// that `offers` looks up without allocating.
+    unavailable: Mutex<HashMap<String, HashMap<String, Instant>>>,
     /// Images found by lookup, by base and architecture.
     looked_up: Mutex<HashMap<ImageKey, String>>,
     /// Images checked to exist, with their root device.
@@ -356,11 +357,13 @@ impl Ec2Provider {
             return false;
         }
         let mut unavailable = lock(&self.unavailable);
-        let key = (zone.to_string(), instance_type.to_string());
-        match unavailable.get(&key) {
+        let Some(refused) = unavailable.get_mut(zone) else {
+            return true;
+        };
+        match refused.get(instance_type) {
             Some(until) if *until > now => false,
             Some(_) => {
-                unavailable.remove(&key);
+                refused.remove(instance_type);
                 true
             }
             None => true,
@@ -374,10 +377,10 @@ impl Ec2Provider {
             "ec2: not launching {instance_type} in {zone} for {}s",
             UNAVAILABLE_FOR.as_secs()
         );
-        lock(&self.unavailable).insert(
-            (zone.to_string(), instance_type.to_string()),
-            now + UNAVAILABLE_FOR,
-        );
+        lock(&self.unavailable)
+            .entry(zone.to_string())
+            .or_default()
+            .insert(instance_type.to_string(), now + UNAVAILABLE_FOR);
     }
 
     /// The image for machines of `key`: the configured one, else the
