@@ -5,6 +5,9 @@
 #   own server from them on a free loopback port (or use
 #   BERTH_TEST_POSTGRES_URL if set). Installed from Debian's packages when
 #   missing and we are root.
+# - moto's EC2 server, for the EC2 provider's tests: installed from PyPI
+#   into .venv in the repository when missing (or set BERTH_MOTO_SERVER to
+#   a moto_server binary).
 #
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
@@ -30,6 +33,29 @@ if ! have_postgres || ! have_libpq; then
     echo "or set BERTH_PG_BIN to a directory with initdb and postgres, or BERTH_TEST_POSTGRES_URL" >&2
     exit 1
   fi
+fi
+
+# The moto release the EC2 tests are written against.
+MOTO_VERSION=5.1.22
+
+have_moto() {
+  [ -n "${BERTH_MOTO_SERVER:-}" ] && [ -x "${BERTH_MOTO_SERVER}" ] && return 0
+  [ -x .venv/bin/moto_server ] && .venv/bin/pip show moto 2>/dev/null | grep -qx "Version: ${MOTO_VERSION}"
+}
+
+if ! have_moto; then
+  echo "installing moto ${MOTO_VERSION} into .venv" >&2
+  if ! python3 -m venv .venv >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      python3 -m venv .venv
+    else
+      echo "the EC2 tests need python3 with venv (python3-venv) to install moto" >&2
+      exit 1
+    fi
+  fi
+  .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==${MOTO_VERSION}"
 fi
 
 cargo test "$@"

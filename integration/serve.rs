@@ -246,3 +246,37 @@ async fn status_always_shows_the_callers_own_writes_even_when_kept_between_reque
         .collect();
     assert!(revisions.len() <= 2, "{revisions:?}");
 }
+
+/// A controller whose `[provider.ec2]` has `table`.
+fn ec2_config_for(dir: &std::path::Path, table: &str) -> Config {
+    let mut config = config_for(dir);
+    config.provider.kind = berth::config::ProviderKind::Ec2;
+    config.provider.ec2 = Some(table.parse().unwrap());
+    config
+}
+
+#[cfg(feature = "ec2")]
+#[actix_web::test]
+async fn an_ec2_controller_with_a_misspelt_setting_refuses_to_start_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ec2_config_for(dir.path(), "region = \"us-east-1\"\nsubnet = \"subnet-1\"");
+    let error = Application::build(config).await.err().unwrap().to_string();
+    assert!(
+        error.starts_with(
+            "cannot start the ec2 provider: invalid [provider.ec2] section: unknown field `subnet`"
+        ),
+        "{error}"
+    );
+}
+
+#[cfg(not(feature = "ec2"))]
+#[actix_web::test]
+async fn without_the_ec2_feature_an_ec2_controller_refuses_to_start_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ec2_config_for(dir.path(), "region = \"us-east-1\"");
+    let error = Application::build(config).await.err().unwrap().to_string();
+    assert_eq!(
+        error,
+        "cannot start the ec2 provider: this berth was built without the EC2 provider (cargo feature `ec2`)"
+    );
+}

@@ -85,7 +85,7 @@ impl Application {
             Some(secret) => Secret::new(secret.clone()),
             None => read_or_create_secret(&data_dir.join(WEBHOOK_SECRET_FILE))?,
         };
-        let (provider, limits) = open_provider(&config, &data_dir)?;
+        let (provider, limits) = open_provider(&config, &data_dir).await?;
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
             source,
@@ -227,7 +227,7 @@ fn read_or_create_secret(path: &Path) -> Result<Secret, AppError> {
     }
 }
 
-fn open_provider(
+async fn open_provider(
     config: &Config,
     data_dir: &Path,
 ) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
@@ -243,10 +243,7 @@ fn open_provider(
             })?;
             Ok((Arc::new(sim), RateLimits::default()))
         }
-        ProviderKind::Ec2 => Err(AppError::Provider {
-            kind: "ec2",
-            message: "this berth was built without the EC2 provider".into(),
-        }),
+        ProviderKind::Ec2 => open_ec2(config).await,
     }
 }
 
@@ -278,6 +275,30 @@ pub fn config_for(args: &crate::cli::ServeArgs) -> Result<Config, crate::config:
 /// As [`config_for`] and [`serve`].
 pub fn serve_with_args(args: &crate::cli::ServeArgs) -> Result<(), AppError> {
     serve(config_for(args)?)
+}
+
+/// The EC2 provider of `[provider.ec2]`, with AWS's published rate limits.
+#[cfg(feature = "ec2")]
+async fn open_ec2(config: &Config) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
+    use crate::providers::ec2::{Ec2Config, Ec2Provider};
+    let failed = |message: String| AppError::Provider {
+        kind: "ec2",
+        message,
+    };
+    let table = config.provider.ec2.clone().unwrap_or_default();
+    let ec2 = Ec2Config::from_table(&table).map_err(|e| failed(e.to_string()))?;
+    let provider = Ec2Provider::open(ec2)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    Ok((Arc::new(provider), RateLimits::ec2()))
+}
+
+#[cfg(not(feature = "ec2"))]
+async fn open_ec2(_config: &Config) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
+    Err(AppError::Provider {
+        kind: "ec2",
+        message: "this berth was built without the EC2 provider (cargo feature `ec2`)".into(),
+    })
 }
 
 /// Runs `berth serve` with `config` until it is stopped. Logging goes

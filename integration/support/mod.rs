@@ -1,6 +1,9 @@
-//! What the integration tests share: stores on both backends.
+//! What the integration tests share: stores on both backends, and moto's
+//! EC2 server.
 
 pub mod controller;
+#[cfg(feature = "ec2")]
+pub mod moto;
 pub mod postgres;
 
 use berth::store::db::DatabaseUrl;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::domain::hardware::Hardware;
-use crate::domain::instance_types::{select, Requirements};
+use crate::domain::instance_types::{select, Catalogue, Requirements};
 use crate::domain::machine::{
     is_settled, transition, Effect, Event, FailureKind, Jitter, Machine, MachineState,
 };
@@ -374,16 +374,38 @@ impl MachineActor {
     fn launch_request(&self, zone: &str, password: Secret) -> Result<LaunchRequest, ProviderError> {
         let requirements = Requirements::resolve(&self.record.constraints, self.record.role);
         let provider = &self.shared.provider;
-        let chosen = select(&requirements, provider.catalogue())
+        let catalogue = provider.catalogue();
+        let mut chosen = select(&requirements, catalogue)
             .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
         if !provider.offers(zone, &chosen.name) {
-            return Err(ProviderError::new(
-                FailureClass::ZoneSpecific,
-                format!(
-                    "instance type {} is not offered in zone {zone}",
-                    chosen.name
-                ),
-            ));
+            // The cheapest fit is not offered here (or is out of capacity
+            // for now): take the cheapest fit this zone offers, so that the
+            // machine keeps its place in the zone spread.
+            let offered = Catalogue::new(
+                catalogue
+                    .types()
+                    .iter()
+                    .filter(|t| provider.offers(zone, &t.name))
+                    .cloned()
+                    .collect(),
+            )
+            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
+            let here = select(&requirements, &offered).map_err(|_| {
+                ProviderError::new(
+                    FailureClass::ZoneSpecific,
+                    format!(
+                        "instance type {} is not offered in zone {zone}, nor is any other \
+                         that satisfies the constraints",
+                        chosen.name
+                    ),
+                )
+            })?;
+            chosen = catalogue.get(&here.name).ok_or_else(|| {
+                ProviderError::new(
+                    FailureClass::Permanent,
+                    format!("instance type {} left the catalogue", here.name),
+                )
+            })?;
         }
         let life = &self.machine.lifecycle;
         let mut instance_tags = std::collections::BTreeMap::new();

@@ -7,7 +7,11 @@
 //! isolates the calls.
 //!
 //! - [`sim`]: the simulated cloud, berth's embedded default.
+//! - `ec2`: Amazon EC2, through the AWS SDK (cargo feature `ec2`, on by
+//!   default).
 
+#[cfg(feature = "ec2")]
+pub mod ec2;
 pub mod sim;
 
 use std::collections::BTreeMap;
