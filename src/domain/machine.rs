@@ -1008,9 +1008,9 @@ fn human(d: Duration) -> String {
     let secs = d.as_secs();
     if d.subsec_nanos() != 0 || secs == 0 {
         format!("{}ms", d.as_millis())
-    } else if secs % 3600 == 0 {
+    } else if secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs % 60 == 0 {
+    } else if secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")
