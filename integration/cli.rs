@@ -307,7 +307,8 @@ fn status_json_has_the_shape_of_juju_status_json() {
     assert!(text.ends_with("}\n"), "{text}");
     assert_eq!(text.lines().count(), 1);
     let status: Value = serde_json::from_str(&text).unwrap();
-    let keys: Vec<&String> = status.as_object().unwrap().keys().collect();
+    let mut keys: Vec<&String> = status.as_object().unwrap().keys().collect();
+    keys.sort();
     assert_eq!(keys, ["applications", "machines", "model"]);
     assert_eq!(status["model"]["cloud"], "sim");
     assert_eq!(status["model"]["type"], "iaas");
