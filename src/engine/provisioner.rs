@@ -180,19 +180,7 @@ impl Provisioner {
                 .blocking(|s| s.zones())
                 .await
                 .map_err(|e| e.to_string())?;
-            let machines = shared
-                .store
-                .blocking(|s| s.engine_machines(None))
-                .await
-                .map_err(|e| e.to_string())?;
-            let instances = shared
-                .broker
-                .send(ListInstances {
-                    controller_uuid: shared.controller_uuid.clone(),
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+            let (machines, instances) = read_machines_and_instances(&shared).await?;
             Ok::<_, String>((revision, zones, machines, instances))
         };
         ctx.wait(work.into_actor(self).map(move |result, act, ctx| {
@@ -419,22 +407,7 @@ impl Provisioner {
     fn reconcile_with_provider(&mut self, ctx: &mut Context<Self>) {
         let shared = self.shared.clone();
         let generation = self.generation;
-        let work = async move {
-            let machines = shared
-                .store
-                .blocking(|s| s.engine_machines(None))
-                .await
-                .map_err(|e| e.to_string())?;
-            let instances = shared
-                .broker
-                .send(ListInstances {
-                    controller_uuid: shared.controller_uuid.clone(),
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((machines, instances))
-        };
+        let work = async move { read_machines_and_instances(&shared).await };
         ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
             if act.generation != generation {
                 return;
@@ -519,6 +492,27 @@ impl Provisioner {
                 }),
         );
     }
+}
+
+/// Every machine in the store, and every instance of this controller at the
+/// provider: what a reconciliation compares.
+async fn read_machines_and_instances(
+    shared: &Shared,
+) -> Result<(Vec<EngineMachine>, Vec<Instance>), String> {
+    let machines = shared
+        .store
+        .blocking(|s| s.engine_machines(None))
+        .await
+        .map_err(|e| e.to_string())?;
+    let instances = shared
+        .broker
+        .send(ListInstances {
+            controller_uuid: shared.controller_uuid.clone(),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok((machines, instances))
 }
 
 /// What a comparison of the store with the provider's list found.

@@ -14,6 +14,7 @@ use crate::domain::names::MachineId;
 use crate::providers::Secret;
 use crate::store::machines::{load_machine, save_machine_tx, MachineUpdate};
 use crate::store::schema::{credentials, machines};
+use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError};
 
 /// The name of the admin token's hash in the credentials table.
@@ -45,6 +46,19 @@ pub fn secret_matches(secret: &str, stored_hash: &str) -> bool {
             .zip(stored_hash.bytes())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
+}
+
+/// Makes a new admin token and stores its hash.
+fn insert_admin_token(tx: &mut Tx<'_>) -> Result<Secret, StoreError> {
+    let token = new_secret();
+    diesel::insert_into(credentials::table)
+        .values((
+            credentials::name.eq(ADMIN_TOKEN),
+            credentials::hash.eq(hash_secret(token.expose())),
+            credentials::created_at_ms.eq(tx.now_ms),
+        ))
+        .execute(tx.conn)?;
+    Ok(token)
 }
 
 impl Store {
@@ -192,15 +206,7 @@ impl Store {
             if exists > 0 {
                 return Ok(None);
             }
-            let token = new_secret();
-            diesel::insert_into(credentials::table)
-                .values((
-                    credentials::name.eq(ADMIN_TOKEN),
-                    credentials::hash.eq(hash_secret(token.expose())),
-                    credentials::created_at_ms.eq(tx.now_ms),
-                ))
-                .execute(tx.conn)?;
-            Ok(Some(token))
+            insert_admin_token(tx).map(Some)
         })
         .await
     }
@@ -214,15 +220,7 @@ impl Store {
     pub async fn rotate_admin_token(&self) -> Result<Secret, StoreError> {
         self.write(|tx| {
             diesel::delete(credentials::table.find(ADMIN_TOKEN)).execute(tx.conn)?;
-            let token = new_secret();
-            diesel::insert_into(credentials::table)
-                .values((
-                    credentials::name.eq(ADMIN_TOKEN),
-                    credentials::hash.eq(hash_secret(token.expose())),
-                    credentials::created_at_ms.eq(tx.now_ms),
-                ))
-                .execute(tx.conn)?;
-            Ok(token)
+            insert_admin_token(tx)
         })
         .await
     }
