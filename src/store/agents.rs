@@ -62,7 +62,9 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::NotFound`]; [`StoreError::Unauthorized`] for a wrong
-    /// or already used password.
+    /// or already used password; [`StoreError::Conflict`] (nothing changed,
+    /// the password still works) while the machine is `starting`, i.e. its
+    /// agent came before the engine recorded its instance.
     pub async fn agent_connect(
         &self,
         id: MachineId,
@@ -86,6 +88,15 @@ impl Store {
                 )));
             }
             let record = MachineRecord::try_from(row)?;
+            if record.state() == MachineState::Starting {
+                // The instance runs but the engine has not recorded it yet:
+                // taking the password now would leave the machine starting
+                // with no agent to come. Nothing is changed; the agent
+                // tries again.
+                return Err(StoreError::Conflict(format!(
+                    "machine {id} is still starting: its instance is not recorded yet; try again"
+                )));
+            }
             let credential = new_secret();
             let credential_hash = hash_secret(credential.expose());
             match transition(
