@@ -102,6 +102,10 @@ pub struct MachineActor {
     adopt: Option<Instance>,
     /// Tells this actor apart from later actors of the same machine.
     serial: u64,
+    /// Whether the store holds a retry time for this machine, so that a
+    /// save clears it only when there is one to clear (and a settled
+    /// machine is not written again for nothing).
+    retry_at_stored: bool,
 }
 
 impl MachineActor {
@@ -113,6 +117,7 @@ impl MachineActor {
     ) -> MachineActor {
         MachineActor {
             id: machine.record.id,
+            retry_at_stored: machine.record.retry_at_ms.is_some(),
             machine: machine.record.machine.clone(),
             record: machine.record,
             applications: machine.applications,
@@ -188,7 +193,10 @@ impl MachineActor {
                 let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
                 update.retry_at_ms = Some(now_ms().saturating_add(after_ms));
             }
-            _ => update.clear_retry_at = next.state != MachineState::Retrying,
+            _ => {
+                update.clear_retry_at =
+                    next.state != MachineState::Retrying && self.retry_at_stored;
+            }
         }
         if next.state != self.machine.state || next.lifecycle != self.machine.lifecycle {
             self.cancel_timer(ctx);
@@ -203,6 +211,8 @@ impl MachineActor {
             self.perform(effect, password, ctx);
             return;
         }
+        let (retry_at_saved, retry_at_cleared) =
+            (update.retry_at_ms.is_some(), update.clear_retry_at);
         let store = self.shared.store.clone();
         let (id, expected, saved) = (self.id, self.machine.state, next.clone());
         ctx.wait(
@@ -211,6 +221,11 @@ impl MachineActor {
                 .map(move |result, actor, ctx| match result {
                     Ok(()) => {
                         actor.machine = next;
+                        if retry_at_saved {
+                            actor.retry_at_stored = true;
+                        } else if retry_at_cleared {
+                            actor.retry_at_stored = false;
+                        }
                         actor.perform(effect, password, ctx);
                     }
                     Err(StoreError::Conflict(_)) => actor.reload_then(Some(event), ctx),
@@ -263,6 +278,7 @@ impl MachineActor {
 
     fn adopt(&mut self, fresh: EngineMachine, ctx: &mut Context<Self>) {
         self.cancel_timer(ctx);
+        self.retry_at_stored = fresh.record.retry_at_ms.is_some();
         self.machine = fresh.record.machine.clone();
         self.record = fresh.record;
         self.applications = fresh.applications;

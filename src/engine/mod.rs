@@ -37,6 +37,10 @@ use crate::metrics::Metrics;
 use crate::providers::{ControllerLink, InstanceStateChange, Provider, Secret};
 use crate::store::{Store, StoreError};
 
+/// How long an agent that checks in before its machine's instance is
+/// recorded is held while the engine records it.
+const EARLY_AGENT_WAIT: Duration = Duration::from_secs(5);
+
 /// What every engine actor shares: the store, the provider and the other
 /// actors' addresses, and the policy.
 pub struct Shared {
@@ -168,11 +172,27 @@ impl ControllerLink for EngineLink {
         machine: MachineId,
         one_time_password: Secret,
     ) -> Result<(), String> {
-        self.store
-            .agent_connect(machine, one_time_password)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        // An agent can come before the engine has recorded its instance
+        // (the store refuses it then, changing nothing); the record is
+        // usually a commit away, so try again after each commit for a
+        // while before the agent is told to come back later.
+        let mut head = self.store.watch_revision();
+        let give_up = tokio::time::Instant::now() + EARLY_AGENT_WAIT;
+        loop {
+            match self
+                .store
+                .agent_connect(machine, one_time_password.clone())
+                .await
+            {
+                Err(StoreError::Conflict(why)) => {
+                    let waited = tokio::time::timeout_at(give_up, head.changed()).await;
+                    if !matches!(waited, Ok(Ok(()))) {
+                        return Err(why);
+                    }
+                }
+                other => return other.map(|_| ()).map_err(|e| e.to_string()),
+            }
+        }
     }
 
     async fn agents_alive(&self, machines: Vec<MachineId>) {

@@ -13,6 +13,7 @@ use crate::domain::machine::{transition, Event, Jitter, MachineState, Policy};
 use crate::domain::names::MachineId;
 use crate::providers::Secret;
 use crate::store::machines::{load_machine, save_machine_tx, MachineUpdate};
+use crate::store::records::{MachineRecord, MachineRow};
 use crate::store::schema::{credentials, machines};
 use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError};
@@ -28,7 +29,13 @@ pub fn new_secret() -> Secret {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 /// The stored form of a secret.
@@ -69,7 +76,9 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::NotFound`]; [`StoreError::Unauthorized`] for a wrong
-    /// or already used password.
+    /// or already used password; [`StoreError::Conflict`] (nothing changed,
+    /// the password still works) while the machine is `starting`, i.e. its
+    /// agent came before the engine recorded its instance.
     pub async fn agent_connect(
         &self,
         id: MachineId,
@@ -77,33 +86,59 @@ impl Store {
     ) -> Result<Secret, StoreError> {
         self.write(move |tx| {
             tx.set_origin(Origin::Agent);
-            let record = load_machine(tx, &id)?;
-            let stored: Option<String> = machines::table
+            let row: Option<MachineRow> = machines::table
                 .find(id.to_string())
-                .select(machines::otp_hash)
-                .first(tx.conn)?;
-            let valid =
-                stored.is_some_and(|hash| secret_matches(one_time_password.expose(), &hash));
+                .select(MachineRow::as_select())
+                .first(tx.conn)
+                .optional()?;
+            let row = row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?;
+            let valid = row
+                .otp_hash
+                .as_deref()
+                .is_some_and(|hash| secret_matches(one_time_password.expose(), hash));
             if !valid {
                 return Err(StoreError::Unauthorized(format!(
                     "machine {id}: the one-time password is wrong or was already used"
                 )));
             }
+            let record = MachineRecord::try_from(row)?;
+            if record.state() == MachineState::Starting {
+                // The instance runs but the engine has not recorded it yet:
+                // taking the password now would leave the machine starting
+                // with no agent to come. Nothing is changed; the agent
+                // tries again.
+                return Err(StoreError::Conflict(format!(
+                    "machine {id} is still starting: its instance is not recorded yet; try again"
+                )));
+            }
             let credential = new_secret();
-            diesel::update(machines::table.find(id.to_string()))
-                .set((
-                    machines::otp_hash.eq(None::<String>),
-                    machines::credential_hash.eq(hash_secret(credential.expose())),
-                    machines::last_heartbeat_ms.eq(tx.now_ms),
-                ))
-                .execute(tx.conn)?;
-            if let Ok(step) = transition(
+            let credential_hash = hash_secret(credential.expose());
+            match transition(
                 &record.machine,
                 &Event::AgentConnected,
                 &Policy::default(),
                 Jitter::NONE,
             ) {
-                save_machine_tx(tx, &id, &step.next, &MachineUpdate::default())?;
+                // The exchange and the transition in one statement.
+                Ok(step) => save_machine_tx(
+                    tx,
+                    &id,
+                    &step.next,
+                    &MachineUpdate {
+                        credential_hash: Some(credential_hash),
+                        heartbeat_ms: Some(tx.now_ms),
+                        ..MachineUpdate::default()
+                    },
+                )?,
+                Err(_) => {
+                    diesel::update(machines::table.find(id.to_string()))
+                        .set((
+                            machines::otp_hash.eq(None::<String>),
+                            machines::credential_hash.eq(credential_hash),
+                            machines::last_heartbeat_ms.eq(tx.now_ms),
+                        ))
+                        .execute(tx.conn)?;
+                }
             }
             Ok(credential)
         })

@@ -324,6 +324,12 @@ pub struct MachineUpdate {
     pub otp_hash: Option<String>,
     pub retry_at_ms: Option<i64>,
     pub clear_retry_at: bool,
+    /// The agent exchanged its one-time password: the password's hash goes
+    /// and this credential's hash takes its place, in the same statement
+    /// as the transition to `started`.
+    pub credential_hash: Option<String>,
+    /// When the agent was last heard from, if it was just now.
+    pub heartbeat_ms: Option<i64>,
 }
 
 /// One UPDATE's worth of machine columns. `None` leaves a column alone;
@@ -345,6 +351,8 @@ struct MachineChanges<'a> {
     hardware: Option<Option<&'a str>>,
     otp_hash: Option<Option<&'a str>>,
     retry_at_ms: Option<Option<i64>>,
+    credential_hash: Option<&'a str>,
+    last_heartbeat_ms: Option<i64>,
 }
 
 fn saturating_i32(value: u32) -> i32 {
@@ -356,6 +364,24 @@ fn saturating_i32(value: u32) -> i32 {
 pub(crate) fn save_machine_tx(
     tx: &mut Tx<'_>,
     id: &MachineId,
+    machine: &Machine,
+    update: &MachineUpdate,
+) -> Result<(), StoreError> {
+    save_machine_from(tx, id, None, machine, update)
+}
+
+/// [`save_machine_tx`], but only if the machine is still in `expected`
+/// (when given): the check is the UPDATE's own `WHERE`, so a save costs one
+/// statement, and only a save that changed nothing looks at why.
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`] if the machine has gone;
+/// [`StoreError::Conflict`] if it is no longer in `expected`.
+pub(crate) fn save_machine_from(
+    tx: &mut Tx<'_>,
+    id: &MachineId,
+    expected: Option<MachineState>,
     machine: &Machine,
     update: &MachineUpdate,
 ) -> Result<(), StoreError> {
@@ -384,15 +410,43 @@ pub(crate) fn save_machine_tx(
             (None, false) => Some(None),
             (None, true) => None,
         },
-        otp_hash: update.otp_hash.as_deref().map(Some),
+        otp_hash: match (&update.otp_hash, &update.credential_hash) {
+            (Some(otp), _) => Some(Some(otp.as_str())),
+            (None, Some(_)) => Some(None),
+            (None, None) => None,
+        },
         retry_at_ms: (update.retry_at_ms.is_some() || update.clear_retry_at)
             .then_some(update.retry_at_ms),
+        credential_hash: update.credential_hash.as_deref(),
+        last_heartbeat_ms: update.heartbeat_ms,
     };
-    let found = diesel::update(machines::table.find(&key))
+    let found = match expected {
+        None => diesel::update(machines::table.find(&key))
+            .set(&changes)
+            .execute(tx.conn)?,
+        Some(expected) => diesel::update(
+            machines::table
+                .find(&key)
+                .filter(machines::state.eq(expected.as_str())),
+        )
         .set(&changes)
-        .execute(tx.conn)?;
+        .execute(tx.conn)?,
+    };
     if found == 0 {
-        return Err(StoreError::NotFound(format!("machine {id} not found")));
+        let current: Option<String> = match expected {
+            None => None,
+            Some(_) => machines::table
+                .find(&key)
+                .select(machines::state)
+                .first(tx.conn)
+                .optional()?,
+        };
+        return Err(match (current, expected) {
+            (Some(state), Some(expected)) => StoreError::Conflict(format!(
+                "machine {id} is {state}, not {expected}: it changed meanwhile"
+            )),
+            _ => StoreError::NotFound(format!("machine {id} not found")),
+        });
     }
     let mut detail = format!("state={}", machine.state);
     if let Some(zone) = &life.zone {
@@ -483,18 +537,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.write(move |tx| {
             tx.set_origin(Origin::Engine);
-            let current: Option<String> = machines::table
-                .find(id.to_string())
-                .select(machines::state)
-                .first(tx.conn)
-                .optional()?;
-            match current {
-                None => Err(StoreError::NotFound(format!("machine {id} not found"))),
-                Some(state) if state != expected.as_str() => Err(StoreError::Conflict(format!(
-                    "machine {id} is {state}, not {expected}: it changed meanwhile"
-                ))),
-                Some(_) => save_machine_tx(tx, &id, &machine, &update),
-            }
+            save_machine_from(tx, &id, Some(expected), &machine, &update)
         })
         .await
     }

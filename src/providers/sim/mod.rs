@@ -71,7 +71,7 @@ use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::ledger::{tagged_machine, Batch, Change, Ledger, Record, RngPosition};
 use crate::providers::{
     tags, ControllerLink, FailureClass, Instance, InstanceState, InstanceStateChange,
-    LaunchRequest, Provider, ProviderError,
+    LaunchRequest, Provider, ProviderError, Secret,
 };
 use crate::store::zones::ProviderZone;
 
@@ -1062,49 +1062,87 @@ impl Inner {
     }
 }
 
-/// Delivers `batch` to the controller in order. Returns the agents that
-/// checked in or gave up; refused agents with attempts left are scheduled
-/// to try again.
+/// Delivers `batch` to the controller in order. Agents are separate
+/// machines: a run of check-ins from different instances is delivered
+/// together, as their agents would arrive, while instance changes keep
+/// their place in the order. Returns the agents that checked in or gave
+/// up; refused agents with attempts left are scheduled to try again.
 async fn deliver(
     events: &Events,
     link: &Arc<dyn ControllerLink>,
     batch: Vec<Outgoing>,
 ) -> Vec<(String, AgentState)> {
     let mut outcomes = Vec::new();
+    let mut run: Vec<(String, MachineId, Secret, u32)> = Vec::new();
     for item in batch {
         match item {
-            Outgoing::Changed(change) => link.instance_changed(change).await,
+            Outgoing::Changed(change) => {
+                check_in_all(events, link, std::mem::take(&mut run), &mut outcomes).await;
+                link.instance_changed(change).await;
+            }
             Outgoing::AgentCheckIn {
                 id,
                 machine,
                 password,
                 attempt,
-            } => match link.agent_connect(machine, password).await {
-                Ok(()) => outcomes.push((id, AgentState::Connected)),
-                Err(reason) if attempt < AGENT_ATTEMPTS => {
-                    log::info!(
-                        "the agent of machine {machine} on {id} was refused \
-                         (attempt {attempt} of {AGENT_ATTEMPTS}): {reason}"
-                    );
-                    events.schedule(
-                        Instant::now() + AGENT_RETRY_DELAY,
-                        Due::AgentCheckIn {
-                            id,
-                            attempt: attempt + 1,
-                        },
-                    );
+            } => {
+                if run.iter().any(|(queued, ..)| *queued == id) {
+                    check_in_all(events, link, std::mem::take(&mut run), &mut outcomes).await;
                 }
-                Err(reason) => {
-                    log::warn!(
-                        "the agent of machine {machine} on {id} gives up after \
-                         {AGENT_ATTEMPTS} refusals: {reason}"
-                    );
-                    outcomes.push((id, AgentState::Refused));
-                }
-            },
+                run.push((id, machine, password, attempt));
+            }
         }
     }
+    check_in_all(events, link, run, &mut outcomes).await;
     outcomes
+}
+
+/// Delivers a run of check-ins from different instances at once, and
+/// records their outcomes in the run's order.
+async fn check_in_all(
+    events: &Events,
+    link: &Arc<dyn ControllerLink>,
+    run: Vec<(String, MachineId, Secret, u32)>,
+    outcomes: &mut Vec<(String, AgentState)>,
+) {
+    if run.is_empty() {
+        return;
+    }
+    let (agents, calls): (Vec<_>, Vec<_>) = run
+        .into_iter()
+        .map(|(id, machine, password, attempt)| {
+            (
+                (id, machine, attempt),
+                link.agent_connect(machine, password),
+            )
+        })
+        .unzip();
+    let answers = futures_util::future::join_all(calls).await;
+    for ((id, machine, attempt), answer) in agents.into_iter().zip(answers) {
+        match answer {
+            Ok(()) => outcomes.push((id, AgentState::Connected)),
+            Err(reason) if attempt < AGENT_ATTEMPTS => {
+                log::info!(
+                    "the agent of machine {machine} on {id} was refused \
+                     (attempt {attempt} of {AGENT_ATTEMPTS}): {reason}"
+                );
+                events.schedule(
+                    Instant::now() + AGENT_RETRY_DELAY,
+                    Due::AgentCheckIn {
+                        id,
+                        attempt: attempt + 1,
+                    },
+                );
+            }
+            Err(reason) => {
+                log::warn!(
+                    "the agent of machine {machine} on {id} gives up after \
+                     {AGENT_ATTEMPTS} refusals: {reason}"
+                );
+                outcomes.push((id, AgentState::Refused));
+            }
+        }
+    }
 }
 
 /// The background task: applies due events, delivers reports once a link
