@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Queryable, Selectable)]
 #[diesel(table_name = relations)]
 pub struct RelationRecord {
-    /// `"a:endpoint b:endpoint"`, endpoints in name order.
+    /// Juju's relation key, requirer first: `"wordpress:db mysql:db"`.
     pub key: String,
     pub app1: String,
     pub endpoint1: String,
