@@ -106,6 +106,10 @@ pub struct MachineActor {
     /// save clears it only when there is one to clear (and a settled
     /// machine is not written again for nothing).
     retry_at_stored: bool,
+    /// The provider said this machine's instance went while the actor was
+    /// busy (its agent may have checked in meanwhile): if the machine turns
+    /// out started, it is shown down before the actor stops.
+    lost: Option<InstanceState>,
 }
 
 impl MachineActor {
@@ -118,6 +122,7 @@ impl MachineActor {
         MachineActor {
             id: machine.record.id,
             retry_at_stored: machine.record.retry_at_ms.is_some(),
+            lost: None,
             machine: machine.record.machine.clone(),
             record: machine.record,
             applications: machine.applications,
@@ -291,6 +296,21 @@ impl MachineActor {
     }
 
     fn settle_if_done(&mut self, ctx: &mut Context<Self>) {
+        if self.machine.state == MachineState::Started {
+            if let Some(state) = self.lost.take() {
+                let message = lost_instance_message(
+                    self.machine.lifecycle.instance_id.as_deref().unwrap_or("?"),
+                    state,
+                );
+                self.step(
+                    Event::AgentLost,
+                    MachineUpdate::default(),
+                    Some(message),
+                    ctx,
+                );
+                return;
+            }
+        }
         if is_settled(self.machine.state) && self.timer.is_none() {
             ctx.stop();
         }
@@ -484,6 +504,7 @@ impl MachineActor {
     }
 
     fn launched(&mut self, instance: Instance, root_disk: Option<u64>, ctx: &mut Context<Self>) {
+        self.lost = None;
         let hardware = match self
             .shared
             .provider
@@ -677,7 +698,10 @@ impl Handler<InstanceChanged> for MachineActor {
             }
             MachineState::AwaitingAgent => {
                 // The instance went before its agent checked in: no need to
-                // wait out the bootstrap timeout.
+                // wait out the bootstrap timeout. (If the agent did check in
+                // meanwhile, the save conflicts and the machine is started:
+                // then `lost` shows it down.)
+                self.lost = Some(msg.0);
                 let message = format!(
                     "instance {} was {} before its agent checked in",
                     self.machine.lifecycle.instance_id.as_deref().unwrap_or("?"),
@@ -689,6 +713,10 @@ impl Handler<InstanceChanged> for MachineActor {
                     Some(message),
                     ctx,
                 )
+            }
+            MachineState::Started => {
+                self.lost = Some(msg.0);
+                self.settle_if_done(ctx);
             }
             _ => {}
         }
