@@ -232,7 +232,9 @@ fn check_in(
                 writeln!(io.out, "machine {machine}: checked in")?;
                 return Ok(Some(connected.credential));
             }
-            Err(e) if e.is_transient() => {
+            // A conflict: the controller has not recorded this machine's
+            // instance yet (the agent came up first). It will shortly.
+            Err(e) if e.is_transient() || e.is_conflict() => {
                 let delay = backoff.next_delay();
                 writeln!(
                     io.err,

@@ -78,6 +78,13 @@ impl CliError {
             _ => false,
         }
     }
+
+    /// Whether the controller answered 409: the request conflicts with the
+    /// state as it is now (for an agent's check-in: its machine's launch is
+    /// not recorded yet, so trying again shortly works).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, CliError::Api { status: 409, .. })
+    }
 }
 
 #[cfg(test)]
@@ -135,5 +142,16 @@ mod tests {
             assert_eq!(e.is_transient(), transient, "{status}");
         }
         assert!(!CliError::Usage("x".into()).is_transient());
+    }
+
+    #[test]
+    fn only_a_409_answer_is_a_conflict() {
+        let api = |status| CliError::Api {
+            status,
+            message: String::new(),
+        };
+        assert!(api(409).is_conflict());
+        assert!(!api(400).is_conflict() && !api(503).is_conflict());
+        assert!(!CliError::Usage("x".into()).is_conflict());
     }
 }
