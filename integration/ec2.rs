@@ -38,6 +38,8 @@ use berth::store::machines::AddMachines;
 use berth::store::status::StatusSnapshot;
 use berth::store::Store;
 
+use crate::support::until_within;
+
 use crate::support::moto;
 
 const REGION: &str = "ca-central-1";
@@ -136,34 +138,6 @@ async fn deploy(store: &Store, name: &str, units: u32, constraints: &str) {
         })
         .await
         .unwrap();
-}
-
-/// Waits until `done` holds for the store's status.
-async fn until(
-    store: &Store,
-    what: &str,
-    done: impl Fn(&StatusSnapshot) -> bool,
-) -> StatusSnapshot {
-    let mut head = store.watch_revision();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        head.borrow_and_update();
-        let status = store.blocking(|s| s.status()).await.unwrap();
-        if done(&status) {
-            return status;
-        }
-        tokio::select! {
-            _ = head.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => panic!(
-                "gave up waiting for {what}: {:#?}",
-                status
-                    .machines
-                    .iter()
-                    .map(|m| (m.id.to_string(), m.state(), m.machine.lifecycle.last_error.clone()))
-                    .collect::<Vec<_>>()
-            ),
-        }
-    }
 }
 
 fn all_in(count: usize, state: MachineState) -> impl Fn(&StatusSnapshot) -> bool {
@@ -331,7 +305,8 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
     let engine = start_engine(&store, provider.clone());
 
     deploy(&store, "wordpress", 6, "mem=4G").await;
-    let status = until(
+    let status = until_within(
+        PATIENCE,
         &store,
         "6 awaiting their agents",
         all_in(6, MachineState::AwaitingAgent),
@@ -396,7 +371,13 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
 
     // The agents check in with the passwords from the user data.
     check_in_all(&client, &engine, &store).await;
-    until(&store, "6 started", all_in(6, MachineState::Started)).await;
+    until_within(
+        PATIENCE,
+        &store,
+        "6 started",
+        all_in(6, MachineState::Started),
+    )
+    .await;
 }
 
 #[actix_web::test]
@@ -415,9 +396,21 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         })
         .await
         .unwrap();
-    until(&store, "2 awaiting", all_in(2, MachineState::AwaitingAgent)).await;
+    until_within(
+        PATIENCE,
+        &store,
+        "2 awaiting",
+        all_in(2, MachineState::AwaitingAgent),
+    )
+    .await;
     check_in_all(&client, &engine, &store).await;
-    let status = until(&store, "2 started", all_in(2, MachineState::Started)).await;
+    let status = until_within(
+        PATIENCE,
+        &store,
+        "2 started",
+        all_in(2, MachineState::Started),
+    )
+    .await;
     let removed = status
         .machines
         .iter()
@@ -429,7 +422,7 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until(&store, "machine 0 removed", |s| {
+    until_within(PATIENCE, &store, "machine 0 removed", |s| {
         s.machines.len() == 1 && s.machines[0].id.to_string() == "1"
     })
     .await;
@@ -481,9 +474,21 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
     let provider = open_provider(&client).await;
     let engine = start_engine(&store, provider.clone());
     store.add_machines(AddMachines::default()).await.unwrap();
-    until(&store, "awaiting", all_in(1, MachineState::AwaitingAgent)).await;
+    until_within(
+        PATIENCE,
+        &store,
+        "awaiting",
+        all_in(1, MachineState::AwaitingAgent),
+    )
+    .await;
     check_in_all(&client, &engine, &store).await;
-    let status = until(&store, "started", all_in(1, MachineState::Started)).await;
+    let status = until_within(
+        PATIENCE,
+        &store,
+        "started",
+        all_in(1, MachineState::Started),
+    )
+    .await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
 
     client
@@ -493,7 +498,7 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
         .await
         .unwrap();
     engine.reconcile_now();
-    let status = until(&store, "down", all_in(1, MachineState::Down)).await;
+    let status = until_within(PATIENCE, &store, "down", all_in(1, MachineState::Down)).await;
     assert_eq!(
         status.machines[0].machine.lifecycle.last_error.as_deref(),
         Some(format!("instance {instance} was terminated by the provider").as_str())
@@ -523,10 +528,16 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
         let provider = open_provider(&client).await;
         let engine = start_engine(&store, provider);
         deploy(&store, "mysql", 3, "").await;
-        let status = until(&store, "3 awaiting", all_in(3, MachineState::AwaitingAgent)).await;
+        let status = until_within(
+            PATIENCE,
+            &store,
+            "3 awaiting",
+            all_in(3, MachineState::AwaitingAgent),
+        )
+        .await;
         let first = &status.machines[0];
         check_in(&client, &engine, first.id, first.instance_id().unwrap()).await;
-        until(&store, "one started", |s| {
+        until_within(PATIENCE, &store, "one started", |s| {
             s.machines
                 .iter()
                 .filter(|m| m.state() == MachineState::Started)
@@ -551,7 +562,13 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
         let engine = start_engine(&store, provider);
         engine.reconcile_now();
         check_in_all(&client, &engine, &store).await;
-        let status = until(&store, "3 started", all_in(3, MachineState::Started)).await;
+        let status = until_within(
+            PATIENCE,
+            &store,
+            "3 started",
+            all_in(3, MachineState::Started),
+        )
+        .await;
         let after: Vec<(String, String)> = moto_instances(&client, &controller)
             .await
             .into_iter()
@@ -596,7 +613,13 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
         })
         .await
         .unwrap();
-    until(&store, "awaiting", all_in(1, MachineState::AwaitingAgent)).await;
+    until_within(
+        PATIENCE,
+        &store,
+        "awaiting",
+        all_in(1, MachineState::AwaitingAgent),
+    )
+    .await;
     let instances = moto_instances(&client, &controller).await;
     let described = client
         .describe_instances()
@@ -635,7 +658,13 @@ async fn a_missing_image_id_puts_the_machine_in_error_without_an_instance() {
         })
         .await
         .unwrap();
-    let status = until(&store, "error", all_in(1, MachineState::ProvisioningError)).await;
+    let status = until_within(
+        PATIENCE,
+        &store,
+        "error",
+        all_in(1, MachineState::ProvisioningError),
+    )
+    .await;
     let message = status.machines[0]
         .machine
         .lifecycle
@@ -757,7 +786,13 @@ mod scripted {
         // The first machine goes to the emptiest zone, zone-a, which is
         // full: it moves on to zone-b at once.
         deploy(&store, "wordpress", 1, "mem=4G").await;
-        let status = until(&store, "1 awaiting", all_in(1, MachineState::AwaitingAgent)).await;
+        let status = until_within(
+            PATIENCE,
+            &store,
+            "1 awaiting",
+            all_in(1, MachineState::AwaitingAgent),
+        )
+        .await;
         let first = &status.machines[0];
         assert_eq!(first.machine.lifecycle.zone.as_deref(), Some("zone-b"));
         assert_eq!(first.instance_id(), Some("i-zone-b-t3a.medium"));
@@ -772,7 +807,13 @@ mod scripted {
             .add_units("wordpress".parse().unwrap(), 1, Vec::new())
             .await
             .unwrap();
-        let status = until(&store, "2 awaiting", all_in(2, MachineState::AwaitingAgent)).await;
+        let status = until_within(
+            PATIENCE,
+            &store,
+            "2 awaiting",
+            all_in(2, MachineState::AwaitingAgent),
+        )
+        .await;
         let second = status.machines.iter().find(|m| m.id != first.id).unwrap();
         assert_eq!(second.machine.lifecycle.zone.as_deref(), Some("zone-a"));
         assert_eq!(second.instance_id(), Some("i-zone-a-t3.medium"));

@@ -28,6 +28,8 @@ use berth::store::status::StatusSnapshot;
 use berth::store::zones::ProviderZone;
 use berth::store::Store;
 
+use crate::support::until;
+
 /// Long enough for anything these tests wait for; a test that needs it
 /// has failed.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -100,28 +102,6 @@ async fn deploy(store: &Store, name: &str, units: u32, constraints: &str, to: &s
         })
         .await
         .unwrap();
-}
-
-/// Waits until `done` holds for the store's status, waking on every change
-/// of the change log.
-async fn until(
-    store: &Store,
-    what: &str,
-    done: impl Fn(&StatusSnapshot) -> bool,
-) -> StatusSnapshot {
-    let mut head = store.watch_revision();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        head.borrow_and_update();
-        let status = store.blocking(|s| s.status()).await.unwrap();
-        if done(&status) {
-            return status;
-        }
-        tokio::select! {
-            _ = head.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => panic!("gave up waiting for {what}: {:#?}", status.machines.iter().map(|m| (m.id.to_string(), m.state(), m.machine.lifecycle.last_error.clone())).collect::<Vec<_>>()),
-        }
-    }
 }
 
 fn all_in(status: &StatusSnapshot, states: &[MachineState]) -> bool {

@@ -57,3 +57,46 @@ pub fn charm_dir(metadata: &str, config: Option<&str>) -> tempfile::TempDir {
     }
     dir
 }
+
+/// How long a test waits for the engine before it gives up: long enough
+/// for anything the tests wait for, so a test that needs it has failed.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until `done` holds for the store's status, waking on every change
+/// of the change log; gives up after [`PATIENCE`].
+pub async fn until(
+    store: &Store,
+    what: &str,
+    done: impl Fn(&berth::store::status::StatusSnapshot) -> bool,
+) -> berth::store::status::StatusSnapshot {
+    until_within(PATIENCE, store, what, done).await
+}
+
+/// [`until`], giving up after `patience`.
+pub async fn until_within(
+    patience: std::time::Duration,
+    store: &Store,
+    what: &str,
+    done: impl Fn(&berth::store::status::StatusSnapshot) -> bool,
+) -> berth::store::status::StatusSnapshot {
+    let mut head = store.watch_revision();
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        head.borrow_and_update();
+        let status = store.blocking(|s| s.status()).await.unwrap();
+        if done(&status) {
+            return status;
+        }
+        tokio::select! {
+            _ = head.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => panic!(
+                "gave up waiting for {what}: {:#?}",
+                status
+                    .machines
+                    .iter()
+                    .map(|m| (m.id.to_string(), m.state(), m.machine.lifecycle.last_error.clone()))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+}
