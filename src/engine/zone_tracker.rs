@@ -69,11 +69,6 @@ pub struct ChooseZone {
     pub placement_zone: Option<String>,
 }
 
-/// The zones and each one's machine count, for status and metrics.
-#[derive(Message)]
-#[rtype(result = "Vec<(String, usize)>")]
-pub struct GetZoneCounts;
-
 impl ZoneTracker {
     fn count(&mut self, machine: MachineId, zone: String, occupant: Occupant) {
         self.release(&machine);
@@ -142,18 +137,5 @@ impl Handler<ChooseZone> for ZoneTracker {
             .ok_or_else(|| "no availability zone is left to try".to_string())?;
         self.count(msg.machine, zone.clone(), msg.occupant);
         Ok(zone)
-    }
-}
-
-impl Handler<GetZoneCounts> for ZoneTracker {
-    type Result = MessageResult<GetZoneCounts>;
-
-    fn handle(&mut self, _msg: GetZoneCounts, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(
-            self.zones
-                .iter()
-                .map(|z| (z.name.clone(), self.census.machines(&z.name)))
-                .collect(),
-        )
     }
 }
