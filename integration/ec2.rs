@@ -262,6 +262,24 @@ async fn check_in_all(client: &Client, engine: &Engine, store: &Store) {
     }
 }
 
+/// Checks every waiting agent in, then waits until `count` machines are
+/// started.
+async fn check_in_until_started(
+    client: &Client,
+    engine: &Engine,
+    store: &Store,
+    count: usize,
+) -> StatusSnapshot {
+    check_in_all(client, engine, store).await;
+    until_within(
+        PATIENCE,
+        store,
+        &format!("{count} started"),
+        all_in(count, MachineState::Started),
+    )
+    .await
+}
+
 /// The cheapest type for `mem=4G` (amd64, at least 1 vCPU) among the types
 /// moto offers in each zone that berth's catalogue prices: worked out here
 /// from the offerings, not by berth's choice.
@@ -370,14 +388,7 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
     assert_eq!(volumes.volumes().len(), 6);
 
     // The agents check in with the passwords from the user data.
-    check_in_all(&client, &engine, &store).await;
-    until_within(
-        PATIENCE,
-        &store,
-        "6 started",
-        all_in(6, MachineState::Started),
-    )
-    .await;
+    check_in_until_started(&client, &engine, &store, 6).await;
 }
 
 #[actix_web::test]
@@ -403,14 +414,7 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         all_in(2, MachineState::AwaitingAgent),
     )
     .await;
-    check_in_all(&client, &engine, &store).await;
-    let status = until_within(
-        PATIENCE,
-        &store,
-        "2 started",
-        all_in(2, MachineState::Started),
-    )
-    .await;
+    let status = check_in_until_started(&client, &engine, &store, 2).await;
     let removed = status
         .machines
         .iter()
@@ -481,14 +485,7 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
         all_in(1, MachineState::AwaitingAgent),
     )
     .await;
-    check_in_all(&client, &engine, &store).await;
-    let status = until_within(
-        PATIENCE,
-        &store,
-        "started",
-        all_in(1, MachineState::Started),
-    )
-    .await;
+    let status = check_in_until_started(&client, &engine, &store, 1).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
 
     client
@@ -561,14 +558,7 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
         let provider = open_provider(&client).await;
         let engine = start_engine(&store, provider);
         engine.reconcile_now();
-        check_in_all(&client, &engine, &store).await;
-        let status = until_within(
-            PATIENCE,
-            &store,
-            "3 started",
-            all_in(3, MachineState::Started),
-        )
-        .await;
+        let status = check_in_until_started(&client, &engine, &store, 3).await;
         let after: Vec<(String, String)> = moto_instances(&client, &controller)
             .await
             .into_iter()
