@@ -87,6 +87,22 @@ pub struct Version {
     minor: u8,
 }
 
+impl Version {
+    /// Reads a version only as Ubuntu writes it: `22.04`, not `22.4` or
+    /// `022.04`.
+    fn parse_as_written(s: &str) -> Option<Version> {
+        let (major, minor) = s.split_once('.')?;
+        let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        if !digits(major) || major.starts_with('0') || minor.len() != 2 || !digits(minor) {
+            return None;
+        }
+        Some(Version {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+        })
+    }
+}
+
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{:02}", self.major, self.minor)
@@ -305,10 +321,9 @@ impl FromStr for Base {
         if os != Os::Ubuntu.as_str() {
             return Err(BaseError::UnknownOs(s.to_string()));
         }
-        let version = UBUNTU_RELEASES
-            .iter()
+        let version = Version::parse_as_written(version)
+            .and_then(|v| UBUNTU_RELEASES.iter().find(|release| release.version == v))
             .map(|release| release.version)
-            .find(|known| known.to_string() == version)
             .ok_or_else(|| BaseError::UnknownVersion(s.to_string()))?;
         let risk = match risk {
             None => Risk::Stable,
@@ -461,6 +476,12 @@ mod tests {
         assert_eq!(base_error("ubuntu@22.4"), r#"unknown base "ubuntu@22.4""#);
         assert_eq!(base_error("ubuntu@22"), r#"unknown base "ubuntu@22""#);
         assert_eq!(base_error("ubuntu@11.10"), r#"unknown base "ubuntu@11.10""#);
+        for written_otherwise in [
+            "022.04", "22.040", "+22.04", "22.+4", "22.", ".04", "22..04",
+        ] {
+            let base = format!("ubuntu@{written_otherwise}");
+            assert_eq!(base_error(&base), format!("unknown base {base:?}"));
+        }
     }
 
     #[test]
