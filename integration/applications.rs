@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 
+use berth::api::status::status_view;
+use berth::api::status_document::StatusDocument;
 use berth::charms::{load_charm_dir, resolve, LoadedCharm};
 use berth::domain::base::Base;
 use berth::domain::constraints::Constraints;
+use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::{ApplicationName, MachineId, UnitName};
 use berth::domain::placement::{parse_to_list, Placement};
 use berth::store::applications::DeployRequest;
-use berth::store::machines::AddMachines;
+use berth::store::machines::{AddMachines, MachineUpdate};
 use berth::store::{Store, StoreError};
 
 use crate::on_both_backends;
@@ -544,7 +547,92 @@ async fn status_reads_everything_at_one_revision(store: Store) {
     assert_eq!(status.model.name, "default");
 }
 
+/// Brings `document` forward by what the store says changed, and checks it
+/// shows what a fresh read of the whole state shows.
+fn bring_forward_and_compare(store: &Store, document: &mut StatusDocument, step: &str) {
+    let delta = store
+        .status_delta(document.revision(), 100_000)
+        .unwrap()
+        .expect("a delta this small is read entity by entity");
+    assert_eq!(delta.revision, store.revision(), "{step}");
+    document.apply(delta);
+    let fresh = store.status().unwrap();
+    let rendered: serde_json::Value = serde_json::from_slice(&document.render()).unwrap();
+    assert_eq!(
+        rendered,
+        serde_json::to_value(status_view(&fresh, "sim")).unwrap(),
+        "{step}"
+    );
+}
+
+async fn a_status_document_brought_forward_shows_what_a_fresh_read_shows(store: Store) {
+    let mut document = StatusDocument::of(store.status().unwrap(), "sim");
+    store.add_machines(AddMachines::default()).await.unwrap();
+    let mut deploy = request("mysql", local(MYSQL, None), 3);
+    deploy.placement = parse_to_list("lxd:0").unwrap();
+    store.deploy(deploy).await.unwrap();
+    bring_forward_and_compare(&store, &mut document, "deploy");
+
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    store
+        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    store.add_units(app("mysql"), 1, Vec::new()).await.unwrap();
+    bring_forward_and_compare(&store, &mut document, "integrate");
+
+    // Only the machine's row changes; its units show its progress.
+    let host: MachineId = "1".parse().unwrap();
+    let started = Machine {
+        state: MachineState::Allocating,
+        lifecycle: Lifecycle::default(),
+    };
+    store
+        .save_machine(
+            host,
+            MachineState::Pending,
+            started,
+            MachineUpdate::default(),
+        )
+        .await
+        .unwrap();
+    store
+        .set_model_constraints(Constraints::parse("cores=4").unwrap())
+        .await
+        .unwrap();
+    bring_forward_and_compare(&store, &mut document, "machine and model");
+
+    store
+        .remove_units(vec!["mysql/2".parse().unwrap()])
+        .await
+        .unwrap();
+    store
+        .remove_relation("ntp".parse().unwrap(), "mysql".parse().unwrap())
+        .await
+        .unwrap();
+    bring_forward_and_compare(&store, &mut document, "remove units and relation");
+
+    store.remove_application(app("mysql")).await.unwrap();
+    store
+        .remove_machine("0".parse().unwrap(), true)
+        .await
+        .unwrap();
+    bring_forward_and_compare(&store, &mut document, "remove application and machine");
+
+    // Nothing changed since: an empty delta. Anything changed and a limit
+    // of none: read the whole state instead.
+    let quiet = store.status_delta(document.revision(), 0).unwrap().unwrap();
+    assert_eq!(quiet.revision, document.revision());
+    assert!(quiet.machines.is_empty() && quiet.units.is_empty());
+    store.add_machines(AddMachines::default()).await.unwrap();
+    assert!(store
+        .status_delta(document.revision(), 0)
+        .unwrap()
+        .is_none());
+}
+
 on_both_backends!(
+    a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
     a_unit_snapshots_the_model_and_application_constraints_merged,
     changing_model_constraints_never_touches_existing_units,

@@ -29,6 +29,7 @@ pub mod openapi;
 pub mod relations;
 pub mod status;
 pub mod status_cache;
+pub mod status_document;
 pub mod webhooks;
 pub mod zones;
 
@@ -136,7 +137,7 @@ pub struct Shared {
     pub replays: webhooks::ReplayCache,
     /// The OpenAPI document, rendered once.
     pub openapi_json: String,
-    /// The status response, kept per change-log revision.
+    /// The status document, kept up to date, and its latest rendering.
     pub status: status_cache::StatusCache,
 }
 
@@ -212,6 +213,9 @@ fn shared(state: ApiState) -> std::io::Result<Shared> {
 pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
     let body_limit = state.limits.body_bytes;
     let shared = web::Data::new(shared(state)?);
+    actix_web::rt::spawn(status_cache::keep_fresh(Arc::downgrade(
+        &shared.clone().into_inner(),
+    )));
     let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())

@@ -16,7 +16,7 @@ use crate::domain::base::Base;
 use crate::domain::charm::{CharmUrl, Namespace};
 use crate::domain::machine::{life, machine_status, Life, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::store::records::{ApplicationRecord, MachineRecord, UnitRecord};
+use crate::store::records::{ApplicationRecord, MachineRecord, ModelRecord, UnitRecord};
 use crate::store::status::{RelationRecord, StatusSnapshot};
 
 /// What Juju shows as a machine's instance id before it has one.
@@ -188,17 +188,8 @@ pub struct UnitView {
 /// unit under its principal (or, if that is missing, under its own
 /// application).
 pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
-    let model = &snapshot.model;
     Status {
-        model: ModelView {
-            name: model.name.clone(),
-            uuid: model.uuid.clone(),
-            model_type: "iaas".to_string(),
-            controller: model.controller_uuid.clone(),
-            cloud: cloud.to_string(),
-            constraints: model.constraints.to_string(),
-            revision: snapshot.revision,
-        },
+        model: model_view(&snapshot.model, cloud, snapshot.revision),
         machines: machines_view(&snapshot.machines),
         applications: applications_view(
             &snapshot.applications,
@@ -210,6 +201,19 @@ pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
                 .map(|m| (m.id, m.state()))
                 .collect(),
         ),
+    }
+}
+
+/// The model section.
+pub fn model_view(model: &ModelRecord, cloud: &str, revision: i64) -> ModelView {
+    ModelView {
+        name: model.name.clone(),
+        uuid: model.uuid.clone(),
+        model_type: "iaas".to_string(),
+        controller: model.controller_uuid.clone(),
+        cloud: cloud.to_string(),
+        constraints: model.constraints.to_string(),
+        revision,
     }
 }
 
@@ -278,53 +282,72 @@ fn severity(status: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// A unit's agent and workload status, as Juju shows them. berth runs no
-/// charm hooks, so a unit's stored statuses stay as they were made
-/// (`allocating`, `waiting`) and what a user needs is its machine's
-/// progress: `waiting for machine` until the machine is up, then the agent
-/// is `idle` (or `lost` while the machine is down) and the workload
-/// `unknown`, as Juju shows a charm that set no status.
-fn unit_statuses(unit: &UnitRecord, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
-    let unset = unit.agent_status == "allocating" && unit.workload_status == "waiting";
-    if !unset {
-        return (
-            StatusInfo::new(&unit.agent_status, None),
-            StatusInfo::new(&unit.workload_status, None),
-        );
-    }
-    match machine {
-        Some(MachineState::Started) => (
-            StatusInfo::new("idle", None),
-            StatusInfo::new("unknown", None),
-        ),
-        Some(MachineState::Down) => (
-            StatusInfo::new(
-                "lost",
-                Some("agent lost, see the machine's status".to_string()),
-            ),
-            StatusInfo::new("unknown", None),
-        ),
-        _ => (
-            StatusInfo::new("allocating", None),
-            StatusInfo::new("waiting", Some("waiting for machine".to_string())),
-        ),
-    }
+/// What a unit's view is made of, besides its machine's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitFacts {
+    pub machine: Option<MachineId>,
+    pub principal: Option<UnitName>,
+    pub agent_status: String,
+    pub workload_status: String,
 }
 
-fn unit_view(unit: &UnitRecord, machine_states: &HashMap<MachineId, MachineState>) -> UnitView {
-    let (agent, workload) = unit_statuses(
-        unit,
-        unit.machine.and_then(|m| machine_states.get(&m).copied()),
-    );
-    UnitView {
-        machine: if unit.principal.is_some() {
-            None
-        } else {
-            unit.machine
-        },
-        juju_status: agent,
-        workload_status: workload,
-        subordinates: BTreeMap::new(),
+impl UnitFacts {
+    pub fn of(unit: &UnitRecord) -> UnitFacts {
+        UnitFacts {
+            machine: unit.machine,
+            principal: unit.principal.clone(),
+            agent_status: unit.agent_status.clone(),
+            workload_status: unit.workload_status.clone(),
+        }
+    }
+
+    /// The unit's agent and workload status, as Juju shows them. berth
+    /// runs no charm hooks, so a unit's stored statuses stay as they were
+    /// made (`allocating`, `waiting`) and what a user needs is its
+    /// machine's progress: `waiting for machine` until the machine is up,
+    /// then the agent is `idle` (or `lost` while the machine is down) and
+    /// the workload `unknown`, as Juju shows a charm that set no status.
+    pub fn statuses(&self, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
+        let unset = self.agent_status == "allocating" && self.workload_status == "waiting";
+        if !unset {
+            return (
+                StatusInfo::new(&self.agent_status, None),
+                StatusInfo::new(&self.workload_status, None),
+            );
+        }
+        match machine {
+            Some(MachineState::Started) => (
+                StatusInfo::new("idle", None),
+                StatusInfo::new("unknown", None),
+            ),
+            Some(MachineState::Down) => (
+                StatusInfo::new(
+                    "lost",
+                    Some("agent lost, see the machine's status".to_string()),
+                ),
+                StatusInfo::new("unknown", None),
+            ),
+            _ => (
+                StatusInfo::new("allocating", None),
+                StatusInfo::new("waiting", Some("waiting for machine".to_string())),
+            ),
+        }
+    }
+
+    /// The unit's view, without its subordinates, given its machine's
+    /// state (`None` when it has no machine or the machine is gone).
+    pub fn view(&self, machine: Option<MachineState>) -> UnitView {
+        let (agent, workload) = self.statuses(machine);
+        UnitView {
+            machine: if self.principal.is_some() {
+                None
+            } else {
+                self.machine
+            },
+            juju_status: agent,
+            workload_status: workload,
+            subordinates: BTreeMap::new(),
+        }
     }
 }
 
@@ -360,13 +383,11 @@ fn application_view(app: &ApplicationRecord) -> ApplicationView {
     }
 }
 
-fn applications_view(
-    applications: &[ApplicationRecord],
-    units: &[UnitRecord],
-    relations: &[RelationRecord],
-    machine_states: &HashMap<MachineId, MachineState>,
+/// The applications with their relations and status words, but no units.
+pub fn application_headers(
+    applications: &[&ApplicationRecord],
+    relations: &[&RelationRecord],
 ) -> BTreeMap<ApplicationName, ApplicationView> {
-    let unit_view = |unit: &UnitRecord| unit_view(unit, machine_states);
     let mut views: BTreeMap<ApplicationName, ApplicationView> = applications
         .iter()
         .map(|a| (a.name.clone(), application_view(a)))
@@ -414,6 +435,42 @@ fn applications_view(
             related.sort_by(|a, b| a.related_application.cmp(&b.related_application));
         }
     }
+    views
+}
+
+/// Folds the units' workload statuses, in unit order, into their
+/// applications' status: the most severe wins, the later of equals.
+pub fn fold_application_status<'a>(
+    views: &mut BTreeMap<ApplicationName, ApplicationView>,
+    workloads: impl IntoIterator<Item = (&'a ApplicationName, &'a StatusInfo)>,
+) {
+    let mut worst: HashMap<&ApplicationName, &StatusInfo> = HashMap::new();
+    for (application, workload) in workloads {
+        let entry = worst.entry(application).or_insert(workload);
+        if severity(&workload.current) >= severity(&entry.current) {
+            *entry = workload;
+        }
+    }
+    for (name, workload) in worst {
+        if let Some(view) = views.get_mut(name) {
+            view.application_status = workload.clone();
+        }
+    }
+}
+
+fn applications_view(
+    applications: &[ApplicationRecord],
+    units: &[UnitRecord],
+    relations: &[RelationRecord],
+    machine_states: &HashMap<MachineId, MachineState>,
+) -> BTreeMap<ApplicationName, ApplicationView> {
+    let unit_view = |unit: &UnitRecord| {
+        UnitFacts::of(unit).view(unit.machine.and_then(|m| machine_states.get(&m).copied()))
+    };
+    let mut views = application_headers(
+        &applications.iter().collect::<Vec<_>>(),
+        &relations.iter().collect::<Vec<_>>(),
+    );
 
     for unit in units.iter().filter(|u| u.principal.is_none()) {
         if let Some(app) = views.get_mut(&unit.application) {
@@ -441,16 +498,14 @@ fn applications_view(
         }
     }
 
-    for (name, view) in views.iter_mut() {
-        let worst = units
-            .iter()
-            .filter(|u| &u.application == name)
-            .map(|u| unit_statuses(u, u.machine.and_then(|m| machine_states.get(&m).copied())).1)
-            .max_by_key(|s| severity(&s.current));
-        if let Some(worst) = worst {
-            view.application_status = worst;
-        }
-    }
+    let workloads: Vec<(&ApplicationName, StatusInfo)> = units
+        .iter()
+        .map(|u| {
+            let state = u.machine.and_then(|m| machine_states.get(&m).copied());
+            (&u.application, UnitFacts::of(u).statuses(state).1)
+        })
+        .collect();
+    fold_application_status(&mut views, workloads.iter().map(|(a, w)| (*a, w)));
     views
 }
 
@@ -651,7 +706,7 @@ mod tests {
             agent_status: "allocating".into(),
             workload_status: "waiting".into(),
         };
-        unit_statuses(&unit, state)
+        UnitFacts::of(&unit).statuses(state)
     }
 
     #[test]

@@ -1,14 +1,20 @@
-//! The status response, kept per change-log revision.
+//! The status response: a [`StatusDocument`] kept up to date from the
+//! change log, and its rendering kept per revision.
 //!
 //! Reading and rendering the whole state costs tens of milliseconds with
-//! thousands of machines, while the state changes far less often than
-//! people and tools read it. So the rendered JSON is kept with the
-//! revision it reflects:
+//! thousands of machines, and memory in proportion, while most of it does
+//! not change between two reads. So:
 //!
-//! - a request whose revision (the store's head when it arrives) is already
-//!   rendered gets those bytes at once;
-//! - otherwise one request renders the state and the others that arrive
-//!   meanwhile wait for that one rendering instead of doing their own.
+//! - the document is read whole once, then brought forward by reading only
+//!   the entities that changed since its revision (or whole again when
+//!   most of them did);
+//! - [`keep_fresh`] brings it forward in the background a moment after the
+//!   log grows, so a request finds little left to read, and renders it once
+//!   the log is quiet, so the next request finds it rendered;
+//! - the rendered JSON is kept with its revision: a request whose revision
+//!   (the store's head when it arrives) is already rendered gets those
+//!   bytes at once, and requests that arrive while one renders wait for
+//!   that one instead of rendering again.
 //!
 //! # Guarantees
 //!
@@ -16,29 +22,60 @@
 //! arrived, so a client sees its own acknowledged writes (the head moves
 //! before a write is acknowledged).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use actix_web::web::Bytes;
 
 use crate::api::errors::blocking;
-use crate::api::status::status_view;
+use crate::api::status_document::StatusDocument;
 use crate::store::{Store, StoreError};
+
+/// How long the background refresh waits after the log grows, so that one
+/// refresh covers a burst of writes.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The fewest changes after which the document is read whole again rather
+/// than entity by entity.
+const WHOLE_READ_AT_LEAST: usize = 4096;
 
 #[derive(Default)]
 pub struct StatusCache {
+    /// `None` until first read.
+    document: Arc<Mutex<Option<StatusDocument>>>,
     /// The newest rendering and the revision it reflects.
     latest: Mutex<Option<(i64, Bytes)>>,
-    /// Held by the one request that is rendering.
-    rendering: tokio::sync::Mutex<()>,
+    /// Held by whoever is bringing the document forward or rendering it.
+    updating: tokio::sync::Mutex<()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Brings `document` up to the store's head (reading it whole if there is
+/// none yet, or if most of it changed).
+fn bring_forward(
+    document: &mut Option<StatusDocument>,
+    store: &Store,
+    cloud: &str,
+) -> Result<(), StoreError> {
+    if let Some(current) = document.as_mut() {
+        let most = WHOLE_READ_AT_LEAST.max(current.len());
+        if let Some(delta) = store.status_delta(current.revision(), most)? {
+            current.apply(delta);
+            return Ok(());
+        }
+    }
+    // Let go of the old document before the new one is read.
+    *document = None;
+    *document = Some(StatusDocument::of(store.status()?, cloud));
+    Ok(())
 }
 
 impl StatusCache {
     fn at_least(&self, revision: i64) -> Option<Bytes> {
-        let latest = self
-            .latest
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        latest
+        lock(&self.latest)
             .as_ref()
             .filter(|(rendered, _)| *rendered >= revision)
             .map(|(_, body)| body.clone())
@@ -54,27 +91,76 @@ impl StatusCache {
         if let Some(body) = self.at_least(wanted) {
             return Ok(body);
         }
-        let _rendering = self.rendering.lock().await;
+        let _updating = self.updating.lock().await;
         // Someone may have rendered what we need while we waited.
         if let Some(body) = self.at_least(wanted) {
             return Ok(body);
         }
-        let reader = store.clone();
+        let document = Arc::clone(&self.document);
+        let store = store.clone();
         let cloud = cloud.to_string();
         let (revision, body) = blocking(move || {
-            let snapshot = reader.status()?;
-            let body = serde_json::to_vec(&status_view(&snapshot, &cloud))
-                .map_err(|e| StoreError::Invariant(format!("cannot render status: {e}")))?;
-            Ok((snapshot.revision, Bytes::from(body)))
+            let mut document = lock(&document);
+            bring_forward(&mut document, &store, &cloud)?;
+            let current = document
+                .as_ref()
+                .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
+            Ok((current.revision(), Bytes::from(current.render())))
         })
         .await?;
-        let mut latest = self
-            .latest
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut latest = lock(&self.latest);
         if latest.as_ref().is_none_or(|(kept, _)| *kept < revision) {
             *latest = Some((revision, body.clone()));
         }
         Ok(body)
+    }
+
+    /// Brings the document up to the store's head without rendering it
+    /// (reading it whole the first time). A failure is logged; the next
+    /// request or refresh reads again.
+    pub async fn refresh(&self, store: &Store, cloud: &str) {
+        let _updating = self.updating.lock().await;
+        let document = Arc::clone(&self.document);
+        let reader = store.clone();
+        let cloud = cloud.to_string();
+        let refreshed =
+            blocking(move || bring_forward(&mut lock(&document), &reader, &cloud)).await;
+        if let Err(e) = refreshed {
+            log::warn!("cannot bring the status document forward: {e}");
+        }
+    }
+}
+
+/// Keeps `shared`'s status document fresh: reads it at once, brings it
+/// forward a moment after the change log grows, and renders it once the
+/// log has been quiet for that moment, so that the next request finds it
+/// ready. Ends when the server has let go of `shared` or the store has
+/// stopped.
+pub async fn keep_fresh(shared: std::sync::Weak<crate::api::Shared>) {
+    let Some(mut head) = shared.upgrade().map(|s| s.state.store.watch_revision()) else {
+        return;
+    };
+    loop {
+        let Some(current) = shared.upgrade() else {
+            return;
+        };
+        let (store, cloud) = (&current.state.store, &current.state.provider.name);
+        current.status.refresh(store, cloud).await;
+        let quiet = tokio::time::timeout(SETTLE, head.changed()).await;
+        match quiet {
+            Ok(Err(_)) => return,
+            Ok(Ok(())) => {}
+            Err(_) => {
+                if let Err(e) = current.status.get(store, cloud).await {
+                    log::warn!("cannot render the status: {e}");
+                }
+                drop(current);
+                if head.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(SETTLE).await;
+        head.mark_unchanged();
     }
 }

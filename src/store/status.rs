@@ -4,14 +4,21 @@
 use diesel::prelude::*;
 use serde::Serialize;
 
+use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::db::Conn;
+use crate::store::records::stored;
 use crate::store::records::{
     ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
     UnitRecord, UnitRow,
 };
-use crate::store::schema::{applications, log_head, machines, model, relations, units, zones};
+use crate::store::schema::{
+    applications, changes, log_head, machines, model, relations, units, zones,
+};
 use crate::store::zones::ZoneRecord;
-use crate::store::{Store, StoreError};
+use crate::store::{Entity, Store, StoreError};
+
+/// Ids per `IN (...)` list, well under SQLite's bound-parameter limit.
+const IDS_PER_READ: usize = 500;
 
 /// A relation as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Queryable, Selectable)]
@@ -44,11 +51,154 @@ pub struct StatusSnapshot {
     pub zones: Vec<ZoneRecord>,
 }
 
-fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
-    let revision: i64 = log_head::table
+/// What changed after a revision: each changed entity as it now is, or
+/// `None` where it was removed. Only what status shows is included (not
+/// charms or zones).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusDelta {
+    /// The revision the delta brings a reader up to.
+    pub revision: i64,
+    /// The model, if it changed.
+    pub model: Option<ModelRecord>,
+    pub machines: Vec<(MachineId, Option<MachineRecord>)>,
+    pub applications: Vec<(ApplicationName, Option<ApplicationRecord>)>,
+    pub units: Vec<(UnitName, Option<UnitRecord>)>,
+    pub relations: Vec<(String, Option<RelationRecord>)>,
+}
+
+fn head_revision(conn: &mut Conn) -> Result<i64, StoreError> {
+    Ok(log_head::table
         .find(1)
         .select(log_head::revision)
-        .first(conn)?;
+        .first(conn)?)
+}
+
+/// Reads the rows whose keys are `ids`, `IDS_PER_READ` at a time, and pairs
+/// every key with its row or `None`.
+fn rows_by_key<K: Clone, R>(
+    ids: Vec<(K, String)>,
+    mut read: impl FnMut(&[String]) -> Result<Vec<(String, R)>, StoreError>,
+) -> Result<Vec<(K, Option<R>)>, StoreError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(IDS_PER_READ) {
+        let keys: Vec<String> = chunk.iter().map(|(_, key)| key.clone()).collect();
+        let mut found: std::collections::HashMap<String, R> = read(&keys)?.into_iter().collect();
+        out.extend(
+            chunk
+                .iter()
+                .map(|(id, key)| (id.clone(), found.remove(key))),
+        );
+    }
+    Ok(out)
+}
+
+fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusDelta>, StoreError> {
+    let revision = head_revision(conn)?;
+    let mut delta = StatusDelta {
+        revision,
+        ..StatusDelta::default()
+    };
+    if revision <= since {
+        return Ok(Some(delta));
+    }
+    let limit = i64::try_from(most.saturating_add(1)).unwrap_or(i64::MAX);
+    let changed: Vec<(String, String)> = changes::table
+        .select((changes::entity, changes::entity_id))
+        .filter(changes::revision.gt(since))
+        .filter(changes::revision.le(revision))
+        .limit(limit)
+        .load(conn)?;
+    if changed.len() > most {
+        return Ok(None);
+    }
+    // An entity changes several times in a busy moment; read it once.
+    let mut seen = std::collections::HashSet::with_capacity(changed.len());
+    let changed: Vec<(String, String)> = changed
+        .into_iter()
+        .filter(|key| seen.insert(key.clone()))
+        .collect();
+    let mut machine_ids = Vec::new();
+    let mut application_names = Vec::new();
+    let mut unit_names = Vec::new();
+    let mut relation_keys = Vec::new();
+    for (entity, id) in changed {
+        match Entity::parse(&entity) {
+            Some(Entity::Model) => {
+                let row: ModelRow = model::table
+                    .find(1)
+                    .select(ModelRow::as_select())
+                    .first(conn)?;
+                delta.model = Some(row.try_into()?);
+            }
+            Some(Entity::Machine) => {
+                machine_ids.push((stored::<MachineId>("machine id", &id)?, id))
+            }
+            Some(Entity::Application) => {
+                application_names.push((stored::<ApplicationName>("application name", &id)?, id));
+            }
+            Some(Entity::Unit) => unit_names.push((stored::<UnitName>("unit name", &id)?, id)),
+            Some(Entity::Relation) => relation_keys.push((id.clone(), id)),
+            Some(Entity::Charm | Entity::Zone) => {}
+            None => return Err(StoreError::Invariant(format!("unknown entity {entity:?}"))),
+        }
+    }
+    delta.machines = rows_by_key(machine_ids, |ids| {
+        machines::table
+            .select(MachineRow::as_select())
+            .filter(machines::id.eq_any(ids))
+            .load(conn)?
+            .into_iter()
+            .map(|row| Ok((row.id.clone(), MachineRecord::try_from(row)?)))
+            .collect()
+    })?;
+    delta.applications = rows_by_key(application_names, |names| {
+        applications::table
+            .select(ApplicationRow::as_select())
+            .filter(applications::name.eq_any(names))
+            .load(conn)?
+            .into_iter()
+            .map(|row| Ok((row.name.clone(), ApplicationRecord::try_from(row)?)))
+            .collect()
+    })?;
+    delta.units = rows_by_key(unit_names, |names| {
+        units::table
+            .select(UnitRow::as_select())
+            .filter(units::name.eq_any(names))
+            .load(conn)?
+            .into_iter()
+            .map(|row| Ok((row.name.clone(), UnitRecord::try_from(row)?)))
+            .collect()
+    })?;
+    delta.relations = rows_by_key(relation_keys, |keys| {
+        Ok(relations::table
+            .select(RelationRecord::as_select())
+            .filter(relations::key.eq_any(keys))
+            .load(conn)?
+            .into_iter()
+            .map(|relation: RelationRecord| (relation.key.clone(), relation))
+            .collect())
+    })?;
+    Ok(Some(delta))
+}
+
+/// Runs `read` in one read-only transaction that sees one snapshot of the
+/// store on both backends.
+fn in_snapshot<T>(
+    conn: &mut Conn,
+    read: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.transaction(|conn| {
+        if matches!(conn, Conn::Postgres(_)) {
+            // One snapshot for every statement, not one each.
+            diesel::sql_query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(conn)?;
+        }
+        read(conn)
+    })
+}
+
+fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
+    let revision = head_revision(conn)?;
     let model: ModelRow = model::table
         .find(1)
         .select(ModelRow::as_select())
@@ -108,15 +258,17 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn status(&self) -> Result<StatusSnapshot, StoreError> {
-        self.read(|conn| {
-            conn.transaction(|conn| {
-                if matches!(conn, Conn::Postgres(_)) {
-                    // One snapshot for every statement, not one each.
-                    diesel::sql_query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                        .execute(conn)?;
-                }
-                read_snapshot(conn)
-            })
-        })
+        self.read(|conn| in_snapshot(conn, read_snapshot))
+    }
+
+    /// What status shows that changed after revision `since`, read at one
+    /// revision; `None` when the log holds more than `most` changes after
+    /// `since` (reading the whole state is then cheaper).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn status_delta(&self, since: i64, most: usize) -> Result<Option<StatusDelta>, StoreError> {
+        self.read(|conn| in_snapshot(conn, |conn| read_delta(conn, since, most)))
     }
 }

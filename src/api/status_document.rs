@@ -1,0 +1,709 @@
+//! The status document kept as rendered pieces, brought up to date from
+//! the change log instead of being read and rendered whole for each
+//! request.
+//!
+//! Every machine and unit is kept as its own JSON object, rendered when it
+//! changes. Answering a request is then a matter of joining the pieces,
+//! nesting containers under their hosts and subordinate units under their
+//! principals, and rendering the few parts that depend on many entities
+//! (the model, and each application with its relations and the most severe
+//! status of its units).
+//!
+//! # Guarantees
+//!
+//! [`StatusDocument::render`] is the same JSON value as
+//! [`status_view`](crate::api::status::status_view) of a snapshot at the
+//! document's revision (only the order of keys within an object may
+//! differ). A unit's piece depends on its machine's state, so when a
+//! machine's state changes, the pieces of the units on it are rendered
+//! again.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+
+use crate::api::status::{
+    application_headers, fold_application_status, machine_view, model_view, StatusInfo, UnitFacts,
+};
+use crate::domain::machine::MachineState;
+use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::store::records::{ApplicationRecord, MachineRecord, ModelRecord, UnitRecord};
+use crate::store::status::{RelationRecord, StatusDelta, StatusSnapshot};
+
+/// A rendered object member, `"key":{...}`, kept whole so that joining
+/// members costs a copy and nothing more.
+struct Member {
+    text: Box<str>,
+    /// Where the value starts, after the key and colon.
+    value_at: usize,
+}
+
+impl Member {
+    fn of<T: serde::Serialize>(key: &str, value: &T) -> Member {
+        let mut text = to_json(&key).into_string();
+        text.push(':');
+        let value_at = text.len();
+        text.push_str(&to_json(value));
+        Member {
+            text: text.into_boxed_str(),
+            value_at,
+        }
+    }
+
+    /// `"key":`
+    fn key(&self) -> &str {
+        &self.text[..self.value_at]
+    }
+
+    fn value(&self) -> &str {
+        &self.text[self.value_at..]
+    }
+}
+
+/// A machine's rendered view (without its containers) and its state.
+struct MachinePiece {
+    state: MachineState,
+    member: Member,
+}
+
+impl MachinePiece {
+    fn of(machine: &MachineRecord) -> MachinePiece {
+        MachinePiece {
+            state: machine.state(),
+            member: Member::of(&machine.id.to_string(), &machine_view(machine)),
+        }
+    }
+}
+
+/// A unit's rendered view (without its subordinates), what it was made
+/// from, and the workload status its application's status is folded from.
+struct UnitPiece {
+    facts: UnitFacts,
+    workload: StatusInfo,
+    member: Member,
+}
+
+impl UnitPiece {
+    fn of(name: &UnitName, facts: UnitFacts, machine: Option<MachineState>) -> UnitPiece {
+        let view = facts.view(machine);
+        UnitPiece {
+            workload: view.workload_status.clone(),
+            member: Member::of(&name.to_string(), &view),
+            facts,
+        }
+    }
+
+    /// Renders the piece again for its machine's new state.
+    fn render(&mut self, machine: Option<MachineState>) {
+        let view = self.facts.view(machine);
+        let mut text = String::from(self.member.key());
+        text.push_str(&to_json(&view));
+        self.member.text = text.into_boxed_str();
+        self.workload = view.workload_status;
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Box<str> {
+    // The views hold strings and maps with string keys only, which always
+    // serialize.
+    serde_json::to_string(value)
+        .unwrap_or_else(|e| unreachable!("a status view always serializes: {e}"))
+        .into_boxed_str()
+}
+
+/// The status at one revision, as pieces.
+pub struct StatusDocument {
+    revision: i64,
+    cloud: String,
+    model: ModelRecord,
+    /// Hosts and containers alike; in id order a host's containers follow it.
+    machines: BTreeMap<MachineId, MachinePiece>,
+    applications: BTreeMap<ApplicationName, ApplicationRecord>,
+    /// In unit order: by application, then number.
+    units: BTreeMap<UnitName, UnitPiece>,
+    relations: BTreeMap<String, RelationRecord>,
+}
+
+impl StatusDocument {
+    /// The document of a whole snapshot.
+    pub fn of(snapshot: StatusSnapshot, cloud: &str) -> StatusDocument {
+        let machines: BTreeMap<MachineId, MachinePiece> = snapshot
+            .machines
+            .iter()
+            .map(|m| (m.id, MachinePiece::of(m)))
+            .collect();
+        let units = snapshot
+            .units
+            .iter()
+            .map(|unit| {
+                let state = unit.machine.and_then(|m| machines.get(&m)).map(|m| m.state);
+                (
+                    unit.name.clone(),
+                    UnitPiece::of(&unit.name, UnitFacts::of(unit), state),
+                )
+            })
+            .collect();
+        StatusDocument {
+            revision: snapshot.revision,
+            cloud: cloud.to_string(),
+            model: snapshot.model,
+            machines,
+            applications: snapshot
+                .applications
+                .into_iter()
+                .map(|a| (a.name.clone(), a))
+                .collect(),
+            units,
+            relations: snapshot
+                .relations
+                .into_iter()
+                .map(|r| (r.key.clone(), r))
+                .collect(),
+        }
+    }
+
+    /// The change-log revision the document reflects.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// How many machines and units the document holds.
+    pub fn len(&self) -> usize {
+        self.machines.len() + self.units.len()
+    }
+
+    /// Whether the document holds no machine and no unit.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Brings the document up to the delta's revision.
+    pub fn apply(&mut self, delta: StatusDelta) {
+        self.revision = self.revision.max(delta.revision);
+        if let Some(model) = delta.model {
+            self.model = model;
+        }
+        for (name, application) in delta.applications {
+            match application {
+                Some(application) => self.applications.insert(name, application),
+                None => self.applications.remove(&name),
+            };
+        }
+        for (key, relation) in delta.relations {
+            match relation {
+                Some(relation) => self.relations.insert(key, relation),
+                None => self.relations.remove(&key),
+            };
+        }
+        let mut moved: HashSet<MachineId> = HashSet::new();
+        for (id, machine) in delta.machines {
+            let before = match machine {
+                Some(machine) => self.machines.insert(id, MachinePiece::of(&machine)),
+                None => self.machines.remove(&id),
+            };
+            let after = self.machines.get(&id).map(|m| m.state);
+            if before.map(|m| m.state) != after {
+                moved.insert(id);
+            }
+        }
+        for (name, unit) in delta.units {
+            match unit {
+                Some(unit) => {
+                    let piece = self.unit_piece(&unit);
+                    self.units.insert(name, piece);
+                }
+                None => {
+                    self.units.remove(&name);
+                }
+            }
+        }
+        if !moved.is_empty() {
+            let machines = &self.machines;
+            for piece in self.units.values_mut() {
+                if let Some(machine) = piece.facts.machine.filter(|m| moved.contains(m)) {
+                    piece.render(machines.get(&machine).map(|m| m.state));
+                }
+            }
+        }
+    }
+
+    fn unit_piece(&self, unit: &UnitRecord) -> UnitPiece {
+        let state = unit
+            .machine
+            .and_then(|m| self.machines.get(&m))
+            .map(|m| m.state);
+        UnitPiece::of(&unit.name, UnitFacts::of(unit), state)
+    }
+
+    /// The whole status as JSON.
+    pub fn render(&self) -> Vec<u8> {
+        let pieces: usize = self
+            .machines
+            .values()
+            .map(|m| m.member.text.len() + 16)
+            .sum::<usize>()
+            + self
+                .units
+                .values()
+                .map(|u| u.member.text.len() + 24)
+                .sum::<usize>();
+        let mut out = Vec::with_capacity(pieces + 4096);
+        out.extend_from_slice(b"{\"model\":");
+        out.extend_from_slice(
+            to_json(&model_view(&self.model, &self.cloud, self.revision)).as_bytes(),
+        );
+        out.extend_from_slice(b",\"machines\":");
+        self.render_machines(&mut out);
+        out.extend_from_slice(b",\"applications\":");
+        self.render_applications(&mut out);
+        out.push(b'}');
+        out
+    }
+
+    fn render_machines(&self, out: &mut Vec<u8>) {
+        let mut machines = Members::open(out);
+        for (id, piece) in &self.machines {
+            if id.parent().is_some_and(|h| self.machines.contains_key(&h)) {
+                continue; // under its host
+            }
+            let containers: Vec<(&MachineId, &MachinePiece)> = if id.is_container() {
+                Vec::new()
+            } else {
+                self.machines
+                    .range((Bound::Excluded(*id), Bound::Unbounded))
+                    .take_while(|(c, _)| c.parent() == Some(*id))
+                    .collect()
+            };
+            let out = machines.raw_key(piece.member.key());
+            let nested = (!containers.is_empty()).then_some(|out: &mut Vec<u8>| {
+                let mut members = Members::open(out);
+                for (_, piece) in containers {
+                    members.push(&piece.member);
+                }
+                members.close();
+            });
+            write_extended(out, piece.member.value(), "containers", nested);
+        }
+        machines.close();
+    }
+
+    fn render_applications(&self, out: &mut Vec<u8>) {
+        let mut headers = application_headers(
+            &self.applications.values().collect::<Vec<_>>(),
+            &self.relations.values().collect::<Vec<_>>(),
+        );
+        fold_application_status(
+            &mut headers,
+            self.units
+                .iter()
+                .map(|(name, piece)| (name.application(), &piece.workload)),
+        );
+        // A subordinate is shown under its principal when that is shown
+        // among its application's units; otherwise among its own
+        // application's units.
+        let shown_principal = |name: &UnitName| {
+            self.applications.contains_key(name.application())
+                && self
+                    .units
+                    .get(name)
+                    .is_some_and(|p| p.facts.principal.is_none())
+        };
+        let mut by_application: HashMap<&ApplicationName, Vec<(&UnitName, &UnitPiece)>> =
+            HashMap::new();
+        let mut by_principal: HashMap<&UnitName, Vec<&UnitPiece>> = HashMap::new();
+        for (name, piece) in &self.units {
+            match piece
+                .facts
+                .principal
+                .as_ref()
+                .filter(|p| shown_principal(p))
+            {
+                Some(principal) => by_principal.entry(principal).or_default().push(piece),
+                None => by_application
+                    .entry(name.application())
+                    .or_default()
+                    .push((name, piece)),
+            }
+        }
+        let mut applications = Members::open(out);
+        for (name, header) in &headers {
+            let units = by_application.get(name).map_or(&[][..], Vec::as_slice);
+            let out = applications.key(name.as_str());
+            let nested = (!units.is_empty()).then_some(|out: &mut Vec<u8>| {
+                let mut members = Members::open(out);
+                for (unit, piece) in units {
+                    let subordinates = by_principal.get(unit).map_or(&[][..], Vec::as_slice);
+                    let out = members.raw_key(piece.member.key());
+                    let nested = (!subordinates.is_empty()).then_some(|out: &mut Vec<u8>| {
+                        let mut members = Members::open(out);
+                        for piece in subordinates {
+                            members.push(&piece.member);
+                        }
+                        members.close();
+                    });
+                    write_extended(out, piece.member.value(), "subordinates", nested);
+                }
+                members.close();
+            });
+            write_extended(out, &to_json(header), "units", nested);
+        }
+        applications.close();
+    }
+}
+
+/// Writes a JSON object's members one by one.
+struct Members<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Members<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Members<'a> {
+        out.push(b'{');
+        Members { out, first: true }
+    }
+
+    /// Writes the next member's key; the caller writes its value.
+    fn key(&mut self, key: &str) -> &mut Vec<u8> {
+        self.raw_key(&format!("{}:", to_json(&key)))
+    }
+
+    /// Writes the next member's key, already rendered (`"key":`); the
+    /// caller writes its value.
+    fn raw_key(&mut self, rendered: &str) -> &mut Vec<u8> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.extend_from_slice(rendered.as_bytes());
+        self.out
+    }
+
+    /// Writes a whole rendered member.
+    fn push(&mut self, member: &Member) {
+        self.raw_key(&member.text);
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// Writes `object`, a rendered JSON object with at least one member, with
+/// one more member `key` whose value `nested` writes; or `object` as it is
+/// when `nested` is `None` (as serde leaves out an empty map).
+fn write_extended(
+    out: &mut Vec<u8>,
+    object: &str,
+    key: &str,
+    nested: Option<impl FnOnce(&mut Vec<u8>)>,
+) {
+    match (object.strip_suffix('}'), nested) {
+        (Some(open), Some(nested)) => {
+            out.extend_from_slice(open.as_bytes());
+            out.push(b',');
+            out.extend_from_slice(to_json(&key).as_bytes());
+            out.push(b':');
+            nested(out);
+            out.push(b'}');
+        }
+        _ => out.extend_from_slice(object.as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::api::status::status_view;
+    use crate::domain::constraints::Constraints;
+    use crate::domain::machine::{Lifecycle, Machine, MachineRole};
+
+    /// A small deterministic generator (xorshift), so every case can be
+    /// replayed from its seed.
+    struct Dice(u64);
+
+    impl Dice {
+        fn roll(&mut self, sides: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % sides
+        }
+
+        fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+            &items[self.roll(items.len() as u64) as usize]
+        }
+    }
+
+    const APPS: [&str; 4] = ["mysql", "wordpress", "ntp", "telegraf"];
+    const WORKLOADS: [&str; 5] = ["waiting", "active", "blocked", "error", "maintenance"];
+
+    fn machine(id: MachineId, dice: &mut Dice) -> MachineRecord {
+        let state = *dice.pick(&MachineState::ALL);
+        MachineRecord {
+            id,
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: if dice.roll(2) == 0 {
+                Constraints::default()
+            } else {
+                Constraints::parse("mem=2G cores=2").unwrap()
+            },
+            placement: None,
+            role: MachineRole::Workload,
+            machine: Machine {
+                state,
+                lifecycle: Lifecycle {
+                    instance_id: (dice.roll(2) == 0).then(|| format!("i-{id}")),
+                    last_error: (dice.roll(3) == 0).then(|| "no capacity".to_string()),
+                    ..Lifecycle::default()
+                },
+            },
+            instance_type: (dice.roll(2) == 0).then(|| "m5.large".to_string()),
+            hardware: (dice.roll(2) == 0).then(|| "arch=amd64 cores=2".to_string()),
+            awaiting_check_in: false,
+            retry_at_ms: None,
+            last_heartbeat_ms: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    fn application(name: &str) -> ApplicationRecord {
+        ApplicationRecord {
+            name: name.parse().unwrap(),
+            charm_url: format!("ch:{name}-1"),
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: Constraints::default(),
+            subordinate: matches!(name, "ntp" | "telegraf"),
+            settings: json!({}),
+            life: "alive".to_string(),
+        }
+    }
+
+    fn relation(app1: &str, app2: &str, scope: &str) -> RelationRecord {
+        RelationRecord {
+            key: format!("{app1}:juju-info {app2}:juju-info"),
+            app1: app1.into(),
+            endpoint1: "juju-info".into(),
+            app2: app2.into(),
+            endpoint2: "juju-info".into(),
+            interface: "juju-info".into(),
+            scope: scope.into(),
+        }
+    }
+
+    /// A snapshot with hosts, containers (some whose host is gone),
+    /// principal and subordinate units (some whose principal or machine is
+    /// gone), units of removed applications, and relations.
+    fn snapshot(seed: u64) -> StatusSnapshot {
+        let mut dice = Dice(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut machines = Vec::new();
+        for host in 0..dice.roll(12) {
+            if dice.roll(5) > 0 {
+                machines.push(machine(MachineId::new(host), &mut dice));
+            }
+            for container in 0..dice.roll(3) {
+                let id: MachineId = format!("{host}/lxd/{container}").parse().unwrap();
+                machines.push(machine(id, &mut dice));
+            }
+        }
+        let machine_ids: Vec<Option<MachineId>> = machines
+            .iter()
+            .map(|m| Some(m.id))
+            .chain([None, Some(MachineId::new(99))])
+            .collect();
+        let applications: Vec<ApplicationRecord> = APPS
+            .iter()
+            .filter(|_| dice.roll(4) > 0)
+            .map(|a| application(a))
+            .collect();
+        let mut units: Vec<UnitRecord> = Vec::new();
+        for app in APPS.iter().take(2) {
+            for number in 0..dice.roll(6) {
+                let name = UnitName::new(app.parse().unwrap(), number);
+                units.push(unit(name, *dice.pick(&machine_ids), None, &mut dice));
+            }
+        }
+        let principals: Vec<UnitRecord> = units.clone();
+        for app in &APPS[2..] {
+            for number in 0..dice.roll(4) {
+                let name = UnitName::new(app.parse().unwrap(), number);
+                let principal = if principals.is_empty() || dice.roll(4) == 0 {
+                    None
+                } else {
+                    Some(dice.pick(&principals).clone())
+                };
+                let machine = principal.as_ref().and_then(|p| p.machine);
+                let principal_name = principal
+                    .map(|p| p.name)
+                    .or_else(|| (dice.roll(2) == 0).then(|| "mysql/77".parse().unwrap()));
+                units.push(unit(name, machine, principal_name, &mut dice));
+            }
+        }
+        let relations = [
+            relation("ntp", "mysql", "container"),
+            relation("telegraf", "wordpress", "container"),
+            relation("wordpress", "mysql", "global"),
+        ]
+        .into_iter()
+        .filter(|_| dice.roll(2) == 0)
+        .collect();
+        machines.sort_by_key(|m| m.id);
+        units.sort_by(|a, b| a.name.cmp(&b.name));
+        StatusSnapshot {
+            revision: i64::try_from(seed).unwrap(),
+            model: crate::store::records::ModelRecord {
+                name: "default".into(),
+                uuid: "model-uuid".into(),
+                controller_uuid: "controller-uuid".into(),
+                constraints: Constraints::default(),
+            },
+            machines,
+            applications,
+            units,
+            relations,
+            zones: Vec::new(),
+        }
+    }
+
+    fn unit(
+        name: UnitName,
+        machine: Option<MachineId>,
+        principal: Option<UnitName>,
+        dice: &mut Dice,
+    ) -> UnitRecord {
+        let unset = dice.roll(3) > 0;
+        UnitRecord {
+            application: name.application().clone(),
+            name,
+            base: "ubuntu@22.04".parse().unwrap(),
+            constraints: Constraints::default(),
+            machine,
+            principal,
+            agent_status: if unset { "allocating" } else { "executing" }.to_string(),
+            workload_status: if unset {
+                "waiting".to_string()
+            } else {
+                dice.pick(&WORKLOADS).to_string()
+            },
+        }
+    }
+
+    fn rendered(document: &StatusDocument) -> Value {
+        serde_json::from_slice(&document.render()).expect("the document renders valid JSON")
+    }
+
+    fn viewed(snapshot: &StatusSnapshot) -> Value {
+        serde_json::to_value(status_view(snapshot, "sim")).unwrap()
+    }
+
+    #[test]
+    fn a_document_renders_what_the_status_view_shows() {
+        for seed in 1..400 {
+            let snapshot = snapshot(seed);
+            let document = StatusDocument::of(snapshot.clone(), "sim");
+            assert_eq!(rendered(&document), viewed(&snapshot), "seed {seed}");
+        }
+    }
+
+    /// The delta a store would read going from `before` to `after`: every
+    /// entity whose row differs, as it is after (or `None`).
+    fn delta(before: &StatusSnapshot, after: &StatusSnapshot) -> StatusDelta {
+        fn changed<K: Ord + Clone, R: Clone + PartialEq>(
+            before: &[R],
+            after: &[R],
+            key: impl Fn(&R) -> K,
+        ) -> Vec<(K, Option<R>)> {
+            let old: BTreeMap<K, &R> = before.iter().map(|r| (key(r), r)).collect();
+            let new: BTreeMap<K, &R> = after.iter().map(|r| (key(r), r)).collect();
+            let keys: std::collections::BTreeSet<&K> = old.keys().chain(new.keys()).collect();
+            keys.into_iter()
+                .filter(|k| old.get(*k) != new.get(*k))
+                .map(|k| ((*k).clone(), new.get(k).map(|r| (*r).clone())))
+                .collect()
+        }
+        StatusDelta {
+            revision: after.revision,
+            model: (before.model != after.model).then(|| after.model.clone()),
+            machines: changed(&before.machines, &after.machines, |m| m.id),
+            applications: changed(&before.applications, &after.applications, |a| {
+                a.name.clone()
+            }),
+            units: changed(&before.units, &after.units, |u| u.name.clone()),
+            relations: changed(&before.relations, &after.relations, |r| r.key.clone()),
+        }
+    }
+
+    #[test]
+    fn a_document_brought_forward_by_deltas_renders_the_newest_state() {
+        for seed in 1..300 {
+            let mut document = StatusDocument::of(snapshot(seed), "sim");
+            let mut previous = snapshot(seed);
+            for step in 1..4 {
+                // Mostly the same entities, with other states and rows.
+                let next_seed = seed + 1000 * step;
+                let mut next = snapshot(next_seed);
+                next.revision = previous.revision + 10;
+                document.apply(delta(&previous, &next));
+                assert_eq!(
+                    rendered(&document),
+                    viewed(&next),
+                    "seed {seed} step {step}"
+                );
+                assert_eq!(document.revision(), next.revision);
+                previous = next;
+            }
+        }
+    }
+
+    #[test]
+    fn a_machine_state_change_alone_renders_its_units_again() {
+        let mut before = snapshot(7);
+        let host = MachineId::new(50);
+        let mut dice = Dice(3);
+        let mut record = machine(host, &mut dice);
+        record.machine.state = MachineState::Starting;
+        before.machines.push(record.clone());
+        before.applications = vec![application("mysql")];
+        before.units = vec![unit(
+            "mysql/0".parse().unwrap(),
+            Some(host),
+            None,
+            &mut Dice(2),
+        )];
+        before.units[0].agent_status = "allocating".into();
+        before.units[0].workload_status = "waiting".into();
+        let mut document = StatusDocument::of(before.clone(), "sim");
+        let unit = &rendered(&document)["applications"]["mysql"]["units"]["mysql/0"];
+        assert_eq!(unit["workload-status"]["current"], "waiting");
+
+        let mut after = before.clone();
+        after.revision += 1;
+        after.machines.last_mut().unwrap().machine.state = MachineState::Started;
+        let change = delta(&before, &after);
+        assert!(change.units.is_empty(), "only the machine changed");
+        document.apply(change);
+        let view = rendered(&document);
+        assert_eq!(
+            view["applications"]["mysql"]["units"]["mysql/0"]["juju-status"]["current"],
+            "idle"
+        );
+        assert_eq!(view, viewed(&after));
+    }
+
+    #[test]
+    fn an_empty_model_renders_empty_sections() {
+        let mut empty = snapshot(1);
+        empty.machines.clear();
+        empty.units.clear();
+        empty.applications.clear();
+        empty.relations.clear();
+        let document = StatusDocument::of(empty.clone(), "sim");
+        assert!(document.is_empty());
+        let view = rendered(&document);
+        assert_eq!(view["machines"], json!({}));
+        assert_eq!(view["applications"], json!({}));
+        assert_eq!(view, viewed(&empty));
+    }
+}
