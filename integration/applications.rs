@@ -563,10 +563,14 @@ fn bring_forward_and_compare(store: &Store, document: &mut StatusDocument, step:
         serde_json::to_value(status_view(&fresh, "sim")).unwrap(),
         "{step}"
     );
+    let mut whole = StatusDocument::new("sim");
+    whole.apply(store.status_shown().unwrap());
+    assert_eq!(whole.render(), document.render(), "{step}: read whole");
 }
 
 async fn a_status_document_brought_forward_shows_what_a_fresh_read_shows(store: Store) {
-    let mut document = StatusDocument::of(store.status().unwrap(), "sim");
+    let mut document = StatusDocument::new("sim");
+    document.apply(store.status_shown().unwrap());
     store.add_machines(AddMachines::default()).await.unwrap();
     let mut deploy = request("mysql", local(MYSQL, None), 3);
     deploy.placement = parse_to_list("lxd:0").unwrap();

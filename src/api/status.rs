@@ -12,12 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::base::Base;
 use crate::domain::charm::{CharmUrl, Namespace};
 use crate::domain::machine::{life, machine_status, Life, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::records::{ApplicationRecord, MachineRecord, ModelRecord, UnitRecord};
-use crate::store::status::{RelationRecord, StatusSnapshot};
+use crate::store::status::{MachineShown, RelationRecord, StatusSnapshot, UnitShown};
 
 /// What Juju shows as a machine's instance id before it has one.
 pub const NO_INSTANCE: &str = "pending";
@@ -81,9 +80,9 @@ pub struct BaseView {
 }
 
 impl BaseView {
-    pub fn of(base: &Base) -> BaseView {
-        let text = base.to_string();
-        let (name, channel) = text.split_once('@').unwrap_or((text.as_str(), ""));
+    /// The view of a base written as `ubuntu@22.04`.
+    pub fn of(text: &str) -> BaseView {
+        let (name, channel) = text.split_once('@').unwrap_or((text, ""));
         BaseView {
             name: name.to_string(),
             channel: channel.to_string(),
@@ -218,10 +217,10 @@ pub fn model_view(model: &ModelRecord, cloud: &str, revision: i64) -> ModelView 
 }
 
 /// One machine, without its containers.
-pub fn machine_view(machine: &MachineRecord) -> MachineView {
-    let state = machine.state();
+pub fn machine_view(machine: &MachineShown) -> MachineView {
+    let state = machine.state;
     let words = machine_status(state);
-    let message = machine.machine.lifecycle.last_error.clone();
+    let message = Some(machine.message.clone()).filter(|m| !m.is_empty());
     MachineView {
         juju_status: StatusInfo::new(
             words.juju_status,
@@ -230,10 +229,14 @@ pub fn machine_view(machine: &MachineRecord) -> MachineView {
                 .flatten(),
         ),
         machine_status: StatusInfo::new(words.machine_status, message),
-        instance_id: machine.instance_id().unwrap_or(NO_INSTANCE).to_string(),
+        instance_id: machine
+            .instance_id
+            .as_deref()
+            .unwrap_or(NO_INSTANCE)
+            .to_string(),
         instance_type: machine.instance_type.clone(),
         base: BaseView::of(&machine.base),
-        constraints: machine.constraints.to_string(),
+        constraints: machine.constraints.clone(),
         hardware: machine.hardware.clone().filter(|h| !h.is_empty()),
         life: match life(state) {
             Life::Alive => None,
@@ -247,10 +250,10 @@ fn machines_view(machines: &[MachineRecord]) -> BTreeMap<MachineId, MachineView>
     let mut hosts: BTreeMap<MachineId, MachineView> = machines
         .iter()
         .filter(|m| !m.id.is_container())
-        .map(|m| (m.id, machine_view(m)))
+        .map(|m| (m.id, machine_view(&MachineShown::of(m))))
         .collect();
     for container in machines.iter().filter(|m| m.id.is_container()) {
-        let view = machine_view(container);
+        let view = machine_view(&MachineShown::of(container));
         match container.id.parent().and_then(|p| hosts.get_mut(&p)) {
             Some(host) => {
                 host.containers.insert(container.id, view);
@@ -282,72 +285,52 @@ fn severity(status: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// What a unit's view is made of, besides its machine's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnitFacts {
-    pub machine: Option<MachineId>,
-    pub principal: Option<UnitName>,
-    pub agent_status: String,
-    pub workload_status: String,
+/// A unit's agent and workload status, as Juju shows them. berth runs no
+/// charm hooks, so a unit's stored statuses stay as they were made
+/// (`allocating`, `waiting`) and what a user needs is its machine's
+/// progress: `waiting for machine` until the machine is up, then the agent
+/// is `idle` (or `lost` while the machine is down) and the workload
+/// `unknown`, as Juju shows a charm that set no status.
+pub fn unit_statuses(unit: &UnitShown, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
+    let unset = unit.agent_status == "allocating" && unit.workload_status == "waiting";
+    if !unset {
+        return (
+            StatusInfo::new(&unit.agent_status, None),
+            StatusInfo::new(&unit.workload_status, None),
+        );
+    }
+    match machine {
+        Some(MachineState::Started) => (
+            StatusInfo::new("idle", None),
+            StatusInfo::new("unknown", None),
+        ),
+        Some(MachineState::Down) => (
+            StatusInfo::new(
+                "lost",
+                Some("agent lost, see the machine's status".to_string()),
+            ),
+            StatusInfo::new("unknown", None),
+        ),
+        _ => (
+            StatusInfo::new("allocating", None),
+            StatusInfo::new("waiting", Some("waiting for machine".to_string())),
+        ),
+    }
 }
 
-impl UnitFacts {
-    pub fn of(unit: &UnitRecord) -> UnitFacts {
-        UnitFacts {
-            machine: unit.machine,
-            principal: unit.principal.clone(),
-            agent_status: unit.agent_status.clone(),
-            workload_status: unit.workload_status.clone(),
-        }
-    }
-
-    /// The unit's agent and workload status, as Juju shows them. berth
-    /// runs no charm hooks, so a unit's stored statuses stay as they were
-    /// made (`allocating`, `waiting`) and what a user needs is its
-    /// machine's progress: `waiting for machine` until the machine is up,
-    /// then the agent is `idle` (or `lost` while the machine is down) and
-    /// the workload `unknown`, as Juju shows a charm that set no status.
-    pub fn statuses(&self, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
-        let unset = self.agent_status == "allocating" && self.workload_status == "waiting";
-        if !unset {
-            return (
-                StatusInfo::new(&self.agent_status, None),
-                StatusInfo::new(&self.workload_status, None),
-            );
-        }
-        match machine {
-            Some(MachineState::Started) => (
-                StatusInfo::new("idle", None),
-                StatusInfo::new("unknown", None),
-            ),
-            Some(MachineState::Down) => (
-                StatusInfo::new(
-                    "lost",
-                    Some("agent lost, see the machine's status".to_string()),
-                ),
-                StatusInfo::new("unknown", None),
-            ),
-            _ => (
-                StatusInfo::new("allocating", None),
-                StatusInfo::new("waiting", Some("waiting for machine".to_string())),
-            ),
-        }
-    }
-
-    /// The unit's view, without its subordinates, given its machine's
-    /// state (`None` when it has no machine or the machine is gone).
-    pub fn view(&self, machine: Option<MachineState>) -> UnitView {
-        let (agent, workload) = self.statuses(machine);
-        UnitView {
-            machine: if self.principal.is_some() {
-                None
-            } else {
-                self.machine
-            },
-            juju_status: agent,
-            workload_status: workload,
-            subordinates: BTreeMap::new(),
-        }
+/// A unit's view, without its subordinates, given its machine's state
+/// (`None` when it has no machine or the machine is gone).
+pub fn unit_view(unit: &UnitShown, machine: Option<MachineState>) -> UnitView {
+    let (agent, workload) = unit_statuses(unit, machine);
+    UnitView {
+        machine: if unit.principal.is_some() {
+            None
+        } else {
+            unit.machine
+        },
+        juju_status: agent,
+        workload_status: workload,
+        subordinates: BTreeMap::new(),
     }
 }
 
@@ -374,7 +357,7 @@ fn application_view(app: &ApplicationRecord) -> ApplicationView {
         charm_origin: origin,
         charm_name: charm,
         charm_rev: revision,
-        base: BaseView::of(&app.base),
+        base: BaseView::of(&app.base.to_string()),
         application_status: StatusInfo::new("unknown", None),
         subordinate_to: Vec::new(),
         relations: BTreeMap::new(),
@@ -465,7 +448,10 @@ fn applications_view(
     machine_states: &HashMap<MachineId, MachineState>,
 ) -> BTreeMap<ApplicationName, ApplicationView> {
     let unit_view = |unit: &UnitRecord| {
-        UnitFacts::of(unit).view(unit.machine.and_then(|m| machine_states.get(&m).copied()))
+        unit_view(
+            &UnitShown::of(unit),
+            unit.machine.and_then(|m| machine_states.get(&m).copied()),
+        )
     };
     let mut views = application_headers(
         &applications.iter().collect::<Vec<_>>(),
@@ -502,7 +488,7 @@ fn applications_view(
         .iter()
         .map(|u| {
             let state = u.machine.and_then(|m| machine_states.get(&m).copied());
-            (&u.application, UnitFacts::of(u).statuses(state).1)
+            (&u.application, unit_statuses(&UnitShown::of(u), state).1)
         })
         .collect();
     fold_application_status(&mut views, workloads.iter().map(|(a, w)| (*a, w)));
@@ -514,6 +500,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::base::Base;
     use crate::domain::constraints::Constraints;
     use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState};
     use crate::store::records::ModelRecord;
@@ -706,7 +693,7 @@ mod tests {
             agent_status: "allocating".into(),
             workload_status: "waiting".into(),
         };
-        UnitFacts::of(&unit).statuses(state)
+        unit_statuses(&UnitShown::of(&unit), state)
     }
 
     #[test]
@@ -798,7 +785,7 @@ mod tests {
     fn a_base_with_a_risk_keeps_it_in_the_channel() {
         let base: Base = "ubuntu@24.04/edge".parse().unwrap();
         assert_eq!(
-            BaseView::of(&base),
+            BaseView::of(&base.to_string()),
             BaseView {
                 name: "ubuntu".into(),
                 channel: "24.04/edge".into()

@@ -69,7 +69,9 @@ fn bring_forward(
     }
     // Let go of the old document before the new one is read.
     *document = None;
-    *document = Some(StatusDocument::of(store.status()?, cloud));
+    let mut whole = StatusDocument::new(cloud);
+    whole.apply(store.status_shown()?);
+    *document = Some(whole);
     Ok(())
 }
 

@@ -18,16 +18,16 @@
 //! machine's state changes, the pieces of the units on it are rendered
 //! again.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::api::status::{
-    application_headers, fold_application_status, machine_view, model_view, StatusInfo, UnitFacts,
+    application_headers, fold_application_status, machine_view, model_view, unit_view, StatusInfo,
 };
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::store::records::{ApplicationRecord, MachineRecord, ModelRecord, UnitRecord};
-use crate::store::status::{RelationRecord, StatusDelta, StatusSnapshot};
+use crate::store::records::{ApplicationRecord, ModelRecord};
+use crate::store::status::{MachineShown, RelationRecord, StatusDelta, StatusSnapshot, UnitShown};
 
 /// A rendered object member, `"key":{...}`, kept whole so that joining
 /// members costs a copy and nothing more.
@@ -66,9 +66,9 @@ struct MachinePiece {
 }
 
 impl MachinePiece {
-    fn of(machine: &MachineRecord) -> MachinePiece {
+    fn of(machine: &MachineShown) -> MachinePiece {
         MachinePiece {
-            state: machine.state(),
+            state: machine.state,
             member: Member::of(&machine.id.to_string(), &machine_view(machine)),
         }
     }
@@ -77,24 +77,24 @@ impl MachinePiece {
 /// A unit's rendered view (without its subordinates), what it was made
 /// from, and the workload status its application's status is folded from.
 struct UnitPiece {
-    facts: UnitFacts,
+    unit: UnitShown,
     workload: StatusInfo,
     member: Member,
 }
 
 impl UnitPiece {
-    fn of(name: &UnitName, facts: UnitFacts, machine: Option<MachineState>) -> UnitPiece {
-        let view = facts.view(machine);
+    fn of(unit: UnitShown, machine: Option<MachineState>) -> UnitPiece {
+        let view = unit_view(&unit, machine);
         UnitPiece {
             workload: view.workload_status.clone(),
-            member: Member::of(&name.to_string(), &view),
-            facts,
+            member: Member::of(&unit.name.to_string(), &view),
+            unit,
         }
     }
 
     /// Renders the piece again for its machine's new state.
     fn render(&mut self, machine: Option<MachineState>) {
-        let view = self.facts.view(machine);
+        let view = unit_view(&self.unit, machine);
         let mut text = String::from(self.member.key());
         text.push_str(&to_json(&view));
         self.member.text = text.into_boxed_str();
@@ -120,45 +120,32 @@ pub struct StatusDocument {
     applications: BTreeMap<ApplicationName, ApplicationRecord>,
     /// In unit order: by application, then number.
     units: BTreeMap<UnitName, UnitPiece>,
+    /// The units on each machine, to render again when its state changes.
+    units_on: HashMap<MachineId, BTreeSet<UnitName>>,
     relations: BTreeMap<String, RelationRecord>,
 }
 
 impl StatusDocument {
-    /// The document of a whole snapshot.
-    pub fn of(snapshot: StatusSnapshot, cloud: &str) -> StatusDocument {
-        let machines: BTreeMap<MachineId, MachinePiece> = snapshot
-            .machines
-            .iter()
-            .map(|m| (m.id, MachinePiece::of(m)))
-            .collect();
-        let units = snapshot
-            .units
-            .iter()
-            .map(|unit| {
-                let state = unit.machine.and_then(|m| machines.get(&m)).map(|m| m.state);
-                (
-                    unit.name.clone(),
-                    UnitPiece::of(&unit.name, UnitFacts::of(unit), state),
-                )
-            })
-            .collect();
+    /// An empty document; [`apply`](StatusDocument::apply) the whole
+    /// state to it ([`Store::status_shown`](crate::store::Store::status_shown)).
+    pub fn new(cloud: &str) -> StatusDocument {
         StatusDocument {
-            revision: snapshot.revision,
+            revision: 0,
             cloud: cloud.to_string(),
-            model: snapshot.model,
-            machines,
-            applications: snapshot
-                .applications
-                .into_iter()
-                .map(|a| (a.name.clone(), a))
-                .collect(),
-            units,
-            relations: snapshot
-                .relations
-                .into_iter()
-                .map(|r| (r.key.clone(), r))
-                .collect(),
+            model: ModelRecord::default(),
+            machines: BTreeMap::new(),
+            applications: BTreeMap::new(),
+            units: BTreeMap::new(),
+            units_on: HashMap::new(),
+            relations: BTreeMap::new(),
         }
+    }
+
+    /// The document of a whole snapshot.
+    pub fn of(snapshot: &StatusSnapshot, cloud: &str) -> StatusDocument {
+        let mut document = StatusDocument::new(cloud);
+        document.apply(StatusDelta::of(snapshot));
+        document
     }
 
     /// The change-log revision the document reflects.
@@ -194,7 +181,7 @@ impl StatusDocument {
                 None => self.relations.remove(&key),
             };
         }
-        let mut moved: HashSet<MachineId> = HashSet::new();
+        let mut moved: Vec<MachineId> = Vec::new();
         for (id, machine) in delta.machines {
             let before = match machine {
                 Some(machine) => self.machines.insert(id, MachinePiece::of(&machine)),
@@ -202,36 +189,46 @@ impl StatusDocument {
             };
             let after = self.machines.get(&id).map(|m| m.state);
             if before.map(|m| m.state) != after {
-                moved.insert(id);
+                moved.push(id);
+            }
+        }
+        // Units already here whose machine's state changed; units in the
+        // delta are rendered below with their machine's new state.
+        for machine in moved {
+            let state = self.machines.get(&machine).map(|m| m.state);
+            for name in self.units_on.get(&machine).into_iter().flatten() {
+                if let Some(piece) = self.units.get_mut(name) {
+                    piece.render(state);
+                }
             }
         }
         for (name, unit) in delta.units {
-            match unit {
-                Some(unit) => {
-                    let piece = self.unit_piece(&unit);
-                    self.units.insert(name, piece);
-                }
-                None => {
-                    self.units.remove(&name);
+            let piece = unit.map(|unit| self.unit_piece(unit));
+            let now_on = piece.as_ref().and_then(|p| p.unit.machine);
+            let before = match piece {
+                Some(piece) => self.units.insert(name.clone(), piece),
+                None => self.units.remove(&name),
+            };
+            if let Some(was_on) = before.and_then(|p| p.unit.machine) {
+                if let Some(on) = self.units_on.get_mut(&was_on) {
+                    on.remove(&name);
+                    if on.is_empty() {
+                        self.units_on.remove(&was_on);
+                    }
                 }
             }
-        }
-        if !moved.is_empty() {
-            let machines = &self.machines;
-            for piece in self.units.values_mut() {
-                if let Some(machine) = piece.facts.machine.filter(|m| moved.contains(m)) {
-                    piece.render(machines.get(&machine).map(|m| m.state));
-                }
+            if let Some(machine) = now_on {
+                self.units_on.entry(machine).or_default().insert(name);
             }
         }
     }
 
-    fn unit_piece(&self, unit: &UnitRecord) -> UnitPiece {
+    fn unit_piece(&self, unit: UnitShown) -> UnitPiece {
         let state = unit
             .machine
             .and_then(|m| self.machines.get(&m))
             .map(|m| m.state);
-        UnitPiece::of(&unit.name, UnitFacts::of(unit), state)
+        UnitPiece::of(unit, state)
     }
 
     /// The whole status as JSON.
@@ -305,18 +302,13 @@ impl StatusDocument {
                 && self
                     .units
                     .get(name)
-                    .is_some_and(|p| p.facts.principal.is_none())
+                    .is_some_and(|p| p.unit.principal.is_none())
         };
         let mut by_application: HashMap<&ApplicationName, Vec<(&UnitName, &UnitPiece)>> =
             HashMap::new();
         let mut by_principal: HashMap<&UnitName, Vec<&UnitPiece>> = HashMap::new();
         for (name, piece) in &self.units {
-            match piece
-                .facts
-                .principal
-                .as_ref()
-                .filter(|p| shown_principal(p))
-            {
+            match piece.unit.principal.as_ref().filter(|p| shown_principal(p)) {
                 Some(principal) => by_principal.entry(principal).or_default().push(piece),
                 None => by_application
                     .entry(name.application())
@@ -418,6 +410,7 @@ mod tests {
     use crate::api::status::status_view;
     use crate::domain::constraints::Constraints;
     use crate::domain::machine::{Lifecycle, Machine, MachineRole};
+    use crate::store::records::{MachineRecord, UnitRecord};
 
     /// A small deterministic generator (xorshift), so every case can be
     /// replayed from its seed.
@@ -602,7 +595,7 @@ mod tests {
     fn a_document_renders_what_the_status_view_shows() {
         for seed in 1..400 {
             let snapshot = snapshot(seed);
-            let document = StatusDocument::of(snapshot.clone(), "sim");
+            let document = StatusDocument::of(&snapshot, "sim");
             assert_eq!(rendered(&document), viewed(&snapshot), "seed {seed}");
         }
     }
@@ -623,14 +616,29 @@ mod tests {
                 .map(|k| ((*k).clone(), new.get(k).map(|r| (*r).clone())))
                 .collect()
         }
+        fn shown<K, R, S>(
+            changed: Vec<(K, Option<R>)>,
+            of: impl Fn(&R) -> S,
+        ) -> Vec<(K, Option<S>)> {
+            changed
+                .into_iter()
+                .map(|(k, r)| (k, r.as_ref().map(&of)))
+                .collect()
+        }
         StatusDelta {
             revision: after.revision,
             model: (before.model != after.model).then(|| after.model.clone()),
-            machines: changed(&before.machines, &after.machines, |m| m.id),
+            machines: shown(
+                changed(&before.machines, &after.machines, |m| m.id),
+                MachineShown::of,
+            ),
             applications: changed(&before.applications, &after.applications, |a| {
                 a.name.clone()
             }),
-            units: changed(&before.units, &after.units, |u| u.name.clone()),
+            units: shown(
+                changed(&before.units, &after.units, |u| u.name.clone()),
+                UnitShown::of,
+            ),
             relations: changed(&before.relations, &after.relations, |r| r.key.clone()),
         }
     }
@@ -638,7 +646,7 @@ mod tests {
     #[test]
     fn a_document_brought_forward_by_deltas_renders_the_newest_state() {
         for seed in 1..300 {
-            let mut document = StatusDocument::of(snapshot(seed), "sim");
+            let mut document = StatusDocument::of(&snapshot(seed), "sim");
             let mut previous = snapshot(seed);
             for step in 1..4 {
                 // Mostly the same entities, with other states and rows.
@@ -674,7 +682,7 @@ mod tests {
         )];
         before.units[0].agent_status = "allocating".into();
         before.units[0].workload_status = "waiting".into();
-        let mut document = StatusDocument::of(before.clone(), "sim");
+        let mut document = StatusDocument::of(&before, "sim");
         let unit = &rendered(&document)["applications"]["mysql"]["units"]["mysql/0"];
         assert_eq!(unit["workload-status"]["current"], "waiting");
 
@@ -699,7 +707,7 @@ mod tests {
         empty.units.clear();
         empty.applications.clear();
         empty.relations.clear();
-        let document = StatusDocument::of(empty.clone(), "sim");
+        let document = StatusDocument::of(&empty, "sim");
         assert!(document.is_empty());
         let view = rendered(&document);
         assert_eq!(view["machines"], json!({}));

@@ -39,7 +39,7 @@ pub(crate) struct ModelRow {
 }
 
 /// The model this controller manages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ModelRecord {
     pub name: String,
     pub uuid: String,

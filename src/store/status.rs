@@ -4,6 +4,7 @@
 use diesel::prelude::*;
 use serde::Serialize;
 
+use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::db::Conn;
 use crate::store::records::stored;
@@ -51,6 +52,130 @@ pub struct StatusSnapshot {
     pub zones: Vec<ZoneRecord>,
 }
 
+/// A machine as status shows it. Base and constraints are the stored
+/// canonical text, not parsed again: status reads every machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineShown {
+    pub id: MachineId,
+    pub state: MachineState,
+    pub instance_id: Option<String>,
+    pub instance_type: Option<String>,
+    /// `ubuntu@22.04`
+    pub base: String,
+    /// Canonical; empty when none are set.
+    pub constraints: String,
+    pub hardware: Option<String>,
+    /// The provider's last error; empty when there is none.
+    pub message: String,
+}
+
+impl MachineShown {
+    /// What status shows of a whole record.
+    pub fn of(machine: &MachineRecord) -> MachineShown {
+        MachineShown {
+            id: machine.id,
+            state: machine.state(),
+            instance_id: machine.instance_id().map(str::to_string),
+            instance_type: machine.instance_type.clone(),
+            base: machine.base.to_string(),
+            constraints: machine.constraints.to_string(),
+            hardware: machine.hardware.clone(),
+            message: machine
+                .machine
+                .lifecycle
+                .last_error
+                .clone()
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = machines)]
+struct MachineShownRow {
+    id: String,
+    state: String,
+    instance_id: Option<String>,
+    instance_type: Option<String>,
+    base: String,
+    constraints: String,
+    hardware: Option<String>,
+    status_message: String,
+}
+
+impl TryFrom<MachineShownRow> for MachineShown {
+    type Error = StoreError;
+
+    fn try_from(row: MachineShownRow) -> Result<Self, StoreError> {
+        Ok(MachineShown {
+            id: stored("machine id", &row.id)?,
+            state: stored("machine state", &row.state)?,
+            instance_id: row.instance_id,
+            instance_type: row.instance_type,
+            base: row.base,
+            constraints: row.constraints,
+            hardware: row.hardware,
+            message: row.status_message,
+        })
+    }
+}
+
+/// A unit as status shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitShown {
+    pub name: UnitName,
+    pub machine: Option<MachineId>,
+    /// For a subordinate unit, the principal it was created for.
+    pub principal: Option<UnitName>,
+    pub agent_status: String,
+    pub workload_status: String,
+}
+
+impl UnitShown {
+    /// What status shows of a whole record.
+    pub fn of(unit: &UnitRecord) -> UnitShown {
+        UnitShown {
+            name: unit.name.clone(),
+            machine: unit.machine,
+            principal: unit.principal.clone(),
+            agent_status: unit.agent_status.clone(),
+            workload_status: unit.workload_status.clone(),
+        }
+    }
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = units)]
+struct UnitShownRow {
+    name: String,
+    machine_id: Option<String>,
+    principal: Option<String>,
+    agent_status: String,
+    workload_status: String,
+}
+
+impl TryFrom<UnitShownRow> for UnitShown {
+    type Error = StoreError;
+
+    fn try_from(row: UnitShownRow) -> Result<Self, StoreError> {
+        Ok(UnitShown {
+            name: stored("unit name", &row.name)?,
+            machine: row
+                .machine_id
+                .as_deref()
+                .map(|m| stored("unit machine", m))
+                .transpose()?,
+            principal: row
+                .principal
+                .as_deref()
+                .map(|p| stored("unit principal", p))
+                .transpose()?,
+            agent_status: row.agent_status,
+            workload_status: row.workload_status,
+        })
+    }
+}
+
 /// What changed after a revision: each changed entity as it now is, or
 /// `None` where it was removed. Only what status shows is included (not
 /// charms or zones).
@@ -60,10 +185,40 @@ pub struct StatusDelta {
     pub revision: i64,
     /// The model, if it changed.
     pub model: Option<ModelRecord>,
-    pub machines: Vec<(MachineId, Option<MachineRecord>)>,
+    pub machines: Vec<(MachineId, Option<MachineShown>)>,
     pub applications: Vec<(ApplicationName, Option<ApplicationRecord>)>,
-    pub units: Vec<(UnitName, Option<UnitRecord>)>,
+    pub units: Vec<(UnitName, Option<UnitShown>)>,
     pub relations: Vec<(String, Option<RelationRecord>)>,
+}
+
+impl StatusDelta {
+    /// The delta that brings an empty document to `snapshot`.
+    pub fn of(snapshot: &StatusSnapshot) -> StatusDelta {
+        StatusDelta {
+            revision: snapshot.revision,
+            model: Some(snapshot.model.clone()),
+            machines: snapshot
+                .machines
+                .iter()
+                .map(|m| (m.id, Some(MachineShown::of(m))))
+                .collect(),
+            applications: snapshot
+                .applications
+                .iter()
+                .map(|a| (a.name.clone(), Some(a.clone())))
+                .collect(),
+            units: snapshot
+                .units
+                .iter()
+                .map(|u| (u.name.clone(), Some(UnitShown::of(u))))
+                .collect(),
+            relations: snapshot
+                .relations
+                .iter()
+                .map(|r| (r.key.clone(), Some(r.clone())))
+                .collect(),
+        }
+    }
 }
 
 fn head_revision(conn: &mut Conn) -> Result<i64, StoreError> {
@@ -144,11 +299,11 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     }
     delta.machines = rows_by_key(machine_ids, |ids| {
         machines::table
-            .select(MachineRow::as_select())
+            .select(MachineShownRow::as_select())
             .filter(machines::id.eq_any(ids))
             .load(conn)?
             .into_iter()
-            .map(|row| Ok((row.id.clone(), MachineRecord::try_from(row)?)))
+            .map(|row| Ok((row.id.clone(), MachineShown::try_from(row)?)))
             .collect()
     })?;
     delta.applications = rows_by_key(application_names, |names| {
@@ -162,11 +317,11 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     })?;
     delta.units = rows_by_key(unit_names, |names| {
         units::table
-            .select(UnitRow::as_select())
+            .select(UnitShownRow::as_select())
             .filter(units::name.eq_any(names))
             .load(conn)?
             .into_iter()
-            .map(|row| Ok((row.name.clone(), UnitRecord::try_from(row)?)))
+            .map(|row| Ok((row.name.clone(), UnitShown::try_from(row)?)))
             .collect()
     })?;
     delta.relations = rows_by_key(relation_keys, |keys| {
@@ -179,6 +334,55 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
             .collect())
     })?;
     Ok(Some(delta))
+}
+
+/// Everything status shows, as the delta that brings an empty document up
+/// to the store's head.
+fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
+    let revision = head_revision(conn)?;
+    let model: ModelRow = model::table
+        .find(1)
+        .select(ModelRow::as_select())
+        .first(conn)?;
+    let machines = machines::table
+        .select(MachineShownRow::as_select())
+        .load_iter::<MachineShownRow, diesel::connection::DefaultLoadingMode>(conn)?
+        .map(|row| {
+            let machine = MachineShown::try_from(row?)?;
+            Ok((machine.id, Some(machine)))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let units = units::table
+        .select(UnitShownRow::as_select())
+        .load_iter::<UnitShownRow, diesel::connection::DefaultLoadingMode>(conn)?
+        .map(|row| {
+            let unit = UnitShown::try_from(row?)?;
+            Ok((unit.name.clone(), Some(unit)))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let applications = applications::table
+        .select(ApplicationRow::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(|row| {
+            let application = ApplicationRecord::try_from(row)?;
+            Ok((application.name.clone(), Some(application)))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let relations = relations::table
+        .select(RelationRecord::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(|relation: RelationRecord| (relation.key.clone(), Some(relation)))
+        .collect();
+    Ok(StatusDelta {
+        revision,
+        model: Some(model.try_into()?),
+        machines,
+        applications,
+        units,
+        relations,
+    })
 }
 
 /// Runs `read` in one read-only transaction that sees one snapshot of the
@@ -259,6 +463,17 @@ impl Store {
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn status(&self) -> Result<StatusSnapshot, StoreError> {
         self.read(|conn| in_snapshot(conn, read_snapshot))
+    }
+
+    /// Everything status shows, at one revision, as the delta that brings an
+    /// empty document up to it. Lighter than [`Store::status`]: base and
+    /// constraints stay text.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn status_shown(&self) -> Result<StatusDelta, StoreError> {
+        self.read(|conn| in_snapshot(conn, read_shown))
     }
 
     /// What status shows that changed after revision `since`, read at one
