@@ -187,6 +187,42 @@ async fn settled_machines_keep_no_actor_alive() {
     }
 }
 
+#[actix_web::test]
+async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start() {
+    let sim = SimConfig {
+        agent_delay_ms: 30,
+        ..SimConfig::default()
+    };
+    let config = ProvisionerConfig {
+        max_machine_actors: 3,
+        ..fast_provisioner()
+    };
+    let h = harness(sim, config);
+    deploy(&h.store, "wordpress", 12, "", "").await;
+    let engine = h.engine.clone();
+    let watcher = actix_web::rt::spawn(async move {
+        let mut most = 0;
+        loop {
+            most = most.max(engine.live_actors().await);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if most > 3 {
+                return most;
+            }
+        }
+    });
+    let status = until(&h.store, "12 started", all_started(12)).await;
+    assert!(
+        !watcher.is_finished(),
+        "more than 3 machine actors were alive at once"
+    );
+    watcher.abort();
+    let four_each: BTreeMap<String, usize> = [("sim-a", 4), ("sim-b", 4), ("sim-c", 4)]
+        .into_iter()
+        .map(|(z, n)| (z.to_string(), n))
+        .collect();
+    assert_eq!(zones_of(&status, "wordpress"), four_each);
+}
+
 async fn zones_known(store: &Store) {
     until(store, "zones recorded", |s| s.zones.len() == 3).await;
 }

@@ -61,6 +61,9 @@ pub struct ProvisionerConfig {
     /// is shown `down`; 0 turns the check off. Agents (and the simulated
     /// cloud's) report every 30 seconds.
     pub agent_down_after_s: u64,
+    /// The most machine actors alive at once; further machines wait their
+    /// turn as ids, so memory stays bounded however many are deployed.
+    pub max_machine_actors: usize,
 }
 
 impl Default for ProvisionerConfig {
@@ -76,6 +79,7 @@ impl Default for ProvisionerConfig {
             call_timeout_s: 60,
             reconcile_interval_s: 60,
             agent_down_after_s: 120,
+            max_machine_actors: 8192,
         }
     }
 }
@@ -101,6 +105,9 @@ impl ProvisionerConfig {
         }
         if self.call_timeout_s == 0 {
             return Err("provisioner.call_timeout_s must be at least 1".into());
+        }
+        if self.max_machine_actors == 0 {
+            return Err("provisioner.max_machine_actors must be at least 1".into());
         }
         Ok(())
     }
@@ -154,6 +161,14 @@ mod tests {
             ..ProvisionerConfig::default()
         };
         assert!(inverted.validate().is_err());
+        let no_actors = ProvisionerConfig {
+            max_machine_actors: 0,
+            ..ProvisionerConfig::default()
+        };
+        assert_eq!(
+            no_actors.validate(),
+            Err("provisioner.max_machine_actors must be at least 1".into())
+        );
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct Shared {
     pub controller_url: String,
     pub reconcile_interval: Duration,
     pub agent_down_after: Duration,
+    /// The most machine actors alive at once.
+    pub max_machine_actors: usize,
     /// Updated by the actors, rendered by the API's `/metrics`.
     pub metrics: Arc<Metrics>,
 }
@@ -112,6 +114,7 @@ impl Engine {
             controller_url,
             reconcile_interval: Duration::from_secs(config.reconcile_interval_s),
             agent_down_after: Duration::from_secs(config.agent_down_after_s),
+            max_machine_actors: config.max_machine_actors.max(1),
             metrics,
         });
         let for_provisioner = shared.clone();

@@ -11,7 +11,7 @@
 //! make itself, and every `reconcile_interval_s` compares the provider's
 //! list with the store again, because webhooks can be lost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,10 @@ use crate::store::{now_ms, Entity, Origin, StoreError};
 
 /// Change-log entries read at once while following the log.
 const CHANGES_PER_READ: i64 = 10_000;
+/// Waiting machines are admitted in reads of at least this many (fewer when
+/// fewer wait or few actors are allowed), so that freed room is filled in a
+/// few large reads.
+const ADMIT_AT_LEAST: usize = 512;
 /// How long to wait before retrying after the store or provider failed
 /// during reconciliation.
 const RECONCILE_RETRY: Duration = Duration::from_secs(2);
@@ -77,10 +81,28 @@ impl Handler<Shutdown> for MachineActor {
     }
 }
 
+/// A machine that needs an actor but waits for room, with what the
+/// reconciliation found for it.
+struct Waiting {
+    id: MachineId,
+    adopt: Option<Instance>,
+    vanished: bool,
+}
+
 pub struct Provisioner {
     shared: Arc<Shared>,
     /// The live machine actors, with the serial each was started with.
     actors: HashMap<MachineId, (u64, Addr<MachineActor>)>,
+    /// Machines waiting for an actor, oldest first. At most
+    /// `max_machine_actors` actors live at once; machines beyond that wait
+    /// as ids and are read again from the store when room frees up, so a
+    /// deploy of 100,000 machines holds a few thousand in memory, not all of
+    /// them. The broker's own limits keep far fewer launches in flight.
+    waiting: VecDeque<Waiting>,
+    /// The ids in `waiting`, and those being read to be admitted.
+    queued: HashSet<MachineId>,
+    /// Whether a read of waiting machines is under way.
+    admitting: bool,
     next_serial: u64,
     containers: HashMap<MachineId, Addr<ContainerProvisioner>>,
     /// Bumped on every (re)start, so that work of an earlier life that
@@ -93,6 +115,9 @@ impl Provisioner {
         Provisioner {
             shared,
             actors: HashMap::new(),
+            waiting: VecDeque::new(),
+            queued: HashSet::new(),
+            admitting: false,
             next_serial: 0,
             containers: HashMap::new(),
             generation: 0,
@@ -107,6 +132,17 @@ impl Provisioner {
     ) {
         let id = machine.record.id;
         if self.actors.contains_key(&id) {
+            return;
+        }
+        if id.parent().is_none() && self.actors.len() >= self.shared.max_machine_actors {
+            if self.queued.insert(id) {
+                self.waiting.push_back(Waiting {
+                    id,
+                    adopt,
+                    vanished: false,
+                });
+                self.report_actors();
+            }
             return;
         }
         if let Some(host) = id.parent() {
@@ -142,18 +178,89 @@ impl Provisioner {
     }
 
     /// Forgets actor `serial` of `id`, unless a newer actor has taken its
-    /// place.
-    fn forget(&mut self, id: MachineId, serial: u64) {
+    /// place, and lets waiting machines into the room it leaves.
+    fn forget(&mut self, id: MachineId, serial: u64, ctx: &mut Context<Self>) {
         if self.actors.get(&id).is_some_and(|(s, _)| *s == serial) {
             self.actors.remove(&id);
             self.report_actors();
+            self.admit_waiting(ctx);
         }
     }
 
+    /// Reads waiting machines afresh from the store and starts their
+    /// actors, as many as there is room for.
+    fn admit_waiting(&mut self, ctx: &mut Context<Self>) {
+        let most = self.shared.max_machine_actors;
+        let room = most.saturating_sub(self.actors.len());
+        let worth_a_read = ADMIT_AT_LEAST
+            .min(self.waiting.len())
+            .min((most / 4).max(1));
+        if self.admitting || self.waiting.is_empty() || room < worth_a_read {
+            return;
+        }
+        let mut admitted = HashMap::new();
+        while admitted.len() < room {
+            let Some(next) = self.waiting.pop_front() else {
+                break;
+            };
+            // Removed meanwhile: no longer queued.
+            if self.queued.contains(&next.id) {
+                admitted.insert(next.id, next);
+            }
+        }
+        if admitted.is_empty() {
+            return;
+        }
+        self.admitting = true;
+        let ids: Vec<MachineId> = admitted.keys().copied().collect();
+        let store = self.shared.store.clone();
+        let generation = self.generation;
+        ctx.spawn(
+            async move { store.blocking(move |s| s.engine_machines(Some(&ids))).await }
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    if act.generation != generation {
+                        return;
+                    }
+                    act.admitting = false;
+                    let machines = match result {
+                        Ok(machines) => machines,
+                        Err(e) => {
+                            // Back in line; the next freed room tries again.
+                            log::warn!("provisioner: cannot read waiting machines: {e}");
+                            act.waiting.extend(admitted.into_values());
+                            return;
+                        }
+                    };
+                    for machine in machines {
+                        let id = machine.record.id;
+                        let Some(entry) = admitted.remove(&id) else {
+                            continue;
+                        };
+                        act.queued.remove(&id);
+                        if needs_actor(&machine.record) {
+                            act.spawn_actor(machine, entry.adopt, ctx);
+                            if entry.vanished {
+                                if let Some((_, actor)) = act.actors.get(&id) {
+                                    actor.do_send(InstanceChanged(InstanceState::Terminated));
+                                }
+                            }
+                        }
+                    }
+                    // Not found: removed from the store meanwhile.
+                    for id in admitted.into_keys() {
+                        act.queued.remove(&id);
+                    }
+                    act.report_actors();
+                    act.admit_waiting(ctx);
+                }),
+        );
+    }
+
     fn report_actors(&self) {
-        self.shared
-            .metrics
-            .set_queue_depth("machine_actors", self.actors.len());
+        let metrics = &self.shared.metrics;
+        metrics.set_queue_depth("machine_actors", self.actors.len());
+        metrics.set_queue_depth("machines_waiting_for_an_actor", self.queued.len());
     }
 
     /// Reads everything and reconciles it with the provider; then starts
@@ -253,6 +360,8 @@ impl Provisioner {
                     if vanished.contains(&id) {
                         if let Some((_, actor)) = act.actors.get(&id) {
                             actor.do_send(InstanceChanged(InstanceState::Terminated));
+                        } else if let Some(waiting) = act.waiting.iter_mut().find(|w| w.id == id) {
+                            waiting.vanished = true;
                         }
                     }
                 } else if vanished.contains(&id) {
@@ -610,6 +719,9 @@ impl Supervised for Provisioner {
         for (_, (_, actor)) in self.actors.drain() {
             actor.do_send(Shutdown);
         }
+        self.waiting.clear();
+        self.queued.clear();
+        self.admitting = false;
         for (_, pen) in self.containers.drain() {
             pen.do_send(ShutdownPen);
         }
@@ -619,9 +731,9 @@ impl Supervised for Provisioner {
 impl Handler<ActorStopped> for Provisioner {
     type Result = ();
 
-    fn handle(&mut self, msg: ActorStopped, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: ActorStopped, ctx: &mut Context<Self>) {
         // Only the stopped actor's entry: a replacement may already exist.
-        self.forget(msg.machine, msg.serial);
+        self.forget(msg.machine, msg.serial, ctx);
     }
 }
 
@@ -635,6 +747,7 @@ impl Handler<StoreChanged> for Provisioner {
             self.shared.zones.do_send(SetZones(zones));
         }
         for id in msg.removed {
+            self.queued.remove(&id);
             if let Some((_, actor)) = self.actors.remove(&id) {
                 actor.do_send(Gone);
             }
@@ -644,6 +757,10 @@ impl Handler<StoreChanged> for Provisioner {
             if machine.record.state() == MachineState::Started {
                 self.host_ready(&machine, ctx);
             }
+            if self.queued.contains(&id) {
+                // Read afresh when its turn comes.
+                continue;
+            }
             match self.actors.get(&id).cloned() {
                 Some((serial, actor)) => {
                     // The actor may be stopping (settled) as this arrives:
@@ -652,7 +769,7 @@ impl Handler<StoreChanged> for Provisioner {
                     ctx.spawn(actor.send(Reconcile(machine)).into_actor(self).map(
                         move |delivered, act, ctx| {
                             if delivered.is_err() {
-                                act.forget(id, serial);
+                                act.forget(id, serial, ctx);
                                 if needs_actor(&retained.record) {
                                     act.spawn_actor(retained, None, ctx);
                                 }
@@ -708,7 +825,7 @@ impl Handler<ProviderReport> for Provisioner {
                                 .into_actor(act)
                                 .map(move |delivered, act, ctx| {
                                     if delivered.is_err() {
-                                        act.forget(id, serial);
+                                        act.forget(id, serial, ctx);
                                         if machine.record.state() == MachineState::Started {
                                             act.lost_instance(machine, change.state, ctx);
                                         }
@@ -719,7 +836,12 @@ impl Handler<ProviderReport> for Provisioner {
                     None if machine.record.state() == MachineState::Started => {
                         act.lost_instance(machine, change.state, ctx);
                     }
-                    None => {}
+                    None => {
+                        // Waiting for an actor: it hears of this when it starts.
+                        if let Some(waiting) = act.waiting.iter_mut().find(|w| w.id == id) {
+                            waiting.vanished = true;
+                        }
+                    }
                 }
             }),
         );
