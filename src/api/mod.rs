@@ -213,7 +213,7 @@ fn shared(state: ApiState) -> std::io::Result<Shared> {
 pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
     let body_limit = state.limits.body_bytes;
     let shared = web::Data::new(shared(state)?);
-    actix_web::rt::spawn(status_cache::keep_fresh(Arc::downgrade(
+    tokio::spawn(status_cache::keep_fresh(Arc::downgrade(
         &shared.clone().into_inner(),
     )));
     let server = HttpServer::new(move || {

@@ -17,7 +17,6 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::status::Status;
 use crate::api::Shared;
-use crate::domain::machine::MachineState;
 use crate::store::{Change, Store, StoreError};
 
 /// How many change-log entries one read of the event stream takes.
@@ -121,21 +120,6 @@ pub async fn healthz() -> HttpResponse {
     })
 }
 
-/// Counts per machine state, every state present.
-fn machines_by_state(store: &Store) -> Result<Vec<(&'static str, u64)>, StoreError> {
-    let counts = store.machine_counts()?;
-    Ok(MachineState::ALL
-        .iter()
-        .map(|state| {
-            let n = counts
-                .iter()
-                .find(|(stored, _)| stored == state.as_str())
-                .map_or(0, |(_, n)| *n);
-            (state.as_str(), u64::try_from(n).unwrap_or(0))
-        })
-        .collect())
-}
-
 /// Prometheus metrics: machines by state, provisioning attempts and
 /// errors, provider call latency, queue depths.
 #[utoipa::path(
@@ -150,8 +134,13 @@ fn machines_by_state(store: &Store) -> Result<Vec<(&'static str, u64)>, StoreErr
     )
 )]
 pub async fn get_metrics(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
-    let store = shared.state.store.clone();
-    let machines = blocking(move || machines_by_state(&store)).await?;
+    let machines: Vec<(&'static str, u64)> = shared
+        .status
+        .machines_by_state(&shared.state.store, &shared.state.provider.name)
+        .await?
+        .into_iter()
+        .map(|(state, n)| (state.as_str(), u64::try_from(n).unwrap_or(u64::MAX)))
+        .collect();
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(shared.state.metrics.render(&machines)))

@@ -29,6 +29,7 @@ use actix_web::web::Bytes;
 
 use crate::api::errors::blocking;
 use crate::api::status_document::StatusDocument;
+use crate::domain::machine::MachineState;
 use crate::store::{Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
@@ -115,6 +116,36 @@ impl StatusCache {
             *latest = Some((revision, body.clone()));
         }
         Ok(body)
+    }
+
+    /// How many machines are in each state, as of the store's head (or
+    /// later): read from the document, so a scrape costs what changed
+    /// since the last one, not a count of every machine.
+    ///
+    /// # Errors
+    ///
+    /// The store's error if the state cannot be read.
+    pub async fn machines_by_state(
+        &self,
+        store: &Store,
+        cloud: &str,
+    ) -> Result<Vec<(MachineState, usize)>, StoreError> {
+        let _updating = self.updating.lock().await;
+        let document = Arc::clone(&self.document);
+        let store = store.clone();
+        let cloud = cloud.to_string();
+        blocking(move || {
+            let mut document = lock(&document);
+            bring_forward(&mut document, &store, &cloud)?;
+            let current = document
+                .as_ref()
+                .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
+            Ok(MachineState::ALL
+                .iter()
+                .map(|state| (*state, current.machines_in(*state)))
+                .collect())
+        })
+        .await
     }
 
     /// Brings the document up to the store's head without rendering it

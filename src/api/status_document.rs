@@ -122,6 +122,8 @@ pub struct StatusDocument {
     units: BTreeMap<UnitName, UnitPiece>,
     /// The units on each machine, to render again when its state changes.
     units_on: HashMap<MachineId, BTreeSet<UnitName>>,
+    /// How many machines are in each state.
+    in_state: HashMap<MachineState, usize>,
     relations: BTreeMap<String, RelationRecord>,
 }
 
@@ -137,6 +139,7 @@ impl StatusDocument {
             applications: BTreeMap::new(),
             units: BTreeMap::new(),
             units_on: HashMap::new(),
+            in_state: HashMap::new(),
             relations: BTreeMap::new(),
         }
     }
@@ -156,6 +159,11 @@ impl StatusDocument {
     /// How many machines and units the document holds.
     pub fn len(&self) -> usize {
         self.machines.len() + self.units.len()
+    }
+
+    /// How many machines are in `state`.
+    pub fn machines_in(&self, state: MachineState) -> usize {
+        self.in_state.get(&state).copied().unwrap_or(0)
     }
 
     /// Whether the document holds no machine and no unit.
@@ -187,9 +195,18 @@ impl StatusDocument {
                 Some(machine) => self.machines.insert(id, MachinePiece::of(&machine)),
                 None => self.machines.remove(&id),
             };
+            let before = before.map(|m| m.state);
             let after = self.machines.get(&id).map(|m| m.state);
-            if before.map(|m| m.state) != after {
+            if before != after {
                 moved.push(id);
+                if let Some(state) = before {
+                    if let Some(count) = self.in_state.get_mut(&state) {
+                        *count = count.saturating_sub(1);
+                    }
+                }
+                if let Some(state) = after {
+                    *self.in_state.entry(state).or_default() += 1;
+                }
             }
         }
         // Units already here whose machine's state changed; units in the
@@ -698,6 +715,31 @@ mod tests {
             "idle"
         );
         assert_eq!(view, viewed(&after));
+    }
+
+    #[test]
+    fn the_document_counts_machines_by_state_as_they_change() {
+        let count = |snapshot: &StatusSnapshot, state| {
+            snapshot
+                .machines
+                .iter()
+                .filter(|m| m.state() == state)
+                .count()
+        };
+        for seed in 1..100 {
+            let before = snapshot(seed);
+            let mut after = snapshot(seed + 5000);
+            after.revision = before.revision + 1;
+            let mut document = StatusDocument::of(&before, "sim");
+            document.apply(delta(&before, &after));
+            for state in MachineState::ALL {
+                assert_eq!(
+                    document.machines_in(state),
+                    count(&after, state),
+                    "seed {seed}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -680,21 +680,6 @@ impl Store {
         })
     }
 
-    /// How many machines are in each lifecycle state (states with none are
-    /// left out).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Database`] only.
-    pub fn machine_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        self.read(|conn| {
-            Ok(machines::table
-                .group_by(machines::state)
-                .select((machines::state, diesel::dsl::count_star()))
-                .load(conn)?)
-        })
-    }
-
     /// The machine that holds `instance_id`, if any.
     ///
     /// # Errors
