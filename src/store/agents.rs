@@ -89,7 +89,7 @@ impl Store {
             let row: Option<MachineRow> = machines::table
                 .find(id.to_string())
                 .select(MachineRow::as_select())
-                .first(tx.conn)
+                .get_result(tx.conn)
                 .optional()?;
             let row = row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?;
             let valid = row
@@ -163,7 +163,7 @@ impl Store {
             let stored: Option<String> = machines::table
                 .find(id.to_string())
                 .select(machines::credential_hash)
-                .first(tx.conn)?;
+                .get_result(tx.conn)?;
             if !stored.is_some_and(|hash| secret_matches(credential.expose(), &hash)) {
                 return Err(StoreError::Unauthorized(format!(
                     "machine {id}: wrong agent credential"
@@ -270,7 +270,7 @@ impl Store {
             credentials::table
                 .find(ADMIN_TOKEN)
                 .select(credentials::hash)
-                .first(conn)
+                .get_result(conn)
                 .optional()?
                 .ok_or_else(|| StoreError::NotFound("no admin token has been created".into()))
         })

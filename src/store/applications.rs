@@ -168,7 +168,7 @@ fn charm_meta(tx: &mut Tx<'_>, app: &ApplicationRecord) -> Result<CharmMeta, Sto
     let metadata: String = charms::table
         .find(&app.charm_url)
         .select(charms::metadata)
-        .first(tx.conn)?;
+        .get_result(tx.conn)?;
     serde_json::from_str(&metadata)
         .map_err(|e| StoreError::Invariant(format!("metadata of {}: {e}", app.charm_url)))
 }
@@ -295,7 +295,7 @@ fn delete_relation(tx: &mut Tx<'_>, relation: &RelationRecord) -> Result<(), Sto
             let subordinate: bool = applications::table
                 .find(app)
                 .select(applications::subordinate)
-                .first(tx.conn)?;
+                .get_result(tx.conn)?;
             if !subordinate {
                 continue;
             }
@@ -396,7 +396,7 @@ impl Store {
             let row: Option<ApplicationRow> = applications::table
                 .find(name.as_str())
                 .select(ApplicationRow::as_select())
-                .first(conn)
+                .get_result(conn)
                 .optional()?;
             row.ok_or_else(|| {
                 StoreError::NotFound(format!("application {:?} not found", name.as_str()))

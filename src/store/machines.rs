@@ -51,7 +51,7 @@ pub(crate) fn load_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<MachineRec
     let row: Option<MachineRow> = machines::table
         .find(id.to_string())
         .select(MachineRow::as_select())
-        .first(tx.conn)
+        .get_result(tx.conn)
         .optional()?;
     row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
         .try_into()
@@ -67,7 +67,7 @@ fn next_machine_number(tx: &mut Tx<'_>) -> Result<u64, StoreError> {
     let next: i64 = model::table
         .find(1)
         .select(model::next_machine)
-        .first(tx.conn)?;
+        .get_result(tx.conn)?;
     u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next machine {next}")))
 }
 
@@ -79,7 +79,7 @@ fn next_container_number(tx: &mut Tx<'_>, host: &MachineId) -> Result<u64, Store
     let next: i64 = machines::table
         .find(&key)
         .select(machines::next_container)
-        .first(tx.conn)?;
+        .get_result(tx.conn)?;
     u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next container {next}")))
 }
 
@@ -438,7 +438,7 @@ pub(crate) fn save_machine_from(
             Some(_) => machines::table
                 .find(&key)
                 .select(machines::state)
-                .first(tx.conn)
+                .get_result(tx.conn)
                 .optional()?,
         };
         return Err(match (current, expected) {
@@ -573,7 +573,7 @@ impl Store {
             let row: Option<MachineRow> = machines::table
                 .find(id.to_string())
                 .select(MachineRow::as_select())
-                .first(conn)
+                .get_result(conn)
                 .optional()?;
             row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
                 .try_into()
@@ -693,7 +693,7 @@ impl Store {
             let row: Option<MachineRow> = machines::table
                 .filter(machines::instance_id.eq(instance_id))
                 .select(MachineRow::as_select())
-                .first(conn)
+                .get_result(conn)
                 .optional()?;
             row.map(MachineRecord::try_from).transpose()
         })

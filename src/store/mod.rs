@@ -7,6 +7,10 @@
 //! can follow the log from any revision. Writes go through a single writer
 //! that commits whatever is queued in one transaction ([`writer`]); reads
 //! use a pool and never wait for the writer.
+//!
+//! Single rows are read with `get_result`, not `first`: `first` adds a
+//! bound `LIMIT`, which makes SQLite prepare the cached statement again on
+//! every run (it was a seventh of the writer's time when adding units).
 
 pub mod agents;
 pub mod applications;
@@ -237,7 +241,7 @@ impl Store {
         let revision: i64 = log_head::table
             .find(1)
             .select(log_head::revision)
-            .first(&mut write_conn)?;
+            .get_result(&mut write_conn)?;
         let (head_tx, head) = watch::channel(revision);
         let writer = Writer::spawn(write_conn, head_tx)?;
         let pool = db::pool(url, READ_POOL_SIZE)?;

@@ -31,7 +31,7 @@ pub(crate) fn model_constraints_tx(tx: &mut Tx<'_>) -> Result<Constraints, Store
     let text: String = model::table
         .find(1)
         .select(model::constraints)
-        .first(tx.conn)?;
+        .get_result(tx.conn)?;
     stored("model constraints", &text)
 }
 
@@ -46,7 +46,7 @@ impl Store {
             let row: ModelRow = model::table
                 .find(1)
                 .select(ModelRow::as_select())
-                .first(conn)?;
+                .get_result(conn)?;
             row.try_into()
         })
     }

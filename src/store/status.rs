@@ -225,7 +225,7 @@ fn head_revision(conn: &mut Conn) -> Result<i64, StoreError> {
     Ok(log_head::table
         .find(1)
         .select(log_head::revision)
-        .first(conn)?)
+        .get_result(conn)?)
 }
 
 /// Reads the rows whose keys are `ids`, `IDS_PER_READ` at a time, and pairs
@@ -282,7 +282,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
                 let row: ModelRow = model::table
                     .find(1)
                     .select(ModelRow::as_select())
-                    .first(conn)?;
+                    .get_result(conn)?;
                 delta.model = Some(row.try_into()?);
             }
             Some(Entity::Machine) => {
@@ -343,7 +343,7 @@ fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
     let model: ModelRow = model::table
         .find(1)
         .select(ModelRow::as_select())
-        .first(conn)?;
+        .get_result(conn)?;
     let machines = machines::table
         .select(MachineShownRow::as_select())
         .load_iter::<MachineShownRow, diesel::connection::DefaultLoadingMode>(conn)?
@@ -406,7 +406,7 @@ fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
     let model: ModelRow = model::table
         .find(1)
         .select(ModelRow::as_select())
-        .first(conn)?;
+        .get_result(conn)?;
     let machine_rows: Vec<MachineRow> = machines::table
         .select(MachineRow::as_select())
         .order((

@@ -28,7 +28,7 @@ pub(crate) fn load_application(
     let row: Option<ApplicationRow> = applications::table
         .find(name.as_str())
         .select(ApplicationRow::as_select())
-        .first(tx.conn)
+        .get_result(tx.conn)
         .optional()?;
     row.ok_or_else(|| StoreError::NotFound(format!("application {:?} not found", name.as_str())))?
         .try_into()
@@ -41,7 +41,7 @@ fn next_unit_number(tx: &mut Tx<'_>, application: &ApplicationName) -> Result<u6
     let next: i64 = applications::table
         .find(application.as_str())
         .select(applications::next_unit)
-        .first(tx.conn)?;
+        .get_result(tx.conn)?;
     u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next unit {next}")))
 }
 
@@ -268,7 +268,7 @@ fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {
     let principal: Option<Option<String>> = units::table
         .find(unit.to_string())
         .select(units::principal)
-        .first(tx.conn)
+        .get_result(tx.conn)
         .optional()?;
     match principal {
         None => Err(StoreError::NotFound(format!("unit {:?} not found", unit.to_string()))),

@@ -237,7 +237,7 @@ fn append_changes(
     let last: i64 = log_head::table
         .find(1)
         .select(log_head::revision)
-        .first(conn)?;
+        .get_result(conn)?;
     let first = last - count + 1;
     let rows: Vec<_> = pending
         .into_iter()

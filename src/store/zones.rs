@@ -139,7 +139,7 @@ impl Store {
             Ok(zones::table
                 .find(&name)
                 .select(ZoneRecord::as_select())
-                .first(tx.conn)?)
+                .get_result(tx.conn)?)
         })
         .await
     }
