@@ -11,6 +11,10 @@
 //! - [`errors`]: the JSON error body and the status each error maps to.
 //! - [`auth`]: the admin token, and the concurrency guard.
 //! - [`status`]: the status view, `juju status --format=json`'s shape.
+//! - [`status_document`]: that view kept as rendered pieces, brought
+//!   forward from the change log; [`status_cache`] keeps it fresh in the
+//!   background and shares each rendering among concurrent readers (and
+//!   gives `/metrics` its machine counts).
 //! - [`applications`], [`machines`], [`model`], [`relations`], [`zones`]:
 //!   the user's operations.
 //! - [`observe`]: status, the event stream, healthz, metrics, OpenAPI.
