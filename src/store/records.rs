@@ -25,6 +25,17 @@ where
         .map_err(|e| StoreError::Invariant(format!("{column} {value:?}: {e}")))
 }
 
+/// [`stored`] for a nullable column.
+pub(crate) fn stored_optional<T: FromStr>(
+    column: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.map(|v| stored(column, v)).transpose()
+}
+
 pub(crate) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| StoreError::Invalid(format!("{value} is too large")))
 }
@@ -138,16 +149,8 @@ impl TryFrom<UnitRow> for UnitRecord {
             application: stored("unit application", &row.application)?,
             base: stored("unit base", &row.base)?,
             constraints: stored("unit constraints", &row.constraints)?,
-            machine: row
-                .machine_id
-                .as_deref()
-                .map(|m| stored("unit machine", m))
-                .transpose()?,
-            principal: row
-                .principal
-                .as_deref()
-                .map(|p| stored("unit principal", p))
-                .transpose()?,
+            machine: stored_optional("unit machine", row.machine_id.as_deref())?,
+            principal: stored_optional("unit principal", row.principal.as_deref())?,
             agent_status: row.agent_status,
             workload_status: row.workload_status,
         })
@@ -233,11 +236,7 @@ impl TryFrom<MachineRow> for MachineRecord {
             id: stored("machine id", &row.id)?,
             base: stored("machine base", &row.base)?,
             constraints: stored("machine constraints", &row.constraints)?,
-            placement: row
-                .placement
-                .as_deref()
-                .map(|p| stored("machine placement", p))
-                .transpose()?,
+            placement: stored_optional("machine placement", row.placement.as_deref())?,
             role: MachineRole::parse(&row.role)
                 .ok_or_else(|| StoreError::Invariant(format!("machine role {:?}", row.role)))?,
             machine: Machine {

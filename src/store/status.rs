@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::db::Conn;
-use crate::store::records::stored;
+use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
     ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
     UnitRecord, UnitRow,
@@ -160,16 +160,8 @@ impl TryFrom<UnitShownRow> for UnitShown {
     fn try_from(row: UnitShownRow) -> Result<Self, StoreError> {
         Ok(UnitShown {
             name: stored("unit name", &row.name)?,
-            machine: row
-                .machine_id
-                .as_deref()
-                .map(|m| stored("unit machine", m))
-                .transpose()?,
-            principal: row
-                .principal
-                .as_deref()
-                .map(|p| stored("unit principal", p))
-                .transpose()?,
+            machine: stored_optional("unit machine", row.machine_id.as_deref())?,
+            principal: stored_optional("unit principal", row.principal.as_deref())?,
             agent_status: row.agent_status,
             workload_status: row.workload_status,
         })
