@@ -18,7 +18,6 @@ use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::metrics::Metrics;
 use berth::providers::{ControllerLink, InstanceState, InstanceStateChange, Secret};
-use berth::store::agents::{hash_secret, new_secret};
 use berth::store::machines::MachineUpdate;
 use berth::store::zones::ProviderZone;
 use berth::store::Store;
@@ -26,6 +25,7 @@ use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::support::controller::launch_as_the_engine;
 use crate::support::{charm_dir, sqlite_store};
 
 const WEBHOOK_SECRET: &str = "test-webhook-secret";
@@ -389,28 +389,7 @@ impl TestApp {
     /// Launches a machine's instance, as the engine would, and returns the
     /// one-time password its agent was given.
     async fn launch(&self, id: &str) -> Secret {
-        let id: MachineId = id.parse().unwrap();
-        let otp = new_secret();
-        let current = self.store.machine(&id).unwrap().state();
-        let launched = Machine {
-            state: MachineState::AwaitingAgent,
-            lifecycle: Lifecycle {
-                instance_id: Some(format!("i-{}", id.host_number())),
-                zone: Some("sim-a".into()),
-                ..Lifecycle::default()
-            },
-        };
-        let update = MachineUpdate {
-            otp_hash: Some(hash_secret(otp.expose())),
-            instance_type: Some("m5.large".into()),
-            hardware: Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into()),
-            ..MachineUpdate::default()
-        };
-        self.store
-            .save_machine(id, current, launched, update)
-            .await
-            .unwrap();
-        otp
+        launch_as_the_engine(&self.store, id).await
     }
 }
 

@@ -112,26 +112,33 @@ impl TestController {
     /// Launches a machine's instance in zone `sim-a`, as the engine would,
     /// and returns the one-time password its agent was given.
     pub fn launch(&self, id: &str) -> Secret {
-        let id: MachineId = id.parse().expect("machine id");
-        let otp = new_secret();
-        let current = self.store.machine(&id).expect("machine").state();
-        let launched = Machine {
-            state: MachineState::AwaitingAgent,
-            lifecycle: Lifecycle {
-                instance_id: Some(format!("i-{}", id.host_number())),
-                zone: Some("sim-a".into()),
-                ..Lifecycle::default()
-            },
-        };
-        let update = MachineUpdate {
-            otp_hash: Some(hash_secret(otp.expose())),
-            instance_type: Some("m5.large".into()),
-            hardware: Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into()),
-            ..MachineUpdate::default()
-        };
-        self.runtime
-            .block_on(self.store.save_machine(id, current, launched, update))
-            .expect("save machine");
-        otp
+        self.runtime.block_on(launch_as_the_engine(&self.store, id))
     }
+}
+
+/// Records a launched instance for machine `id` in zone `sim-a`, as the
+/// engine would, and returns the one-time password its agent was given.
+pub async fn launch_as_the_engine(store: &Store, id: &str) -> Secret {
+    let id: MachineId = id.parse().expect("machine id");
+    let otp = new_secret();
+    let current = store.machine(&id).expect("machine").state();
+    let launched = Machine {
+        state: MachineState::AwaitingAgent,
+        lifecycle: Lifecycle {
+            instance_id: Some(format!("i-{}", id.host_number())),
+            zone: Some("sim-a".into()),
+            ..Lifecycle::default()
+        },
+    };
+    let update = MachineUpdate {
+        otp_hash: Some(hash_secret(otp.expose())),
+        instance_type: Some("m5.large".into()),
+        hardware: Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into()),
+        ..MachineUpdate::default()
+    };
+    store
+        .save_machine(id, current, launched, update)
+        .await
+        .expect("save machine");
+    otp
 }
