@@ -45,10 +45,12 @@ async fn spawn_controller() -> Controller {
 }
 
 impl Controller {
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    /// Sends `body` as JSON with the admin token; the status and the JSON
+    /// answer (null when there is none).
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
         let response = self
             .client
-            .post(format!("{}{path}", self.url))
+            .request(method, format!("{}{path}", self.url))
             .bearer_auth(&self.token)
             .json(&body)
             .send()
@@ -58,17 +60,12 @@ impl Controller {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, body).await
+    }
+
     async fn put(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .client
-            .put(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        self.send(reqwest::Method::PUT, path, body).await
     }
 
     async fn status(&self) -> Value {
