@@ -559,6 +559,96 @@ async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(sto
     );
 }
 
+async fn a_save_sets_keeps_and_clears_each_optional_column(store: Store) {
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    let mut saved = Machine {
+        state: MachineState::Starting,
+        lifecycle: Lifecycle {
+            zone: Some("a".into()),
+            ..Lifecycle::default()
+        },
+    };
+    let save = |from: MachineState, saved: &Machine, update: MachineUpdate| {
+        let (store, saved) = (store.clone(), saved.clone());
+        async move { store.save_machine(id, from, saved, update).await.unwrap() }
+    };
+    save(
+        MachineState::Pending,
+        &saved,
+        MachineUpdate {
+            constraints: Some(constraints("mem=4G")),
+            retry_at_ms: Some(99),
+            ..MachineUpdate::default()
+        },
+    )
+    .await;
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.constraints, constraints("mem=4G"));
+    assert_eq!(record.retry_at_ms, Some(99));
+    assert_eq!(record.machine, saved);
+
+    // Launched: instance details and a one-time password are set; what
+    // the update leaves out is kept.
+    saved.state = MachineState::AwaitingAgent;
+    saved.lifecycle.instance_id = Some("i-1".into());
+    save(
+        MachineState::Starting,
+        &saved,
+        MachineUpdate {
+            instance_type: Some("t3a.small".into()),
+            hardware: Some("arch=amd64 cores=2".into()),
+            otp_hash: Some(hash_secret("otp")),
+            ..MachineUpdate::default()
+        },
+    )
+    .await;
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.instance_type.as_deref(), Some("t3a.small"));
+    assert_eq!(record.hardware.as_deref(), Some("arch=amd64 cores=2"));
+    assert!(record.awaiting_check_in);
+    assert_eq!(record.constraints, constraints("mem=4G"));
+    assert_eq!(record.retry_at_ms, Some(99));
+
+    // A heartbeat is set; with the instance still there its details stay.
+    saved.state = MachineState::Started;
+    save(
+        MachineState::AwaitingAgent,
+        &saved,
+        MachineUpdate {
+            heartbeat_ms: Some(5000),
+            clear_retry_at: true,
+            ..MachineUpdate::default()
+        },
+    )
+    .await;
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.last_heartbeat_ms, Some(5000));
+    assert_eq!(record.retry_at_ms, None);
+    assert_eq!(record.instance_type.as_deref(), Some("t3a.small"));
+    assert!(record.awaiting_check_in);
+
+    // Without an instance, what the last one had is cleared.
+    saved.state = MachineState::Pending;
+    saved.lifecycle.instance_id = None;
+    save(MachineState::Started, &saved, MachineUpdate::default()).await;
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.instance_type, None);
+    assert_eq!(record.hardware, None);
+    assert_eq!(record.last_heartbeat_ms, Some(5000));
+    assert_eq!(record.machine, saved);
+
+    let gone = store
+        .save_machine(
+            machine("9"),
+            MachineState::Pending,
+            saved.clone(),
+            MachineUpdate::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(gone, StoreError::NotFound(_)), "{gone:?}");
+}
+
 async fn engine_writes_are_marked_as_the_engines_in_the_change_log(store: Store) {
     let start = store.revision();
     let ids = add_machine(&store, AddMachines::default()).await;
@@ -676,6 +766,7 @@ async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
 }
 
 on_both_backends!(
+    a_save_sets_keeps_and_clears_each_optional_column,
     the_agents_one_time_password_starts_the_machine_once,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,

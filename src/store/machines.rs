@@ -10,6 +10,7 @@ use crate::domain::machine::{
 };
 use crate::domain::names::{ContainerType, MachineId};
 use crate::domain::placement::Placement;
+use crate::store::db::Conn;
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
 use crate::store::writer::Tx;
@@ -332,28 +333,136 @@ pub struct MachineUpdate {
     pub heartbeat_ms: Option<i64>,
 }
 
-/// One UPDATE's worth of machine columns. `None` leaves a column alone;
-/// for nullable columns `Some(None)` clears it.
-#[derive(AsChangeset)]
-#[diesel(table_name = machines)]
-struct MachineChanges<'a> {
+/// The machine save: one `UPDATE` of one shape whatever it changes, so the
+/// connection prepares it once and keeps it. diesel's own `UPDATE`s are
+/// never kept in its statement cache (their `SET` lists vary), and
+/// preparing the save again for every transition was most of its cost.
+///
+/// Columns every save writes are bound as they are. The others come in
+/// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
+/// the value (which may be `NULL`, to clear it). `expected_state`, when
+/// given, is the state the machine must still be in.
+struct SaveMachine<'a> {
+    id: &'a str,
+    expected_state: Option<&'a str>,
     state: &'a str,
-    instance_id: Option<Option<&'a str>>,
-    zone: Option<Option<&'a str>>,
+    instance_id: Option<&'a str>,
+    zone: Option<&'a str>,
     status_message: &'a str,
     attempts: i32,
-    zones_failed: String,
+    zones_failed: &'a str,
     bootstrap_attempts: i32,
     stop_failures: i32,
     updated_at_ms: i64,
-    constraints: Option<String>,
-    instance_type: Option<Option<&'a str>>,
-    hardware: Option<Option<&'a str>>,
-    otp_hash: Option<Option<&'a str>>,
-    retry_at_ms: Option<Option<i64>>,
+    constraints: Option<&'a str>,
+    instance_type: Kept<&'a str>,
+    hardware: Kept<&'a str>,
+    otp_hash: Kept<&'a str>,
+    retry_at_ms: Kept<i64>,
     credential_hash: Option<&'a str>,
     last_heartbeat_ms: Option<i64>,
 }
+
+/// A nullable column a save may leave alone (`keep`) or set (`value`,
+/// `None` clearing it).
+struct Kept<T> {
+    keep: bool,
+    value: Option<T>,
+}
+
+impl<T> Kept<T> {
+    /// `None` keeps the column; `Some(value)` sets it.
+    fn from(change: Option<Option<T>>) -> Self {
+        match change {
+            None => Kept {
+                keep: true,
+                value: None,
+            },
+            Some(value) => Kept { keep: false, value },
+        }
+    }
+}
+
+impl diesel::query_builder::QueryId for SaveMachine<'_> {
+    type QueryId = SaveMachine<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB> diesel::query_builder::QueryFragment<DB> for SaveMachine<'_>
+where
+    DB: diesel::backend::Backend
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Integer>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+    i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
+    for<'x> Option<&'x str>:
+        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Text>, DB>,
+    Option<i64>:
+        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
+        out.push_sql("UPDATE machines SET state = ");
+        out.push_bind_param::<Text, _>(self.state)?;
+        out.push_sql(", instance_id = ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
+        out.push_sql(", zone = ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.zone)?;
+        out.push_sql(", status_message = ");
+        out.push_bind_param::<Text, _>(self.status_message)?;
+        out.push_sql(", attempts = ");
+        out.push_bind_param::<Integer, _>(&self.attempts)?;
+        out.push_sql(", zones_failed = ");
+        out.push_bind_param::<Text, _>(self.zones_failed)?;
+        out.push_sql(", bootstrap_attempts = ");
+        out.push_bind_param::<Integer, _>(&self.bootstrap_attempts)?;
+        out.push_sql(", stop_failures = ");
+        out.push_bind_param::<Integer, _>(&self.stop_failures)?;
+        out.push_sql(", updated_at_ms = ");
+        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
+        out.push_sql(", constraints = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
+        out.push_sql(", constraints)");
+        for (column, kept) in [
+            ("instance_type", &self.instance_type),
+            ("hardware", &self.hardware),
+            ("otp_hash", &self.otp_hash),
+        ] {
+            out.push_sql(", ");
+            out.push_sql(column);
+            out.push_sql(" = CASE WHEN ");
+            out.push_bind_param::<Bool, _>(&kept.keep)?;
+            out.push_sql(" THEN ");
+            out.push_sql(column);
+            out.push_sql(" ELSE ");
+            out.push_bind_param::<Nullable<Text>, _>(&kept.value)?;
+            out.push_sql(" END");
+        }
+        out.push_sql(", retry_at_ms = CASE WHEN ");
+        out.push_bind_param::<Bool, _>(&self.retry_at_ms.keep)?;
+        out.push_sql(" THEN retry_at_ms ELSE ");
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.retry_at_ms.value)?;
+        out.push_sql(" END, credential_hash = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.credential_hash)?;
+        out.push_sql(", credential_hash), last_heartbeat_ms = COALESCE(");
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.last_heartbeat_ms)?;
+        out.push_sql(", last_heartbeat_ms) WHERE id = ");
+        out.push_bind_param::<Text, _>(self.id)?;
+        out.push_sql(" AND state = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
+        out.push_sql(", state)");
+        Ok(())
+    }
+}
+
+impl<Conn> RunQueryDsl<Conn> for SaveMachine<'_> {}
 
 fn saturating_i32(value: u32) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
@@ -388,49 +497,46 @@ pub(crate) fn save_machine_from(
     let life = &machine.lifecycle;
     let key = id.to_string();
     let has_instance = life.instance_id.is_some();
-    let changes = MachineChanges {
+    let zones_failed = life.zones_failed.join(",");
+    let constraints = update.constraints.as_ref().map(ToString::to_string);
+    let save = SaveMachine {
+        id: &key,
+        expected_state: expected.map(MachineState::as_str),
         state: machine.state.as_str(),
-        instance_id: Some(life.instance_id.as_deref()),
-        zone: Some(life.zone.as_deref()),
+        instance_id: life.instance_id.as_deref(),
+        zone: life.zone.as_deref(),
         status_message: life.last_error.as_deref().unwrap_or_default(),
         attempts: saturating_i32(life.attempts_used),
-        zones_failed: life.zones_failed.join(","),
+        zones_failed: &zones_failed,
         bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
         stop_failures: saturating_i32(life.stop_failures),
         updated_at_ms: tx.now_ms,
-        constraints: update.constraints.as_ref().map(ToString::to_string),
+        constraints: constraints.as_deref(),
         // No instance, so nothing it was: clear what the last one had.
-        instance_type: match (&update.instance_type, has_instance) {
+        instance_type: Kept::from(match (&update.instance_type, has_instance) {
             (Some(t), _) => Some(Some(t.as_str())),
             (None, false) => Some(None),
             (None, true) => None,
-        },
-        hardware: match (&update.hardware, has_instance) {
+        }),
+        hardware: Kept::from(match (&update.hardware, has_instance) {
             (Some(h), _) => Some(Some(h.as_str())),
             (None, false) => Some(None),
             (None, true) => None,
-        },
-        otp_hash: match (&update.otp_hash, &update.credential_hash) {
+        }),
+        otp_hash: Kept::from(match (&update.otp_hash, &update.credential_hash) {
             (Some(otp), _) => Some(Some(otp.as_str())),
             (None, Some(_)) => Some(None),
             (None, None) => None,
-        },
-        retry_at_ms: (update.retry_at_ms.is_some() || update.clear_retry_at)
-            .then_some(update.retry_at_ms),
+        }),
+        retry_at_ms: Kept::from(
+            (update.retry_at_ms.is_some() || update.clear_retry_at).then_some(update.retry_at_ms),
+        ),
         credential_hash: update.credential_hash.as_deref(),
         last_heartbeat_ms: update.heartbeat_ms,
     };
-    let found = match expected {
-        None => diesel::update(machines::table.find(&key))
-            .set(&changes)
-            .execute(tx.conn)?,
-        Some(expected) => diesel::update(
-            machines::table
-                .find(&key)
-                .filter(machines::state.eq(expected.as_str())),
-        )
-        .set(&changes)
-        .execute(tx.conn)?,
+    let found = match tx.conn {
+        Conn::Sqlite(conn) => save.execute(conn)?,
+        Conn::Postgres(conn) => save.execute(conn)?,
     };
     if found == 0 {
         let current: Option<String> = match expected {
