@@ -75,7 +75,44 @@ pub async fn get_status(shared: web::Data<Shared>) -> Result<HttpResponse, Obser
         .await?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
-        .body(body))
+        .body(InSlices::new(body)))
+}
+
+/// How much of a shared body the connection is handed at a time.
+const SLICE: usize = 64 * 1024;
+
+/// A body already in memory (the rendered status, shared by every reader
+/// of its revision), handed to the connection a slice at a time. The
+/// connection copies what it is given into its write buffer and asks for
+/// more only as the buffer drains, so each reader costs a slice, not a
+/// copy of the whole document (38 MB with 100,000 machines).
+pub struct InSlices {
+    rest: Bytes,
+}
+
+impl InSlices {
+    pub fn new(body: Bytes) -> InSlices {
+        InSlices { rest: body }
+    }
+}
+
+impl actix_web::body::MessageBody for InSlices {
+    type Error = std::convert::Infallible;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Sized(self.rest.len() as u64)
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        if self.rest.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let take = SLICE.min(self.rest.len());
+        std::task::Poll::Ready(Some(Ok(self.rest.split_to(take))))
+    }
 }
 
 /// This document.
@@ -341,6 +378,30 @@ pub async fn get_events(
 mod tests {
     use super::*;
     use crate::store::{ChangeKind, Entity, Origin};
+    use actix_web::body::{BodySize, MessageBody};
+
+    #[actix_web::test]
+    async fn a_body_in_slices_is_handed_over_whole_in_bounded_pieces() {
+        let body: Vec<u8> = (0..SLICE * 2 + 100).map(|i| (i % 251) as u8).collect();
+        let mut slices = InSlices::new(Bytes::from(body.clone()));
+        assert_eq!(slices.size(), BodySize::Sized(body.len() as u64));
+        let mut seen = Vec::new();
+        let mut lengths = Vec::new();
+        while let Some(piece) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut slices).poll_next(cx)).await
+        {
+            let piece = piece.unwrap();
+            lengths.push(piece.len());
+            seen.extend_from_slice(&piece);
+        }
+        assert_eq!(lengths, vec![SLICE, SLICE, 100]);
+        assert_eq!(seen, body);
+
+        let mut empty = InSlices::new(Bytes::new());
+        assert_eq!(empty.size(), BodySize::Sized(0));
+        let end = std::future::poll_fn(|cx| std::pin::Pin::new(&mut empty).poll_next(cx)).await;
+        assert!(end.is_none());
+    }
 
     #[test]
     fn an_event_frame_has_the_revision_as_id_and_the_change_as_data() {
