@@ -19,7 +19,7 @@ use diesel::SqliteConnection;
 
 use crate::domain::hardware::Hardware;
 use crate::providers::sim::ledger::{
-    parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition,
+    parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
 };
 use crate::providers::sim::SimError;
 use crate::providers::Secret;
@@ -259,8 +259,9 @@ impl Row {
         let bad = |what: &str, value: &str| {
             format!("instance {}: cannot read its {what} {value:?}", self.id)
         };
-        let tags: BTreeMap<String, String> =
-            serde_json::from_str(&self.tags).map_err(|_| bad("tags", &self.tags))?;
+        let tags: Tags = serde_json::from_str::<BTreeMap<String, String>>(&self.tags)
+            .map_err(|_| bad("tags", &self.tags))?
+            .into();
         let hardware: Hardware =
             serde_json::from_str(&self.hardware).map_err(|_| bad("hardware", &self.hardware))?;
         let state = parse_state(&self.state).ok_or_else(|| bad("state", &self.state))?;
@@ -307,7 +308,7 @@ mod tests {
             entry: LedgerEntry {
                 id: id.to_string(),
                 machine: Some(MachineId::new(seq)),
-                tags: BTreeMap::from([("berth-machine".to_string(), seq.to_string())]),
+                tags: BTreeMap::from([("berth-machine".to_string(), seq.to_string())]).into(),
                 zone: "sim-a".to_string(),
                 instance_type: "t3.large".to_string(),
                 state: InstanceState::Pending,

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::domain::hardware::Hardware;
 use crate::domain::names::MachineId;
@@ -67,13 +67,43 @@ pub(super) fn parse_state(s: &str) -> Option<InstanceState> {
     INSTANCE_STATES.into_iter().find(|st| st.as_str() == s)
 }
 
+/// An instance's tags, as a list sorted by key: instances carry two or
+/// three, and a map would allocate room for eleven for each of them.
+/// Serialized as a map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tags(Vec<(String, String)>);
+
+impl Tags {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1.as_str())
+    }
+}
+
+impl From<BTreeMap<String, String>> for Tags {
+    fn from(map: BTreeMap<String, String>) -> Tags {
+        // A map iterates in key order, so the list is sorted.
+        let mut tags: Vec<(String, String)> = map.into_iter().collect();
+        tags.shrink_to_fit();
+        Tags(tags)
+    }
+}
+
+impl Serialize for Tags {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
 /// One instance as the simulated cloud records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LedgerEntry {
     pub id: String,
     /// The machine named by the instance's `berth-machine` tag.
     pub machine: Option<MachineId>,
-    pub tags: BTreeMap<String, String>,
+    pub tags: Tags,
     pub zone: String,
     pub instance_type: String,
     pub state: InstanceState,
@@ -102,7 +132,7 @@ impl LedgerEntry {
 }
 
 /// The machine a set of tags names, if any.
-pub(super) fn tagged_machine(tags: &BTreeMap<String, String>) -> Option<MachineId> {
+pub(super) fn tagged_machine(tags: &Tags) -> Option<MachineId> {
     tags.get(tags::MACHINE).and_then(|m| m.parse().ok())
 }
 
@@ -163,7 +193,9 @@ impl Batch {
 
 /// The in-memory index, and the file behind it.
 pub(super) struct Ledger {
-    by_seq: BTreeMap<u64, Record>,
+    /// Every record, in `seq` order (records are never removed, and each
+    /// new one has the next `seq`).
+    by_seq: Vec<Record>,
     /// Instance id to `seq`.
     seq_of: HashMap<String, u64>,
     /// Client token to `seq`, for idempotent launches.
@@ -181,7 +213,7 @@ impl Ledger {
     /// A ledger holding `records` (read back from `file`, if any).
     pub fn new(records: Vec<Record>, file: Option<LedgerFile>) -> Ledger {
         let mut ledger = Ledger {
-            by_seq: BTreeMap::new(),
+            by_seq: Vec::with_capacity(records.len()),
             seq_of: HashMap::new(),
             by_token: HashMap::new(),
             live_in_zone: HashMap::new(),
@@ -196,13 +228,19 @@ impl Ledger {
     }
 
     pub fn get(&self, id: &str) -> Option<&Record> {
-        self.seq_of.get(id).and_then(|seq| self.by_seq.get(seq))
+        self.seq_of.get(id).and_then(|&seq| self.at(seq))
     }
 
     pub fn by_token(&self, token: &str) -> Option<&Record> {
-        self.by_token
-            .get(token)
-            .and_then(|seq| self.by_seq.get(seq))
+        self.by_token.get(token).and_then(|&seq| self.at(seq))
+    }
+
+    fn position(&self, seq: u64) -> Option<usize> {
+        self.by_seq.binary_search_by_key(&seq, |r| r.seq).ok()
+    }
+
+    fn at(&self, seq: u64) -> Option<&Record> {
+        self.position(seq).map(|i| &self.by_seq[i])
     }
 
     pub fn contains_id(&self, id: &str) -> bool {
@@ -223,7 +261,7 @@ impl Ledger {
 
     /// Every record, in launch order.
     pub fn records(&self) -> impl Iterator<Item = &Record> {
-        self.by_seq.values()
+        self.by_seq.iter()
     }
 
     /// The live containers on `host`.
@@ -232,7 +270,7 @@ impl Ledger {
             .get(host)
             .into_iter()
             .flatten()
-            .filter_map(|seq| self.by_seq.get(seq))
+            .filter_map(|&seq| self.at(seq))
             .filter(|r| !r.entry.state.is_gone())
     }
 
@@ -273,13 +311,25 @@ impl Ledger {
                 .entry(record.entry.zone.clone())
                 .or_insert(0) += 1;
         }
-        self.by_seq.insert(seq, record);
+        match self.by_seq.last() {
+            Some(last) if last.seq >= seq => {
+                // Out of order (not how launches are made): keep the order.
+                let i = self.by_seq.partition_point(|r| r.seq < seq);
+                if self.by_seq.get(i).is_some_and(|r| r.seq == seq) {
+                    self.by_seq[i] = record;
+                } else {
+                    self.by_seq.insert(i, record);
+                }
+            }
+            _ => self.by_seq.push(record),
+        }
     }
 
     fn apply(&mut self, change: &Change) {
-        let Some(record) = self.by_seq.get_mut(&change.seq) else {
+        let Some(i) = self.position(change.seq) else {
             return;
         };
+        let record = &mut self.by_seq[i];
         let held = record.holds_capacity();
         record.entry.state = change.state;
         record.entry.agent = change.agent;
@@ -302,7 +352,7 @@ mod tests {
             entry: LedgerEntry {
                 id: id.into(),
                 machine: None,
-                tags: BTreeMap::new(),
+                tags: Tags::default(),
                 zone: zone.into(),
                 instance_type: "t3.micro".into(),
                 state: InstanceState::Pending,
@@ -316,6 +366,40 @@ mod tests {
             password: None,
             changed_at_ms: 0,
         }
+    }
+
+    #[test]
+    fn records_read_back_out_of_order_are_kept_in_launch_order() {
+        let ledger = Ledger::new(
+            vec![
+                record(2, "i-3", "a", None),
+                record(0, "i-1", "a", None),
+                record(1, "i-2", "b", None),
+            ],
+            None,
+        );
+        let ids: Vec<&str> = ledger.records().map(|r| r.entry.id.as_str()).collect();
+        assert_eq!(ids, vec!["i-1", "i-2", "i-3"]);
+        assert_eq!(ledger.get("i-3").map(|r| r.seq), Some(2));
+        assert_eq!(ledger.get("i-4").map(|r| r.seq), None);
+        assert_eq!(ledger.next_seq(), 3);
+    }
+
+    #[test]
+    fn tags_are_found_by_key_and_serialized_as_a_map() {
+        let tags = Tags::from(BTreeMap::from([
+            ("juju-model".to_string(), "m".to_string()),
+            ("berth-machine".to_string(), "4".to_string()),
+        ]));
+        assert_eq!(tags.get("berth-machine"), Some("4"));
+        assert_eq!(tags.get("juju-model"), Some("m"));
+        assert_eq!(tags.get("name"), None);
+        assert_eq!(tagged_machine(&tags), "4".parse().ok());
+        assert_eq!(
+            serde_json::to_string(&tags).unwrap(),
+            r#"{"berth-machine":"4","juju-model":"m"}"#
+        );
+        assert_eq!(Tags::default().get("berth-machine"), None);
     }
 
     #[test]

@@ -76,7 +76,7 @@ use crate::providers::{
 use crate::store::zones::ProviderZone;
 
 pub use config::SimConfig;
-pub use ledger::{AgentState, LedgerEntry};
+pub use ledger::{AgentState, LedgerEntry, Tags};
 
 /// The most launches one call carries.
 pub const MAX_LAUNCH_BATCH: usize = 500;
@@ -366,6 +366,7 @@ impl SimProvider {
         };
         let (zone, instance_type) = (zone.to_string(), instance_type.to_string());
         let now_ms = wall_ms();
+        let tags = Tags::from(tags);
         let created = Arc::clone(&self.inner)
             .run(move |settings, state| {
                 let id = new_id(&mut state.rng, &state.ledger, &HashSet::new());
@@ -546,7 +547,7 @@ impl LaunchPlan<'_> {
         };
         match planned {
             Ok((id, zone, hardware)) => {
-                let tags = request.tags;
+                let tags = Tags::from(request.tags);
                 let record = Record {
                     seq: state.ledger.next_seq() + self.records.len() as u64,
                     entry: LedgerEntry {
@@ -1321,7 +1322,7 @@ impl Provider for SimProvider {
                     .records()
                     .filter(|r| {
                         r.entry.state != InstanceState::Terminated
-                            && r.entry.tags.get(tags::CONTROLLER) == Some(&uuid)
+                            && r.entry.tags.get(tags::CONTROLLER) == Some(uuid.as_str())
                     })
                     .map(|r| r.entry.instance())
                     .collect()

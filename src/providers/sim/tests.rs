@@ -162,7 +162,7 @@ async fn a_launch_gives_a_pending_instance_with_its_type_hardware_and_machine() 
     let ledger = cloud.ledger();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].client_token.as_deref(), Some("token-4"));
-    assert_eq!(ledger[0].tags, machine_tags("4"));
+    assert_eq!(ledger[0].tags, Tags::from(machine_tags("4")));
     assert_eq!(ledger[0].agent, AgentState::Waiting);
     assert_eq!(ledger[0].host_instance, None);
 }
