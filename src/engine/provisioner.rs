@@ -85,7 +85,9 @@ impl Handler<Shutdown> for MachineActor {
 /// reconciliation found for it.
 struct Waiting {
     id: MachineId,
-    adopt: Option<Instance>,
+    /// Boxed: most waiting machines adopt nothing, and an instance inline
+    /// would make every entry of a long queue as big as one.
+    adopt: Option<Box<Instance>>,
     vanished: bool,
 }
 
@@ -138,7 +140,7 @@ impl Provisioner {
             if self.queued.insert(id) {
                 self.waiting.push_back(Waiting {
                     id,
-                    adopt,
+                    adopt: adopt.map(Box::new),
                     vanished: false,
                 });
                 self.report_actors();
@@ -208,6 +210,10 @@ impl Provisioner {
                 admitted.insert(next.id, next);
             }
         }
+        if self.waiting.is_empty() {
+            // The queue of a large deploy gives its room back.
+            self.waiting.shrink_to_fit();
+        }
         if admitted.is_empty() {
             return;
         }
@@ -239,7 +245,7 @@ impl Provisioner {
                         };
                         act.queued.remove(&id);
                         if needs_actor(&machine.record) {
-                            act.spawn_actor(machine, entry.adopt, ctx);
+                            act.spawn_actor(machine, entry.adopt.map(|a| *a), ctx);
                             if entry.vanished {
                                 if let Some((_, actor)) = act.actors.get(&id) {
                                     actor.do_send(InstanceChanged(InstanceState::Terminated));
@@ -250,6 +256,9 @@ impl Provisioner {
                     // Not found: removed from the store meanwhile.
                     for id in admitted.into_keys() {
                         act.queued.remove(&id);
+                    }
+                    if act.queued.is_empty() {
+                        act.queued.shrink_to_fit();
                     }
                     act.report_actors();
                     act.admit_waiting(ctx);

@@ -3,7 +3,8 @@
 //! should try and reserves that zone in the same step, so that machines
 //! started at the same moment still spread.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use actix::prelude::*;
 
@@ -20,7 +21,12 @@ pub struct ZoneTracker {
     census: ZoneCensus,
     /// Where each counted machine is, so that a release removes exactly
     /// what was added.
-    placed: HashMap<MachineId, (String, Occupant)>,
+    placed: HashMap<MachineId, (Arc<str>, Arc<Occupant>)>,
+    /// One copy of each zone name and each distinct occupant, shared by
+    /// the machines placed with it (the machines of one application share
+    /// one occupant, however many there are).
+    zone_names: HashSet<Arc<str>>,
+    occupants: HashSet<Arc<Occupant>>,
 }
 
 impl Actor for ZoneTracker {
@@ -73,6 +79,22 @@ impl ZoneTracker {
     fn count(&mut self, machine: MachineId, zone: String, occupant: Occupant) {
         self.release(&machine);
         self.census.add(&zone, &occupant);
+        let zone = match self.zone_names.get(zone.as_str()) {
+            Some(name) => Arc::clone(name),
+            None => {
+                let name: Arc<str> = zone.into();
+                self.zone_names.insert(Arc::clone(&name));
+                name
+            }
+        };
+        let occupant = match self.occupants.get(&occupant) {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared = Arc::new(occupant);
+                self.occupants.insert(Arc::clone(&shared));
+                shared
+            }
+        };
         self.placed.insert(machine, (zone, occupant));
     }
 
