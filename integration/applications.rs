@@ -635,7 +635,79 @@ async fn a_status_document_brought_forward_shows_what_a_fresh_read_shows(store: 
         .is_none());
 }
 
+async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
+    store
+        .deploy(request("wordpress", resolve("wordpress").unwrap(), 2))
+        .await
+        .unwrap();
+    let spare = store.add_machines(AddMachines::default()).await.unwrap()[0];
+    let launched = Machine {
+        state: MachineState::Started,
+        lifecycle: Lifecycle {
+            instance_id: Some("i-1".into()),
+            zone: Some("a".into()),
+            ..Lifecycle::default()
+        },
+    };
+    store
+        .save_machine(
+            "1".parse().unwrap(),
+            MachineState::Pending,
+            launched,
+            MachineUpdate::default(),
+        )
+        .await
+        .unwrap();
+
+    let summaries = store.machine_summaries().unwrap();
+    let shown: Vec<_> = summaries
+        .iter()
+        .map(|m| {
+            (
+                m.id.to_string(),
+                m.state,
+                m.instance_id.clone(),
+                m.zone.clone(),
+                m.applications.iter().cloned().collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "0".into(),
+                MachineState::Pending,
+                None,
+                None,
+                vec!["wordpress".to_string()]
+            ),
+            (
+                "1".into(),
+                MachineState::Started,
+                Some("i-1".into()),
+                Some("a".into()),
+                vec!["wordpress".to_string()]
+            ),
+            (spare.to_string(), MachineState::Pending, None, None, vec![]),
+        ]
+    );
+    // Machines with the same applications share one set.
+    assert!(std::sync::Arc::ptr_eq(
+        &summaries[0].applications,
+        &summaries[1].applications
+    ));
+    // The same as the full records say.
+    for (summary, full) in summaries.iter().zip(store.engine_machines(None).unwrap()) {
+        assert_eq!(summary.id, full.record.id);
+        assert_eq!(summary.role, full.record.role);
+        assert_eq!(summary.state, full.record.state());
+        assert_eq!(*summary.applications, full.applications);
+    }
+}
+
 on_both_backends!(
+    machine_summaries_show_what_a_reconciliation_needs,
     a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
     a_unit_snapshots_the_model_and_application_constraints_merged,

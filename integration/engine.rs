@@ -685,6 +685,52 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
     });
 }
 
+#[test]
+fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let instance = {
+        let path = path.clone();
+        let found = Arc::new(std::sync::Mutex::new(String::new()));
+        let seen = Arc::clone(&found);
+        in_a_system_then_kill(move || async move {
+            let store = open_store(&path);
+            let sim = open_sim(&path, SimConfig::default());
+            let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
+            deploy(&store, "wordpress", 2, "", "").await;
+            let status = until(&store, "started", all_started(2)).await;
+            *seen.lock().unwrap() = status.machines[0].instance_id().unwrap().to_string();
+        });
+        let instance = found.lock().unwrap().clone();
+        instance
+    };
+    // While no engine runs, the cloud loses one instance.
+    {
+        let (path, instance) = (path.clone(), instance.clone());
+        in_a_system_then_kill(move || async move {
+            let sim = open_sim(&path, SimConfig::default());
+            sim.stop_behind_back(&instance).await.unwrap();
+        });
+    }
+    in_a_system_then_kill(move || async move {
+        let store = open_store(&path);
+        let sim = open_sim(&path, SimConfig::default());
+        let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
+        let status = until(&store, "one down, one started", |s| {
+            s.machines.iter().map(|m| m.state()).collect::<Vec<_>>()
+                == vec![MachineState::Down, MachineState::Started]
+        })
+        .await;
+        let message = status.machines[0]
+            .machine
+            .lifecycle
+            .last_error
+            .clone()
+            .unwrap_or_default();
+        assert!(message.contains(&instance), "{message}");
+    });
+}
+
 #[actix_web::test]
 async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back() {
     // The simulated agents report only once an hour here.

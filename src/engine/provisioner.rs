@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::domain::machine::{transition, Event, Jitter, MachineState};
+use crate::domain::machine::{is_settled, transition, Event, Jitter, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::zones::Occupant;
 use crate::engine::broker::{ListInstances, ListZones, Terminate};
@@ -28,7 +28,7 @@ use crate::engine::machine::{
 use crate::engine::zone_tracker::{Place, SetZones};
 use crate::engine::Shared;
 use crate::providers::{Instance, InstanceState, InstanceStateChange};
-use crate::store::machines::{EngineMachine, MachineUpdate};
+use crate::store::machines::{EngineMachine, MachineSummary, MachineUpdate};
 use crate::store::zones::ZoneRecord;
 use crate::store::{now_ms, Entity, Origin, StoreError};
 
@@ -137,14 +137,7 @@ impl Provisioner {
             return;
         }
         if id.parent().is_none() && self.actors.len() >= self.shared.max_machine_actors {
-            if self.queued.insert(id) {
-                self.waiting.push_back(Waiting {
-                    id,
-                    adopt: adopt.map(Box::new),
-                    vanished: false,
-                });
-                self.report_actors();
-            }
+            self.wait_for_actor(id, adopt, false);
             return;
         }
         if let Some(host) = id.parent() {
@@ -169,6 +162,19 @@ impl Provisioner {
         };
         self.launch_actor(id, actor);
         self.report_actors();
+    }
+
+    /// Puts a machine in line for an actor; its record is read when its
+    /// turn comes.
+    fn wait_for_actor(&mut self, id: MachineId, adopt: Option<Instance>, vanished: bool) {
+        if self.queued.insert(id) {
+            self.waiting.push_back(Waiting {
+                id,
+                adopt: adopt.map(Box::new),
+                vanished,
+            });
+            self.report_actors();
+        }
     }
 
     fn launch_actor(&mut self, id: MachineId, actor: MachineActor) {
@@ -321,20 +327,27 @@ impl Provisioner {
     fn start_from(
         &mut self,
         revision: i64,
-        machines: Vec<EngineMachine>,
+        machines: Vec<MachineSummary>,
         instances: Vec<Instance>,
         ctx: &mut Context<Self>,
     ) {
         let plan = plan_reconciliation(&machines, &instances);
+        drop(instances);
+        let mut occupants: HashMap<_, Arc<Occupant>> = HashMap::new();
         for machine in &machines {
-            if let Some(zone) = &machine.record.machine.lifecycle.zone {
+            if let Some(zone) = &machine.zone {
+                let occupant = occupants
+                    .entry((machine.role, Arc::clone(&machine.applications)))
+                    .or_insert_with(|| {
+                        Arc::new(Occupant::new(
+                            machine.role,
+                            machine.applications.iter().cloned(),
+                        ))
+                    });
                 self.shared.zones.do_send(Place {
-                    machine: machine.record.id,
+                    machine: machine.id,
                     zone: zone.clone(),
-                    occupant: Occupant::new(
-                        machine.record.role,
-                        machine.applications.iter().cloned(),
-                    ),
+                    occupant: Arc::clone(occupant),
                 });
             }
         }
@@ -361,27 +374,49 @@ impl Provisioner {
         let mut adopt = plan.adopt;
         let vanished = plan.vanished;
         ctx.wait(stop_strays.into_actor(self).map(move |(), act, ctx| {
+            let mut lost = Vec::new();
             for machine in machines {
-                let id = machine.record.id;
-                if needs_actor(&machine.record) {
-                    let instance = adopt.remove(&id);
-                    act.spawn_actor(machine, instance, ctx);
-                    if vanished.contains(&id) {
-                        if let Some((_, actor)) = act.actors.get(&id) {
-                            actor.do_send(InstanceChanged(InstanceState::Terminated));
-                        } else if let Some(waiting) = act.waiting.iter_mut().find(|w| w.id == id) {
-                            waiting.vanished = true;
-                        }
-                    }
+                let id = machine.id;
+                if !is_settled(machine.state) {
+                    // Every actor's record is read when its turn comes, so
+                    // the start never holds every full record at once.
+                    act.wait_for_actor(id, adopt.remove(&id), vanished.contains(&id));
                 } else if vanished.contains(&id) {
-                    act.lost_instance(machine, InstanceState::Terminated, ctx);
-                } else if machine.record.state() == MachineState::Started {
-                    act.host_ready(&machine, ctx);
+                    lost.push(id);
+                } else if machine.state == MachineState::Started {
+                    act.host_ready(id, machine.instance_id.as_deref(), machine.zone.as_deref());
                 }
             }
+            act.lose_instances(lost, ctx);
+            act.admit_waiting(ctx);
             act.follow(revision, ctx);
             act.shared.metrics.reconciled();
         }));
+    }
+
+    /// Marks down the settled machines whose instances are gone, reading
+    /// their records first.
+    fn lose_instances(&mut self, ids: Vec<MachineId>, ctx: &mut Context<Self>) {
+        if ids.is_empty() {
+            return;
+        }
+        let store = self.shared.store.clone();
+        ctx.spawn(
+            async move { store.blocking(move |s| s.engine_machines(Some(&ids))).await }
+                .into_actor(self)
+                .map(|result, act, ctx| match result {
+                    Ok(machines) => {
+                        for machine in machines {
+                            if machine.record.state() == MachineState::Started {
+                                act.lost_instance(machine, InstanceState::Terminated, ctx);
+                            }
+                        }
+                    }
+                    Err(e) => log::warn!(
+                        "provisioner: cannot read machines whose instances are gone: {e}"
+                    ),
+                }),
+        );
     }
 
     /// A started machine whose instance the provider stopped or terminated
@@ -424,13 +459,10 @@ impl Provisioner {
     }
 
     /// Lets a started host's containers be provisioned.
-    fn host_ready(&mut self, machine: &EngineMachine, _ctx: &mut Context<Self>) {
-        let record = &machine.record;
-        if let (Some(pen), Some(instance), Some(zone)) = (
-            self.containers.get(&record.id),
-            record.instance_id(),
-            record.machine.lifecycle.zone.as_deref(),
-        ) {
+    fn host_ready(&self, host: MachineId, instance: Option<&str>, zone: Option<&str>) {
+        if let (Some(pen), Some(instance), Some(zone)) =
+            (self.containers.get(&host), instance, zone)
+        {
             pen.do_send(HostReady(Host {
                 instance_id: instance.to_string(),
                 zone: zone.to_string(),
@@ -550,18 +582,18 @@ impl Provisioner {
                 );
                 act.shared.broker.do_send(Terminate(strays));
             }
+            let mut lost = Vec::new();
             for machine in machines {
-                if !plan.vanished.contains(&machine.record.id) {
+                if !plan.vanished.contains(&machine.id) {
                     continue;
                 }
-                match act.actors.get(&machine.record.id) {
+                match act.actors.get(&machine.id) {
                     Some((_, actor)) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
-                    None if machine.record.state() == MachineState::Started => {
-                        act.lost_instance(machine, InstanceState::Terminated, ctx)
-                    }
+                    None if machine.state == MachineState::Started => lost.push(machine.id),
                     None => {}
                 }
             }
+            act.lose_instances(lost, ctx);
         }));
     }
 
@@ -616,10 +648,10 @@ impl Provisioner {
 /// provider: what a reconciliation compares.
 async fn read_machines_and_instances(
     shared: &Shared,
-) -> Result<(Vec<EngineMachine>, Vec<Instance>), String> {
+) -> Result<(Vec<MachineSummary>, Vec<Instance>), String> {
     let machines = shared
         .store
-        .blocking(|s| s.engine_machines(None))
+        .blocking(|s| s.machine_summaries())
         .await
         .map_err(|e| e.to_string())?;
     let instances = shared
@@ -648,43 +680,39 @@ pub struct ReconciliationPlan {
 
 /// Compares the store's machines with the provider's instances. Pure.
 pub fn plan_reconciliation(
-    machines: &[EngineMachine],
+    machines: &[MachineSummary],
     instances: &[Instance],
 ) -> ReconciliationPlan {
-    let by_id: HashMap<MachineId, &EngineMachine> =
-        machines.iter().map(|m| (m.record.id, m)).collect();
+    let by_id: HashMap<MachineId, &MachineSummary> = machines.iter().map(|m| (m.id, m)).collect();
     let mut plan = ReconciliationPlan::default();
     let mut live: HashSet<&str> = HashSet::new();
     for instance in instances.iter().filter(|i| !i.state.is_gone()) {
         live.insert(instance.id.as_str());
         let claim = instance.machine.and_then(|m| by_id.get(&m));
         match claim {
-            Some(machine) if machine.record.instance_id() == Some(instance.id.as_str()) => {}
+            Some(machine) if machine.instance_id.as_deref() == Some(instance.id.as_str()) => {}
             Some(machine)
-                if machine.record.instance_id().is_none()
-                    && matches!(
-                        machine.record.state(),
-                        MachineState::Starting | MachineState::Dying
-                    )
-                    && !plan.adopt.contains_key(&machine.record.id) =>
+                if machine.instance_id.as_deref().is_none()
+                    && matches!(machine.state, MachineState::Starting | MachineState::Dying)
+                    && !plan.adopt.contains_key(&machine.id) =>
             {
-                plan.adopt.insert(machine.record.id, instance.clone());
+                plan.adopt.insert(machine.id, instance.clone());
             }
             _ => plan.strays.push(instance.id.clone()),
         }
     }
     for machine in machines {
-        if let Some(instance) = machine.record.instance_id() {
+        if let Some(instance) = machine.instance_id.as_deref() {
             if !live.contains(instance)
                 && matches!(
-                    machine.record.state(),
+                    machine.state,
                     MachineState::AwaitingAgent
                         | MachineState::Started
                         | MachineState::Stopping
                         | MachineState::Relaunching
                 )
             {
-                plan.vanished.insert(machine.record.id);
+                plan.vanished.insert(machine.id);
             }
         }
     }
@@ -694,15 +722,13 @@ pub fn plan_reconciliation(
 
 /// Whether `instance_id` belongs to a launch still in flight (its machine is
 /// starting and has no instance recorded yet).
-fn plan_in_flight(machines: &[EngineMachine], instances: &[Instance], instance_id: &str) -> bool {
+fn plan_in_flight(machines: &[MachineSummary], instances: &[Instance], instance_id: &str) -> bool {
     instances
         .iter()
         .find(|i| i.id == instance_id)
         .and_then(|i| i.machine)
-        .and_then(|m| machines.iter().find(|x| x.record.id == m))
-        .is_some_and(|m| {
-            m.record.instance_id().is_none() && m.record.state() == MachineState::Starting
-        })
+        .and_then(|m| machines.iter().find(|x| x.id == m))
+        .is_some_and(|m| m.instance_id.is_none() && m.state == MachineState::Starting)
 }
 
 impl Actor for Provisioner {
@@ -764,7 +790,11 @@ impl Handler<StoreChanged> for Provisioner {
         for machine in msg.machines {
             let id = machine.record.id;
             if machine.record.state() == MachineState::Started {
-                self.host_ready(&machine, ctx);
+                self.host_ready(
+                    id,
+                    machine.record.instance_id(),
+                    machine.record.machine.lifecycle.zone.as_deref(),
+                );
             }
             if self.queued.contains(&id) {
                 // Read afresh when its turn comes.

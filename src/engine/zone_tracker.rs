@@ -52,7 +52,8 @@ pub struct SetZones(pub Vec<ZoneRecord>);
 pub struct Place {
     pub machine: MachineId,
     pub zone: String,
-    pub occupant: Occupant,
+    /// Shared by the machines of one application.
+    pub occupant: Arc<Occupant>,
 }
 
 /// Sent by a machine actor when its launch failed or its instance is gone:
@@ -76,7 +77,7 @@ pub struct ChooseZone {
 }
 
 impl ZoneTracker {
-    fn count(&mut self, machine: MachineId, zone: String, occupant: Occupant) {
+    fn count(&mut self, machine: MachineId, zone: String, occupant: Arc<Occupant>) {
         self.release(&machine);
         self.census.add(&zone, &occupant);
         let zone = match self.zone_names.get(zone.as_str()) {
@@ -87,12 +88,11 @@ impl ZoneTracker {
                 name
             }
         };
-        let occupant = match self.occupants.get(&occupant) {
+        let occupant = match self.occupants.get(&*occupant) {
             Some(shared) => Arc::clone(shared),
             None => {
-                let shared = Arc::new(occupant);
-                self.occupants.insert(Arc::clone(&shared));
-                shared
+                self.occupants.insert(Arc::clone(&occupant));
+                occupant
             }
         };
         self.placed.insert(machine, (zone, occupant));
@@ -157,7 +157,7 @@ impl Handler<ChooseZone> for ZoneTracker {
             .into_iter()
             .next()
             .ok_or_else(|| "no availability zone is left to try".to_string())?;
-        self.count(msg.machine, zone.clone(), msg.occupant);
+        self.count(msg.machine, zone.clone(), Arc::new(msg.occupant));
         Ok(zone)
     }
 }

@@ -719,6 +719,21 @@ pub struct EngineMachine {
     pub applications: std::collections::BTreeSet<String>,
 }
 
+/// What a reconciliation needs of a machine, and no more: a start-up
+/// with 100,000 machines reads this for each of them, and full records
+/// only for the machines that get an actor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineSummary {
+    pub id: MachineId,
+    pub state: MachineState,
+    pub role: MachineRole,
+    pub instance_id: Option<String>,
+    pub zone: Option<String>,
+    /// The applications of its units. Machines with the same set share
+    /// one copy.
+    pub applications: std::sync::Arc<std::collections::BTreeSet<String>>,
+}
+
 /// Most ids one `IN (...)` list carries (SQLite's parameter limit is 32766).
 const IDS_PER_QUERY: usize = 1000;
 
@@ -783,6 +798,64 @@ impl Store {
                 .collect::<Result<Vec<_>, StoreError>>()?;
             machines.sort_by_key(|m| m.record.id);
             Ok(machines)
+        })
+    }
+
+    /// Every machine, in id order, as a reconciliation sees it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
+        use std::collections::{BTreeSet, HashMap, HashSet};
+        use std::sync::Arc;
+        type Row = (String, String, String, Option<String>, Option<String>);
+        self.read(|conn| {
+            let rows: Vec<Row> = machines::table
+                .select((
+                    machines::id,
+                    machines::state,
+                    machines::role,
+                    machines::instance_id,
+                    machines::zone,
+                ))
+                .load(conn)?;
+            let placements: Vec<(Option<String>, String)> = units::table
+                .select((units::machine_id, units::application))
+                .load(conn)?;
+            let mut by_machine: HashMap<String, BTreeSet<String>> = HashMap::new();
+            for (machine, application) in placements {
+                if let Some(machine) = machine {
+                    by_machine.entry(machine).or_default().insert(application);
+                }
+            }
+            let mut shared: HashSet<Arc<BTreeSet<String>>> = HashSet::new();
+            let mut summaries = rows
+                .into_iter()
+                .map(|(id, state, role, instance_id, zone)| {
+                    let applications = by_machine.remove(&id).unwrap_or_default();
+                    let applications = match shared.get(&applications) {
+                        Some(same) => Arc::clone(same),
+                        None => {
+                            let new = Arc::new(applications);
+                            shared.insert(Arc::clone(&new));
+                            new
+                        }
+                    };
+                    Ok(MachineSummary {
+                        id: stored("machine id", &id)?,
+                        state: stored("machine state", &state)?,
+                        role: MachineRole::parse(&role).ok_or_else(|| {
+                            StoreError::Invariant(format!("machine role {role:?}"))
+                        })?,
+                        instance_id,
+                        zone,
+                        applications,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            summaries.sort_by_key(|m| m.id);
+            Ok(summaries)
         })
     }
 
