@@ -1,13 +1,15 @@
 //! The Provisioner actor (Juju's compute provisioner) and the
 //! ContainerProvisioner.
 //!
-//! On start, and on every restart, the Provisioner reads the whole state and
-//! the provider's list of this controller's instances and reconciles them:
-//! strays are stopped first ("stop unknown instances before starting pending
-//! ones": if we started an instance and then failed to record its id, we
-//! must not start a second one for the same machine), launches that were in
-//! flight are adopted, and every machine that is not settled gets a
-//! MachineActor. Then it follows the change log for changes it did not
+//! On start, and on every restart, the Provisioner reads a summary of every
+//! machine (`Store::machine_summaries`) and the provider's list of this
+//! controller's instances and reconciles them: strays are stopped first
+//! ("stop unknown instances before starting pending ones": if we started an
+//! instance and then failed to record its id, we must not start a second one
+//! for the same machine), launches that were in flight are adopted, and
+//! every machine that is not settled goes in line for a MachineActor (at
+//! most `max_machine_actors` live at once; each machine's full record is
+//! read when its turn comes). Then it follows the change log for changes it did not
 //! make itself, and every `reconcile_interval_s` compares the provider's
 //! list with the store again, because webhooks can be lost.
 
