@@ -734,6 +734,21 @@ pub struct MachineSummary {
     pub applications: std::sync::Arc<std::collections::BTreeSet<String>>,
 }
 
+/// The applications of the units on each machine, from `(machine, application)`
+/// rows of units (a unit without a machine has none).
+fn applications_by_machine(
+    placements: Vec<(Option<String>, String)>,
+) -> std::collections::HashMap<String, std::collections::BTreeSet<String>> {
+    let mut by_machine: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
+        std::collections::HashMap::new();
+    for (machine, application) in placements {
+        if let Some(machine) = machine {
+            by_machine.entry(machine).or_default().insert(application);
+        }
+    }
+    by_machine
+}
+
 /// Most ids one `IN (...)` list carries (SQLite's parameter limit is 32766).
 const IDS_PER_QUERY: usize = 1000;
 
@@ -777,15 +792,7 @@ impl Store {
                     (rows, placements)
                 }
             };
-            let mut by_machine: std::collections::HashMap<
-                String,
-                std::collections::BTreeSet<String>,
-            > = std::collections::HashMap::new();
-            for (machine, application) in placements {
-                if let Some(machine) = machine {
-                    by_machine.entry(machine).or_default().insert(application);
-                }
-            }
+            let mut by_machine = applications_by_machine(placements);
             let mut machines = rows
                 .into_iter()
                 .map(|row| {
@@ -807,7 +814,7 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
-        use std::collections::{BTreeSet, HashMap, HashSet};
+        use std::collections::{BTreeSet, HashSet};
         use std::sync::Arc;
         type Row = (String, String, String, Option<String>, Option<String>);
         self.read(|conn| {
@@ -823,12 +830,7 @@ impl Store {
             let placements: Vec<(Option<String>, String)> = units::table
                 .select((units::machine_id, units::application))
                 .load(conn)?;
-            let mut by_machine: HashMap<String, BTreeSet<String>> = HashMap::new();
-            for (machine, application) in placements {
-                if let Some(machine) = machine {
-                    by_machine.entry(machine).or_default().insert(application);
-                }
-            }
+            let mut by_machine = applications_by_machine(placements);
             let mut shared: HashSet<Arc<BTreeSet<String>>> = HashSet::new();
             let mut summaries = rows
                 .into_iter()
