@@ -24,6 +24,7 @@ use berth::providers::{
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
+use berth::store::records::MachineRecord;
 use berth::store::status::StatusSnapshot;
 use berth::store::zones::ProviderZone;
 use berth::store::Store;
@@ -127,6 +128,16 @@ fn zones_of(status: &StatusSnapshot, application: &str) -> BTreeMap<String, usiz
             .or_insert(0) += 1;
     }
     counts
+}
+
+/// The machine's last error message, or nothing.
+fn last_error(machine: &MachineRecord) -> String {
+    machine
+        .machine
+        .lifecycle
+        .last_error
+        .clone()
+        .unwrap_or_default()
 }
 
 fn live_instances(sim: &SimProvider) -> Vec<String> {
@@ -288,12 +299,7 @@ async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraint
     .await;
     let machine = &status.machines[0];
     assert_eq!(machine.instance_id(), None);
-    let message = machine
-        .machine
-        .lifecycle
-        .last_error
-        .clone()
-        .unwrap_or_default();
+    let message = last_error(machine);
     assert!(
         message.contains("no instance type satisfies constraints"),
         "{message}"
@@ -391,12 +397,7 @@ async fn an_instance_terminated_behind_berths_back_shows_the_machine_down() {
     let instance = status.machines[0].instance_id().unwrap().to_string();
     h.sim.stop_behind_back(&instance).await.unwrap();
     let status = until(&h.store, "down", |s| all_in(s, &[MachineState::Down])).await;
-    let message = status.machines[0]
-        .machine
-        .lifecycle
-        .last_error
-        .clone()
-        .unwrap_or_default();
+    let message = last_error(&status.machines[0]);
     assert!(
         message.contains(&instance) && message.contains("terminated"),
         "{message}"
@@ -461,12 +462,7 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
     let machine = &status.machines[0];
     assert_eq!(machine.instance_id(), None);
     assert_eq!(machine.machine.lifecycle.bootstrap_timeouts, 2);
-    let message = machine
-        .machine
-        .lifecycle
-        .last_error
-        .clone()
-        .unwrap_or_default();
+    let message = last_error(machine);
     assert!(message.contains("did not check in"), "{message}");
     // Two instances were launched, and both are gone.
     assert_eq!(h.sim.ledger().len(), 2);
@@ -721,12 +717,7 @@ fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at
                 == vec![MachineState::Down, MachineState::Started]
         })
         .await;
-        let message = status.machines[0]
-            .machine
-            .lifecycle
-            .last_error
-            .clone()
-            .unwrap_or_default();
+        let message = last_error(&status.machines[0]);
         assert!(message.contains(&instance), "{message}");
     });
 }
