@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use berth::api::status::status_view;
+use berth::api::status_cache::StatusCache;
 use berth::api::status_document::StatusDocument;
 use berth::charms::{load_charm_dir, resolve, LoadedCharm};
 use berth::domain::base::Base;
@@ -635,6 +636,29 @@ async fn a_status_document_brought_forward_shows_what_a_fresh_read_shows(store: 
         .is_none());
 }
 
+async fn a_prepared_status_is_rendered_at_the_head_and_follows_later_writes(store: Store) {
+    store
+        .deploy(request("wordpress", resolve("wordpress").unwrap(), 2))
+        .await
+        .unwrap();
+    let prepared = StatusCache::prepared(&store, "sim").unwrap();
+    assert_eq!(prepared.rendered_revision(), Some(store.revision()));
+    assert_eq!(StatusCache::default().rendered_revision(), None);
+    let fresh = StatusCache::default().get(&store, "sim").await.unwrap();
+    assert_eq!(prepared.get(&store, "sim").await.unwrap(), fresh);
+
+    // A write after it was prepared is in the next answer.
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    let after: serde_json::Value =
+        serde_json::from_slice(&prepared.get(&store, "sim").await.unwrap()).unwrap();
+    assert_eq!(prepared.rendered_revision(), Some(store.revision()));
+    assert_eq!(
+        after,
+        serde_json::to_value(status_view(&store.status().unwrap(), "sim")).unwrap()
+    );
+    assert!(after["applications"]["ntp"].is_object());
+}
+
 async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
     store
         .deploy(request("wordpress", resolve("wordpress").unwrap(), 2))
@@ -707,6 +731,7 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
 }
 
 on_both_backends!(
+    a_prepared_status_is_rendered_at_the_head_and_follows_later_writes,
     machine_summaries_show_what_a_reconciliation_needs,
     a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Server;
 
+use crate::api::status_cache::StatusCache;
 use crate::api::{self, ApiState, Limits, ProviderInfo};
 use crate::config::{Config, ProviderKind};
 use crate::engine::broker::RateLimits;
@@ -85,6 +86,10 @@ impl Application {
             Some(secret) => Secret::new(secret.clone()),
             None => read_or_create_secret(&data_dir.join(WEBHOOK_SECRET_FILE))?,
         };
+        // The status is read and rendered while the provider opens (the
+        // simulated cloud reads its whole ledger), so that the first
+        // request after a start does not wait for either.
+        let status = prepare_status(&store, config.provider.kind.name());
         let (provider, limits) = open_provider(&config, &data_dir).await?;
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
@@ -115,7 +120,8 @@ impl Application {
             webhook_secret: Some(webhook_secret),
             limits: Limits::default(),
         };
-        let server = api::server(listener, state).map_err(AppError::Api)?;
+        let status = status.await.unwrap_or_default();
+        let server = api::server_with_status(listener, state, status).map_err(AppError::Api)?;
         log::info!(
             "berth controller listening on http://{address} (provider {}, data in {})",
             provider.name(),
@@ -227,20 +233,37 @@ fn read_or_create_secret(path: &Path) -> Result<Secret, AppError> {
     }
 }
 
+/// Starts reading and rendering the status on a thread of its own. If that
+/// fails, the failure is logged and the cache is left empty: the first
+/// request reads again, and answers with the error if it persists.
+fn prepare_status(store: &Store, cloud: &'static str) -> tokio::task::JoinHandle<StatusCache> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        StatusCache::prepared(&store, cloud).unwrap_or_else(|e| {
+            log::warn!("cannot read the status at start: {e}");
+            StatusCache::default()
+        })
+    })
+}
+
 async fn open_provider(
     config: &Config,
     data_dir: &Path,
 ) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
     match config.provider.kind {
         ProviderKind::Sim => {
-            let sim = SimProvider::open(
-                config.provider.sim.clone(),
-                Some(data_dir.join(SIM_LEDGER_FILE)),
-            )
-            .map_err(|e| AppError::Provider {
+            let failed = |message: String| AppError::Provider {
                 kind: "sim",
-                message: e.to_string(),
-            })?;
+                message,
+            };
+            let sim_config = config.provider.sim.clone();
+            let ledger = data_dir.join(SIM_LEDGER_FILE);
+            // Reading the ledger takes a while with many instances.
+            let sim =
+                tokio::task::spawn_blocking(move || SimProvider::open(sim_config, Some(ledger)))
+                    .await
+                    .map_err(|e| failed(e.to_string()))?
+                    .map_err(|e| failed(e.to_string()))?;
             Ok((Arc::new(sim), RateLimits::default()))
         }
         ProviderKind::Ec2 => open_ec2(config).await,
@@ -309,6 +332,7 @@ async fn open_ec2(_config: &Config) -> Result<(Arc<dyn Provider>, RateLimits), A
 /// [`AppError`] if it cannot start; the server's I/O error if it fails.
 pub fn serve(config: Config) -> Result<(), AppError> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
         .try_init();
     actix_web::rt::System::new().block_on(async move {
         let app = Application::build(config).await?;

@@ -32,6 +32,17 @@ pub enum ProviderKind {
     Ec2,
 }
 
+impl ProviderKind {
+    /// The name the provider of this kind reports
+    /// ([`crate::providers::Provider::name`]), known before it is opened.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Sim => "sim",
+            ProviderKind::Ec2 => "ec2",
+        }
+    }
+}
+
 /// `[provider]`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -187,7 +187,7 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
 ///
 /// When the store has no admin token (call
 /// [`Store::ensure_admin_token`] first) or cannot be read.
-fn shared(state: ApiState) -> std::io::Result<Shared> {
+fn shared(state: ApiState, status: status_cache::StatusCache) -> std::io::Result<Shared> {
     let admin_token_hash = state
         .store
         .admin_token_hash()
@@ -201,7 +201,7 @@ fn shared(state: ApiState) -> std::io::Result<Shared> {
         event_streams: Arc::new(Semaphore::new(state.limits.max_event_streams)),
         replays: webhooks::ReplayCache::default(),
         openapi_json,
-        status: status_cache::StatusCache::default(),
+        status,
         state,
     })
 }
@@ -215,8 +215,23 @@ fn shared(state: ApiState) -> std::io::Result<Shared> {
 /// When the store has no admin token yet ([`Store::ensure_admin_token`]
 /// makes one), or the listener cannot be used.
 pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
+    server_with_status(listener, state, status_cache::StatusCache::default())
+}
+
+/// Like [`server`], with a status cache prepared beforehand
+/// ([`status_cache::StatusCache::prepared`]) so that the first status
+/// request is answered without reading the whole state.
+///
+/// # Errors
+///
+/// As [`server`].
+pub fn server_with_status(
+    listener: TcpListener,
+    state: ApiState,
+    status: status_cache::StatusCache,
+) -> std::io::Result<Server> {
     let body_limit = state.limits.body_bytes;
-    let shared = web::Data::new(shared(state)?);
+    let shared = web::Data::new(shared(state, status)?);
     tokio::spawn(status_cache::keep_fresh(Arc::downgrade(
         &shared.clone().into_inner(),
     )));

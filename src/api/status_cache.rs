@@ -76,7 +76,43 @@ fn bring_forward(
     Ok(())
 }
 
+/// Brings `document` up to the store's head and renders it: the
+/// revision rendered and its JSON.
+fn bring_forward_and_render(
+    document: &mut Option<StatusDocument>,
+    store: &Store,
+    cloud: &str,
+) -> Result<(i64, Bytes), StoreError> {
+    bring_forward(document, store, cloud)?;
+    let current = document
+        .as_ref()
+        .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
+    Ok((current.revision(), Bytes::from(current.render())))
+}
+
 impl StatusCache {
+    /// A cache whose document is already read whole from `store` and
+    /// rendered. The controller prepares it while its other parts start, so
+    /// the first status request after a start finds it ready.
+    ///
+    /// # Errors
+    ///
+    /// The store's error if the state cannot be read.
+    pub fn prepared(store: &Store, cloud: &str) -> Result<StatusCache, StoreError> {
+        let mut document = None;
+        let latest = bring_forward_and_render(&mut document, store, cloud)?;
+        Ok(StatusCache {
+            document: Arc::new(Mutex::new(document)),
+            latest: Mutex::new(Some(latest)),
+            updating: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The revision of the newest rendering kept, if any.
+    pub fn rendered_revision(&self) -> Option<i64> {
+        lock(&self.latest).as_ref().map(|(revision, _)| *revision)
+    }
+
     fn at_least(&self, revision: i64) -> Option<Bytes> {
         lock(&self.latest)
             .as_ref()
@@ -102,15 +138,9 @@ impl StatusCache {
         let document = Arc::clone(&self.document);
         let store = store.clone();
         let cloud = cloud.to_string();
-        let (revision, body) = blocking(move || {
-            let mut document = lock(&document);
-            bring_forward(&mut document, &store, &cloud)?;
-            let current = document
-                .as_ref()
-                .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-            Ok((current.revision(), Bytes::from(current.render())))
-        })
-        .await?;
+        let (revision, body) =
+            blocking(move || bring_forward_and_render(&mut lock(&document), &store, &cloud))
+                .await?;
         let mut latest = lock(&self.latest);
         if latest.as_ref().is_none_or(|(kept, _)| *kept < revision) {
             *latest = Some((revision, body.clone()));

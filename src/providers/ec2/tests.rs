@@ -200,6 +200,15 @@ fn the_client_token_is_the_hex_sha256_of_the_engines_token() {
 }
 
 #[test]
+fn the_provider_is_named_as_its_configuration_kind() {
+    // The controller names the cloud before it has opened it.
+    assert_eq!(
+        provider(&[]).name(),
+        crate::config::ProviderKind::Ec2.name()
+    );
+}
+
+#[test]
 fn the_catalogue_is_the_embedded_one_restricted_to_the_regions_types() {
     let p = provider(&[]);
     let names: HashSet<&str> = p

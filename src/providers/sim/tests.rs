@@ -988,6 +988,8 @@ fn administrative_calls_name_a_configured_zone() {
 fn the_cloud_describes_itself() {
     let cloud = sim(SimConfig::default());
     assert_eq!(cloud.name(), "sim");
+    // The controller names the cloud before it has opened it.
+    assert_eq!(cloud.name(), crate::config::ProviderKind::Sim.name());
     assert_eq!(cloud.max_launch_batch(), MAX_LAUNCH_BATCH);
     assert!(cloud.supports_containers());
     assert_eq!(
