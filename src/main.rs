@@ -7,6 +7,11 @@ use clap::Parser;
 
 use berth::cli::{Cli, Command};
 
+/// jemalloc (cargo feature `jemalloc`, on by default); see `Cargo.toml`.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
