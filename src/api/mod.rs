@@ -275,6 +275,10 @@ pub fn server_with_status(
             .default_service(web::to(errors::no_route))
     })
     .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
+    // A response written in several pieces (the status is handed over in
+    // slices) must not wait for the client's delayed ACK of the previous
+    // piece: with Nagle's algorithm on, a reader could wait 40 ms for it.
+    .tcp_nodelay(true)
     .listen(listener)?
     .run();
     Ok(server)
