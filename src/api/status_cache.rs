@@ -7,7 +7,8 @@
 //!
 //! - the document is read whole once, then brought forward by reading only
 //!   the entities that changed since its revision (or whole again when
-//!   most of them did);
+//!   most of them did); a starting controller reads and renders it
+//!   ([`StatusCache::prepared`]) while its provider opens;
 //! - [`keep_fresh`] brings it forward in the background a moment after the
 //!   log grows, so a request finds little left to read, and renders it once
 //!   the log is quiet, so the next request finds it rendered;
