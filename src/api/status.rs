@@ -427,14 +427,17 @@ pub fn fold_application_status<'a>(
     views: &mut BTreeMap<ApplicationName, ApplicationView>,
     workloads: impl IntoIterator<Item = (&'a ApplicationName, &'a StatusInfo)>,
 ) {
-    let mut worst: HashMap<&ApplicationName, &StatusInfo> = HashMap::new();
+    // Few applications, many units: a tree of names compares a short
+    // string where a hash map would hash it for every unit.
+    let mut worst: BTreeMap<&ApplicationName, (usize, &StatusInfo)> = BTreeMap::new();
     for (application, workload) in workloads {
-        let entry = worst.entry(application).or_insert(workload);
-        if severity(&workload.current) >= severity(&entry.current) {
-            *entry = workload;
+        let rank = severity(&workload.current);
+        let entry = worst.entry(application).or_insert((rank, workload));
+        if rank >= entry.0 {
+            *entry = (rank, workload);
         }
     }
-    for (name, workload) in worst {
+    for (name, (_, workload)) in worst {
         if let Some(view) = views.get_mut(name) {
             view.application_status = workload.clone();
         }

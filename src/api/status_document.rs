@@ -321,9 +321,11 @@ impl StatusDocument {
                     .get(name)
                     .is_some_and(|p| p.unit.principal.is_none())
         };
-        let mut by_application: HashMap<&ApplicationName, Vec<(&UnitName, &UnitPiece)>> =
-            HashMap::new();
-        let mut by_principal: HashMap<&UnitName, Vec<&UnitPiece>> = HashMap::new();
+        // Trees, not hash maps: a unit's name is compared with a few
+        // others instead of hashed.
+        let mut by_application: BTreeMap<&ApplicationName, Vec<(&UnitName, &UnitPiece)>> =
+            BTreeMap::new();
+        let mut by_principal: BTreeMap<&UnitName, Vec<&UnitPiece>> = BTreeMap::new();
         for (name, piece) in &self.units {
             match piece.unit.principal.as_ref().filter(|p| shown_principal(p)) {
                 Some(principal) => by_principal.entry(principal).or_default().push(piece),
