@@ -13,20 +13,20 @@ use async_trait::async_trait;
 use berth::api::status::Status;
 use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::api::{server, ApiState, Limits, ProviderInfo};
+use berth::contracts::provider::ProviderZone;
+use berth::contracts::provider::{ControllerLink, InstanceStateChange};
+use berth::contracts::secrets::Secret;
 use berth::domain::constraints::Key;
-use berth::domain::machine::{Lifecycle, Machine, MachineState};
+use berth::domain::instance::InstanceState;
 use berth::domain::names::MachineId;
 use berth::metrics::Metrics;
-use berth::providers::{ControllerLink, InstanceState, InstanceStateChange, Secret};
-use berth::store::machines::MachineUpdate;
-use berth::store::zones::ProviderZone;
 use berth::store::Store;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::support::controller::launch_as_the_engine;
-use crate::support::{charm_dir, sqlite_store};
+use crate::support::{charm_dir, engine_steps, sqlite_store};
 
 const WEBHOOK_SECRET: &str = "test-webhook-secret";
 
@@ -372,18 +372,7 @@ impl TestApp {
     /// Puts a machine into provisioning error, as the engine would.
     async fn fail_provisioning(&self, id: &str, message: &str) {
         let id: MachineId = id.parse().unwrap();
-        let current = self.store.machine(&id).unwrap().state();
-        let failed = Machine {
-            state: MachineState::ProvisioningError,
-            lifecycle: Lifecycle {
-                last_error: Some(message.to_string()),
-                ..Lifecycle::default()
-            },
-        };
-        self.store
-            .save_machine(id, current, failed, MachineUpdate::default())
-            .await
-            .unwrap();
+        engine_steps::fail_provisioning(&self.store, id, message).await;
     }
 
     /// Launches a machine's instance, as the engine would, and returns the

@@ -5,18 +5,20 @@ use std::collections::BTreeMap;
 use berth::api::status::status_view;
 use berth::api::status_cache::StatusCache;
 use berth::api::status_document::StatusDocument;
-use berth::charms::{load_charm_dir, resolve, LoadedCharm};
+use berth::charms::{load_charm_dir, resolve};
 use berth::domain::base::Base;
+use berth::domain::charm::ParsedCharm;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{Lifecycle, Machine, MachineState};
+use berth::domain::machine::{Event, MachineState};
 use berth::domain::names::{ApplicationName, MachineId, UnitName};
 use berth::domain::placement::{parse_to_list, Placement};
 use berth::store::applications::DeployRequest;
-use berth::store::machines::{AddMachines, MachineUpdate};
+use berth::store::lifecycle::MachineUpdate;
+use berth::store::machines::AddMachines;
 use berth::store::{Store, StoreError};
 
 use crate::on_both_backends;
-use crate::support::charm_dir;
+use crate::support::{charm_dir, engine_steps};
 
 const NTP: &str = "name: ntp
 summary: keeps time
@@ -53,16 +55,16 @@ fn app(name: &str) -> ApplicationName {
     name.parse().unwrap()
 }
 
-fn named(charm: &str) -> LoadedCharm {
+fn named(charm: &str) -> ParsedCharm {
     resolve(charm).unwrap()
 }
 
-fn local(metadata: &str, config: Option<&str>) -> LoadedCharm {
+fn local(metadata: &str, config: Option<&str>) -> ParsedCharm {
     let dir = charm_dir(metadata, config);
     load_charm_dir(dir.path()).unwrap()
 }
 
-fn request(name: &str, charm: LoadedCharm, units: u32) -> DeployRequest {
+fn request(name: &str, charm: ParsedCharm, units: u32) -> DeployRequest {
     DeployRequest {
         application: app(name),
         charm,
@@ -588,19 +590,7 @@ async fn a_status_document_brought_forward_shows_what_a_fresh_read_shows(store: 
 
     // Only the machine's row changes; its units show its progress.
     let host: MachineId = "1".parse().unwrap();
-    let started = Machine {
-        state: MachineState::Allocating,
-        lifecycle: Lifecycle::default(),
-    };
-    store
-        .save_machine(
-            host,
-            MachineState::Pending,
-            started,
-            MachineUpdate::default(),
-        )
-        .await
-        .unwrap();
+    engine_steps::apply(&store, host, Event::StartInstance, MachineUpdate::default()).await;
     store
         .set_model_constraints(Constraints::parse("cores=4").unwrap())
         .await
@@ -665,23 +655,7 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
         .await
         .unwrap();
     let spare = store.add_machines(AddMachines::default()).await.unwrap()[0];
-    let launched = Machine {
-        state: MachineState::Started,
-        lifecycle: Lifecycle {
-            instance_id: Some("i-1".into()),
-            zone: Some("a".into()),
-            ..Lifecycle::default()
-        },
-    };
-    store
-        .save_machine(
-            "1".parse().unwrap(),
-            MachineState::Pending,
-            launched,
-            MachineUpdate::default(),
-        )
-        .await
-        .unwrap();
+    engine_steps::started(&store, "1".parse().unwrap(), "i-1", "a").await;
 
     let summaries = store.machine_summaries().unwrap();
     let shown: Vec<_> = summaries

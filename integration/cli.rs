@@ -17,7 +17,7 @@ use berth::cli::agent::{self, AgentArgs, Clock};
 use berth::cli::follow::Backoff;
 use berth::cli::status::{watch, Format};
 use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
-use berth::store::zones::ProviderZone;
+use berth::contracts::provider::ProviderZone;
 use clap::Parser;
 use serde_json::{json, Value};
 

@@ -22,6 +22,8 @@ use aws_sdk_ec2::types::{
 };
 use aws_sdk_ec2::Client;
 use berth::charms::resolve;
+use berth::contracts::provider::{tags, Provider};
+use berth::contracts::secrets::Secret;
 use berth::domain::constraints::{Arch, Constraints};
 use berth::domain::instance_types::Catalogue;
 use berth::domain::machine::MachineState;
@@ -31,7 +33,6 @@ use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
 use berth::metrics::Metrics;
 use berth::providers::ec2::{user_data, Ec2Config, Ec2Provider};
-use berth::providers::{tags, Provider, Secret};
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;

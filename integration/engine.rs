@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth::charms::resolve;
+use berth::contracts::provider::ProviderZone;
+use berth::contracts::provider::{tags, ControllerLink, LaunchRequest, Provider, ProviderError};
 use berth::domain::constraints::{Constraints, Key};
+use berth::domain::instance::{Instance, InstanceState};
 use berth::domain::instance_types::Catalogue;
 use berth::domain::machine::MachineState;
 use berth::domain::names::{ApplicationName, MachineId};
@@ -18,15 +21,11 @@ use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
 use berth::metrics::Metrics;
 use berth::providers::sim::{SimConfig, SimProvider};
-use berth::providers::{
-    tags, ControllerLink, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
-};
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
 use berth::store::records::MachineRecord;
 use berth::store::status::StatusSnapshot;
-use berth::store::zones::ProviderZone;
 use berth::store::Store;
 
 use crate::support::until;

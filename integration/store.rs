@@ -2,18 +2,19 @@
 
 use std::collections::BTreeSet;
 
+use berth::contracts::provider::ProviderZone;
+use berth::contracts::secrets::{secret_matches, Secret};
 use berth::domain::base::Base;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{Lifecycle, Machine, MachineState};
+use berth::domain::machine::{Event, FailureKind, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::domain::placement::Placement;
-use berth::providers::Secret;
-use berth::store::agents::{hash_secret, new_secret, secret_matches};
-use berth::store::machines::{AddMachines, MachineUpdate};
-use berth::store::zones::ProviderZone;
+use berth::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
+use berth::store::machines::AddMachines;
 use berth::store::{Origin, Store, StoreError};
 
 use crate::on_both_backends;
+use crate::support::engine_steps;
 
 fn constraints(s: &str) -> Constraints {
     Constraints::parse(s).unwrap()
@@ -33,41 +34,13 @@ async fn add_machine(store: &Store, request: AddMachines) -> Vec<MachineId> {
 
 /// Puts a machine into provisioning error, as the engine would.
 async fn fail_provisioning(store: &Store, id: &MachineId, message: &str) {
-    let failed = Machine {
-        state: MachineState::ProvisioningError,
-        lifecycle: Lifecycle {
-            attempts_used: 10,
-            last_error: Some(message.to_string()),
-            ..Lifecycle::default()
-        },
-    };
-    let current = store.machine(id).unwrap().state();
-    store
-        .save_machine(*id, current, failed, MachineUpdate::default())
-        .await
-        .unwrap();
+    engine_steps::fail_provisioning(store, *id, message).await;
 }
 
-/// Gives a machine a running instance, as the engine would.
+/// Gives a machine a running instance of type `m5.large` in zone `a`,
+/// its agent checked in, as the engine would.
 async fn start_instance(store: &Store, id: &MachineId, instance: &str) {
-    let started = Machine {
-        state: MachineState::Started,
-        lifecycle: Lifecycle {
-            instance_id: Some(instance.to_string()),
-            zone: Some("a".to_string()),
-            ..Lifecycle::default()
-        },
-    };
-    let update = MachineUpdate {
-        instance_type: Some("t3a.small".into()),
-        hardware: Some("arch=amd64 cores=2 mem=2048M availability-zone=a".into()),
-        ..MachineUpdate::default()
-    };
-    let current = store.machine(id).unwrap().state();
-    store
-        .save_machine(*id, current, started, update)
-        .await
-        .unwrap();
+    engine_steps::started(store, *id, instance, "a").await;
 }
 
 async fn a_machine_added_without_a_unit_copies_the_model_constraints(store: Store) {
@@ -458,16 +431,16 @@ async fn a_failed_operation_leaves_no_partial_write(store: Store) {
     // The first directive is fine, the second names a missing host: the
     // first machine must not be left behind.
     add_machine(&store, AddMachines::default()).await;
-    let before = store.revision();
     let ids = vec![machine("0"), machine("9")];
     fail_provisioning(&store, &ids[0], "boom").await;
+    let before = store.revision();
     let err = store.retry(ids, None).await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
     assert_eq!(
         store.machine(&machine("0")).unwrap().state(),
         MachineState::ProvisioningError
     );
-    assert_eq!(store.revision(), before + 1);
+    assert_eq!(store.revision(), before);
 }
 
 async fn state_survives_closing_and_reopening_the_store(store: Store) {
@@ -494,7 +467,7 @@ async fn state_survives_closing_and_reopening_the_store(store: Store) {
     let machines = reopened.machines().unwrap();
     assert_eq!(machines.len(), 3);
     assert_eq!(machines[1].instance_id(), Some("i-77"));
-    assert_eq!(machines[1].instance_type.as_deref(), Some("t3a.small"));
+    assert_eq!(machines[1].instance_type.as_deref(), Some("m5.large"));
     let next = reopened
         .add_machines(AddMachines {
             count: 1,
@@ -507,31 +480,31 @@ async fn state_survives_closing_and_reopening_the_store(store: Store) {
 
 async fn a_retrying_machine_keeps_its_attempts_failed_zones_and_message(store: Store) {
     // Transient failures leave the machine retrying with its message shown.
-    let ids = add_machine(&store, AddMachines::default()).await;
-    let retrying = Machine {
-        state: MachineState::Retrying,
-        lifecycle: Lifecycle {
-            attempts_used: 2,
-            last_error: Some("RequestLimitExceeded".into()),
-            zones_failed: vec!["a".into(), "b".into()],
-            ..Lifecycle::default()
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    engine_steps::launch_in(&store, id, "a").await;
+    let before = berth::store::now_ms();
+    let retrying = engine_steps::apply(
+        &store,
+        id,
+        Event::InstanceFailed {
+            kind: FailureKind::Transient,
+            message: "RequestLimitExceeded".into(),
         },
-    };
-    store
-        .save_machine(
-            ids[0],
-            MachineState::Pending,
-            retrying.clone(),
-            MachineUpdate {
-                retry_at_ms: Some(1234),
-                ..MachineUpdate::default()
-            },
-        )
-        .await
-        .unwrap();
-    let record = store.machine(&ids[0]).unwrap();
-    assert_eq!(record.machine, retrying);
-    assert_eq!(record.retry_at_ms, Some(1234));
+        MachineUpdate::default(),
+    )
+    .await;
+    assert_eq!(retrying.next.state, MachineState::Retrying);
+    assert_eq!(retrying.next.lifecycle.attempts_used, 1);
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.machine, retrying.next);
+    assert_eq!(
+        record.machine.lifecycle.last_error.as_deref(),
+        Some("RequestLimitExceeded")
+    );
+    assert!(
+        record.retry_at_ms.is_some_and(|at| at >= before),
+        "{record:?}"
+    );
 }
 
 async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(store: Store) {
@@ -539,19 +512,18 @@ async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(sto
     start_instance(&store, &ids[0], "i-1").await;
     store.remove_machine(ids[0], false).await.unwrap();
     // The engine still believes the machine is started.
-    let down = Machine {
-        state: MachineState::Down,
+    let believed = Machine {
+        state: MachineState::Started,
         ..store.machine(&ids[0]).unwrap().machine
     };
-    let err = store
-        .save_machine(
-            ids[0],
-            MachineState::Started,
-            down,
-            MachineUpdate::default(),
-        )
+    let err = match store
+        .apply(believed, MachineEvent::new(ids[0], Event::AgentLost))
         .await
-        .unwrap_err();
+        .unwrap_err()
+    {
+        ApplyError::Store(e) => e,
+        other => panic!("{other:?}"),
+    };
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     assert_eq!(
         store.machine(&ids[0]).unwrap().state(),
@@ -559,129 +531,117 @@ async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(sto
     );
 }
 
-async fn a_save_sets_keeps_and_clears_each_optional_column(store: Store) {
+async fn the_writer_sets_keeps_and_clears_each_optional_column(store: Store) {
     let id = add_machine(&store, AddMachines::default()).await[0];
-    let mut saved = Machine {
-        state: MachineState::Starting,
-        lifecycle: Lifecycle {
-            zone: Some("a".into()),
-            ..Lifecycle::default()
-        },
-    };
-    let save = |from: MachineState, saved: &Machine, update: MachineUpdate| {
-        let (store, saved) = (store.clone(), saved.clone());
-        async move { store.save_machine(id, from, saved, update).await.unwrap() }
-    };
-    save(
-        MachineState::Pending,
-        &saved,
-        MachineUpdate {
-            constraints: Some(constraints("mem=4G")),
-            retry_at_ms: Some(99),
-            ..MachineUpdate::default()
-        },
-    )
-    .await;
-    let record = store.machine(&id).unwrap();
-    assert_eq!(record.constraints, constraints("mem=4G"));
-    assert_eq!(record.retry_at_ms, Some(99));
-    assert_eq!(record.machine, saved);
+    let step = |event: Event, update: MachineUpdate| engine_steps::apply(&store, id, event, update);
 
-    // Launched: instance details and a one-time password are set; what
-    // the update leaves out is kept.
-    saved.state = MachineState::AwaitingAgent;
-    saved.lifecycle.instance_id = Some("i-1".into());
-    save(
-        MachineState::Starting,
-        &saved,
-        MachineUpdate {
-            instance_type: Some("t3a.small".into()),
-            hardware: Some("arch=amd64 cores=2".into()),
-            otp_hash: Some(hash_secret("otp")),
-            ..MachineUpdate::default()
+    // No zone: retrying, with the time of the next try.
+    step(Event::StartInstance, MachineUpdate::default()).await;
+    step(Event::NoZoneAvailable, MachineUpdate::default()).await;
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.state(), MachineState::Retrying);
+    assert!(record.retry_at_ms.is_some());
+    assert!(!record.awaiting_check_in);
+
+    // The retry is due: the time is cleared; a launch stores a one-time
+    // password's hash.
+    let retried = MachineUpdate {
+        clear_retry_at: true,
+        ..MachineUpdate::default()
+    };
+    step(Event::RetryDue, retried).await;
+    assert_eq!(store.machine(&id).unwrap().retry_at_ms, None);
+    let launch = step(
+        Event::ZoneChosen { zone: "a".into() },
+        MachineUpdate::default(),
+    )
+    .await;
+    let password = launch.password.expect("a launch has a password");
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.state(), MachineState::Starting);
+    assert!(record.awaiting_check_in);
+
+    // Launched: instance details are set; what the update leaves out is
+    // kept.
+    let details = MachineUpdate {
+        instance_type: Some("t3a.small".into()),
+        hardware: Some("arch=amd64 cores=2".into()),
+        ..MachineUpdate::default()
+    };
+    let launched = step(
+        Event::InstanceStarted {
+            instance_id: "i-1".into(),
         },
+        details,
     )
     .await;
     let record = store.machine(&id).unwrap();
+    assert_eq!(record.machine, launched.next);
     assert_eq!(record.instance_type.as_deref(), Some("t3a.small"));
     assert_eq!(record.hardware.as_deref(), Some("arch=amd64 cores=2"));
     assert!(record.awaiting_check_in);
-    assert_eq!(record.constraints, constraints("mem=4G"));
-    assert_eq!(record.retry_at_ms, Some(99));
 
-    // A heartbeat is set; with the instance still there its details stay.
-    saved.state = MachineState::Started;
-    save(
-        MachineState::AwaitingAgent,
-        &saved,
-        MachineUpdate {
-            heartbeat_ms: Some(5000),
-            clear_retry_at: true,
-            ..MachineUpdate::default()
-        },
-    )
-    .await;
+    // The agent checks in: the password goes, a heartbeat is set, and with
+    // the instance still there its details stay.
+    store.agent_connect(id, password).await.unwrap();
     let record = store.machine(&id).unwrap();
-    assert_eq!(record.last_heartbeat_ms, Some(5000));
-    assert_eq!(record.retry_at_ms, None);
+    assert_eq!(record.state(), MachineState::Started);
+    assert!(!record.awaiting_check_in);
+    assert!(record.last_heartbeat_ms.is_some());
     assert_eq!(record.instance_type.as_deref(), Some("t3a.small"));
-    assert!(record.awaiting_check_in);
 
-    // Without an instance, what the last one had is cleared.
-    saved.state = MachineState::Pending;
-    saved.lifecycle.instance_id = None;
-    save(MachineState::Started, &saved, MachineUpdate::default()).await;
-    let record = store.machine(&id).unwrap();
-    assert_eq!(record.instance_type, None);
-    assert_eq!(record.hardware, None);
-    assert_eq!(record.last_heartbeat_ms, Some(5000));
-    assert_eq!(record.machine, saved);
+    // Removed and its instance stopped: dead is never stored, the machine
+    // goes.
+    store.remove_machine(id, false).await.unwrap();
+    let stopped = step(Event::InstanceStopped, MachineUpdate::default()).await;
+    assert_eq!(stopped.next.state, MachineState::Dead);
+    assert!(matches!(store.machine(&id), Err(StoreError::NotFound(_))));
 
     let gone = store
-        .save_machine(
-            machine("9"),
-            MachineState::Pending,
-            saved.clone(),
-            MachineUpdate::default(),
+        .apply(
+            Machine::new(),
+            MachineEvent::new(machine("9"), Event::StartInstance),
         )
         .await
         .unwrap_err();
-    assert!(matches!(gone, StoreError::NotFound(_)), "{gone:?}");
+    assert!(
+        matches!(gone, ApplyError::Store(StoreError::NotFound(_))),
+        "{gone:?}"
+    );
+}
+
+async fn an_event_the_lifecycle_refuses_writes_nothing(store: Store) {
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    let start = store.revision();
+    let refused =
+        engine_steps::try_apply(&store, id, Event::AgentConnected, MachineUpdate::default())
+            .await
+            .unwrap_err();
+    assert!(matches!(refused, ApplyError::Illegal(_)), "{refused:?}");
+    assert_eq!(store.revision(), start);
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Pending);
 }
 
 async fn engine_writes_are_marked_as_the_engines_in_the_change_log(store: Store) {
     let start = store.revision();
     let ids = add_machine(&store, AddMachines::default()).await;
-    start_instance(&store, &ids[0], "i-1").await;
+    engine_steps::instance_started(&store, ids[0], "i-1", "a").await;
     let origins: Vec<Origin> = store
         .changes_since(start, 10)
         .unwrap()
         .iter()
         .map(|c| c.origin)
         .collect();
-    assert_eq!(origins, vec![Origin::User, Origin::Engine]);
+    assert_eq!(
+        origins,
+        vec![Origin::User, Origin::Engine, Origin::Engine, Origin::Engine]
+    );
 }
 
 /// A launched machine waiting for its agent, with a one-time password.
 async fn awaiting_agent(store: &Store) -> (MachineId, Secret) {
     let ids = add_machine(store, AddMachines::default()).await;
-    let otp = new_secret();
-    let launched = Machine {
-        state: MachineState::AwaitingAgent,
-        lifecycle: Lifecycle {
-            instance_id: Some("i-1".into()),
-            zone: Some("a".into()),
-            ..Lifecycle::default()
-        },
-    };
-    let update = MachineUpdate {
-        otp_hash: Some(hash_secret(otp.expose())),
-        ..MachineUpdate::default()
-    };
-    store
-        .save_machine(ids[0], MachineState::Pending, launched, update)
-        .await
-        .unwrap();
+    let otp = engine_steps::instance_started(store, ids[0], "i-1", "a").await;
     (ids[0], otp)
 }
 
@@ -729,14 +689,8 @@ async fn a_heartbeat_with_a_wrong_credential_is_refused(store: Store) {
 async fn a_heartbeat_brings_a_down_machine_back_to_started(store: Store) {
     let (id, otp) = awaiting_agent(&store).await;
     let credential = store.agent_connect(id, otp).await.unwrap();
-    let down = Machine {
-        state: MachineState::Down,
-        ..store.machine(&id).unwrap().machine
-    };
-    store
-        .save_machine(id, MachineState::Started, down, MachineUpdate::default())
-        .await
-        .unwrap();
+    engine_steps::apply(&store, id, Event::AgentLost, MachineUpdate::default()).await;
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Down);
     assert_eq!(
         store.agent_heartbeat(id, credential).await.unwrap(),
         MachineState::Started
@@ -766,7 +720,8 @@ async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
 }
 
 on_both_backends!(
-    a_save_sets_keeps_and_clears_each_optional_column,
+    the_writer_sets_keeps_and_clears_each_optional_column,
+    an_event_the_lifecycle_refuses_writes_nothing,
     the_agents_one_time_password_starts_the_machine_once,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,

@@ -13,12 +13,13 @@ use actix_web::dev::Server;
 use crate::api::status_cache::StatusCache;
 use crate::api::{self, ApiState, Limits, ProviderInfo};
 use crate::config::{Config, ProviderKind};
+use crate::contracts::provider::Provider;
+use crate::contracts::secrets::new_secret;
+use crate::contracts::secrets::Secret;
 use crate::engine::broker::RateLimits;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::providers::sim::SimProvider;
-use crate::providers::{Provider, Secret};
-use crate::store::agents::new_secret;
 use crate::store::db::DatabaseUrl;
 use crate::store::{Store, StoreError};
 

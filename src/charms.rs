@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::charm::{Charm, CharmConfig, CharmError, CharmMeta, Namespace};
+use crate::domain::charm::{Charm, CharmConfig, CharmError, CharmMeta, Namespace, ParsedCharm};
 use crate::domain::names::ApplicationName;
 
 /// The charm's metadata, which every charm directory has.
@@ -25,17 +25,6 @@ pub const CONFIG_FILE: &str = "config.yaml";
 /// The charm's revision (Juju's legacy layout), which a charm directory may
 /// have.
 pub const REVISION_FILE: &str = "revision";
-
-/// A charm and the digest the store keeps with it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoadedCharm {
-    pub charm: Charm,
-    /// Lowercase hex sha256: of the directory's contents for a local charm
-    /// (see [`load_charm_dir`]), of the name for a name-only charm. Equal
-    /// digests mean the same charm, so deploying it again needs no new
-    /// revision.
-    pub sha256: String,
-}
 
 /// Why a charm could not be loaded. Every message names the file or
 /// argument and what is wrong with it.
@@ -109,7 +98,7 @@ fn read_optional(path: &Path) -> Result<Option<String>, CharmLoadError> {
 ///   that is not YAML or breaks the charm rules;
 /// - [`CharmLoadError::BadRevision`] for a `revision` file that does not
 ///   hold a number.
-pub fn load_charm_dir(dir: &Path) -> Result<LoadedCharm, CharmLoadError> {
+pub fn load_charm_dir(dir: &Path) -> Result<ParsedCharm, CharmLoadError> {
     let info = fs::metadata(dir).map_err(|source| CharmLoadError::NoDirectory {
         path: dir.to_path_buf(),
         source,
@@ -152,7 +141,7 @@ pub fn load_charm_dir(dir: &Path) -> Result<LoadedCharm, CharmLoadError> {
     };
 
     let sha256 = digest_dir(dir)?;
-    Ok(LoadedCharm {
+    Ok(ParsedCharm {
         charm: Charm::new(Namespace::Local, revision, meta, config),
         sha256,
     })
@@ -248,7 +237,7 @@ pub fn is_path(charm_arg: &str) -> bool {
 /// Those of [`load_charm_dir`] for a path;
 /// [`CharmLoadError::InvalidName`] for a name that is not valid by the
 /// rules of application names.
-pub fn resolve(charm_arg: &str) -> Result<LoadedCharm, CharmLoadError> {
+pub fn resolve(charm_arg: &str) -> Result<ParsedCharm, CharmLoadError> {
     if is_path(charm_arg) {
         return load_charm_dir(Path::new(charm_arg));
     }
@@ -256,7 +245,7 @@ pub fn resolve(charm_arg: &str) -> Result<LoadedCharm, CharmLoadError> {
         .parse()
         .map_err(|_| CharmLoadError::InvalidName(charm_arg.to_string()))?;
     let sha256 = hex(&Sha256::digest(name.as_str().as_bytes()));
-    Ok(LoadedCharm {
+    Ok(ParsedCharm {
         charm: Charm::name_only(name),
         sha256,
     })
@@ -282,7 +271,7 @@ mod tests {
         dir
     }
 
-    fn load(dir: &tempfile::TempDir) -> LoadedCharm {
+    fn load(dir: &tempfile::TempDir) -> ParsedCharm {
         load_charm_dir(dir.path()).unwrap()
     }
 

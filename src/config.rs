@@ -34,7 +34,7 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// The name the provider of this kind reports
-    /// ([`crate::providers::Provider::name`]), known before it is opened.
+    /// ([`crate::contracts::provider::Provider::name`]), known before it is opened.
     pub fn name(self) -> &'static str {
         match self {
             ProviderKind::Sim => "sim",

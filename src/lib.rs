@@ -6,6 +6,8 @@
 //!
 //! - [`domain`]: pure types and decisions (constraints, bases, placement,
 //!   names, charms, instance-type choice, zone choice, machine lifecycle).
+//! - [`contracts`]: what the layers share: the provider trait and its
+//!   types, the link from providers back to the controller, secrets.
 //! - [`charms`]: loading charms from disk (`deploy ./wordpress`) and
 //!   resolving a `deploy` argument to a charm.
 //! - [`providers`]: the clouds, behind one trait.
@@ -27,6 +29,7 @@ pub mod app;
 pub mod charms;
 pub mod cli;
 pub mod config;
+pub mod contracts;
 pub mod domain;
 pub mod engine;
 pub mod metrics;

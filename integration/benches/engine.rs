@@ -25,11 +25,13 @@ use std::time::{Duration, Instant};
 
 use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::charms::resolve;
+use berth::contracts::secrets::Secret;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{Lifecycle, Machine, MachineState};
+use berth::domain::machine::{Event, Machine};
+use berth::domain::names::MachineId;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
-use berth::store::machines::MachineUpdate;
+use berth::store::lifecycle::MachineEvent;
 use berth::store::Store;
 use serde_json::{json, Value};
 
@@ -230,45 +232,50 @@ async fn floor(dir: &Path, n: usize) -> Duration {
         .into_iter()
         .map(|m| m.id)
         .collect();
-    let zone = Some("sim-a".to_string());
-    let steps = [
-        (MachineState::Pending, MachineState::Allocating, None),
-        (MachineState::Allocating, MachineState::Starting, None),
-        (
-            MachineState::Starting,
-            MachineState::AwaitingAgent,
-            Some("i-0"),
-        ),
-        (
-            MachineState::AwaitingAgent,
-            MachineState::Started,
-            Some("i-0"),
-        ),
+    // The engine's own steps, each through the store's one writer; the
+    // last is the agent's check-in with the launch's one-time password.
+    let steps: [fn(MachineId) -> Event; 3] = [
+        |_| Event::StartInstance,
+        |_| Event::ZoneChosen {
+            zone: "sim-a".to_string(),
+        },
+        |id| Event::InstanceStarted {
+            instance_id: format!("i-0-{id}"),
+        },
     ];
-    for (from, to, instance) in steps {
-        let writes: Vec<_> = ids
-            .iter()
-            .map(|id| {
+    let mut machines: Vec<(MachineId, Machine, Option<Secret>)> =
+        ids.iter().map(|id| (*id, Machine::new(), None)).collect();
+    for step in steps {
+        let writes: Vec<_> = machines
+            .drain(..)
+            .map(|(id, current, password)| {
                 let store = store.clone();
-                let machine = Machine {
-                    state: to,
-                    lifecycle: Lifecycle {
-                        zone: zone.clone(),
-                        instance_id: instance.map(|i| format!("{i}-{id}")),
-                        ..Lifecycle::default()
-                    },
-                };
-                let id = *id;
                 tokio::spawn(async move {
-                    store
-                        .save_machine(id, from, machine, MachineUpdate::default())
+                    let applied = store
+                        .apply(current, MachineEvent::new(id, step(id)))
                         .await
+                        .expect("apply");
+                    (id, applied.next, applied.password.or(password))
                 })
             })
             .collect();
         for write in writes {
-            write.await.expect("task").expect("save");
+            machines.push(write.await.expect("task"));
         }
+    }
+    let check_ins: Vec<_> = machines
+        .into_iter()
+        .map(|(id, _, password)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .agent_connect(id, password.expect("a launch's password"))
+                    .await
+            })
+        })
+        .collect();
+    for check_in in check_ins {
+        check_in.await.expect("task").expect("check-in");
     }
     started.elapsed()
 }

@@ -10,16 +10,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use berth::api::{server, ApiState, Limits, ProviderInfo};
+use berth::contracts::provider::{ControllerLink, InstanceStateChange};
+use berth::contracts::secrets::Secret;
 use berth::domain::constraints::Key;
-use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::metrics::Metrics;
-use berth::providers::{ControllerLink, InstanceStateChange, Secret};
-use berth::store::agents::{hash_secret, new_secret};
-use berth::store::machines::MachineUpdate;
 use berth::store::Store;
 
-use crate::support::sqlite_store;
+use crate::support::{engine_steps, sqlite_store};
 
 /// The engine's side of the link, absent: every change is dropped.
 struct NoEngine;
@@ -93,20 +91,8 @@ impl TestController {
     /// Puts a machine into provisioning error, as the engine would.
     pub fn fail_provisioning(&self, id: &str, message: &str) {
         let id: MachineId = id.parse().expect("machine id");
-        let current = self.store.machine(&id).expect("machine").state();
-        let failed = Machine {
-            state: MachineState::ProvisioningError,
-            lifecycle: Lifecycle {
-                last_error: Some(message.to_string()),
-                ..Lifecycle::default()
-            },
-        };
         self.runtime
-            .block_on(
-                self.store
-                    .save_machine(id, current, failed, MachineUpdate::default()),
-            )
-            .expect("save machine");
+            .block_on(engine_steps::fail_provisioning(&self.store, id, message));
     }
 
     /// Launches a machine's instance in zone `sim-a`, as the engine would,
@@ -120,25 +106,6 @@ impl TestController {
 /// engine would, and returns the one-time password its agent was given.
 pub async fn launch_as_the_engine(store: &Store, id: &str) -> Secret {
     let id: MachineId = id.parse().expect("machine id");
-    let otp = new_secret();
-    let current = store.machine(&id).expect("machine").state();
-    let launched = Machine {
-        state: MachineState::AwaitingAgent,
-        lifecycle: Lifecycle {
-            instance_id: Some(format!("i-{}", id.host_number())),
-            zone: Some("sim-a".into()),
-            ..Lifecycle::default()
-        },
-    };
-    let update = MachineUpdate {
-        otp_hash: Some(hash_secret(otp.expose())),
-        instance_type: Some("m5.large".into()),
-        hardware: Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into()),
-        ..MachineUpdate::default()
-    };
-    store
-        .save_machine(id, current, launched, update)
-        .await
-        .expect("save machine");
-    otp
+    let instance = format!("i-{}", id.host_number());
+    engine_steps::instance_started(store, id, &instance, "sim-a").await
 }

@@ -2,6 +2,7 @@
 //! EC2 server.
 
 pub mod controller;
+pub mod engine_steps;
 #[cfg(feature = "ec2")]
 pub mod moto;
 pub mod postgres;

@@ -16,8 +16,8 @@ use crate::api::auth::{bearer_token, AuthError};
 use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
+use crate::contracts::secrets::Secret;
 use crate::domain::machine::machine_status;
-use crate::providers::Secret;
 use crate::store::StoreError;
 
 /// `POST /v1/agents/{machine}/connect`.

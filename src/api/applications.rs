@@ -12,7 +12,8 @@ use utoipa::ToSchema;
 use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::input::{self, InputError, PlacementList};
 use crate::api::Shared;
-use crate::charms::{self, LoadedCharm};
+use crate::charms;
+use crate::domain::charm::ParsedCharm;
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
 use crate::store::StoreError;
@@ -168,7 +169,7 @@ pub(crate) fn placed_views(placed: &[PlacedUnit]) -> (Vec<PlacedUnitView>, Vec<S
 }
 
 /// Loads the charm a deploy names; a directory is read off the event loop.
-async fn load_charm(arg: String) -> Result<LoadedCharm, ApplicationError> {
+async fn load_charm(arg: String) -> Result<ParsedCharm, ApplicationError> {
     let loaded = actix_web::rt::task::spawn_blocking(move || charms::resolve(&arg))
         .await
         .map_err(|_| StoreError::Invariant("loading the charm panicked".into()))?;

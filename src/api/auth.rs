@@ -18,7 +18,7 @@ use actix_web::{web, HttpResponse, ResponseError};
 
 use crate::api::errors::{error_chain_fmt, error_response, RequestError};
 use crate::api::Shared;
-use crate::store::agents::secret_matches;
+use crate::contracts::secrets::secret_matches;
 
 /// Why a request was not let in.
 #[derive(thiserror::Error)]

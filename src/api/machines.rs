@@ -240,6 +240,8 @@ pub async fn retry(
             return Err(InputError::Request("name the machines to retry, or set all".into()).into())
         }
     };
+    // The engine learns of it from the change log: each machine's actor
+    // hears it as `Retry`.
     Ok(HttpResponse::Ok().json(RetryResponse {
         machines: ids(&retried),
         warnings,

@@ -46,9 +46,10 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer, Resource};
 use tokio::sync::Semaphore;
 
+use crate::contracts::provider::ControllerLink;
+use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::metrics::Metrics;
-use crate::providers::{ControllerLink, Secret};
 use crate::store::Store;
 
 /// The largest request body accepted, JSON or webhook: far more than any

@@ -16,7 +16,7 @@
 //! same change twice, signed twice) and deliveries out of order are
 //! harmless: the engine decides by the change's own timestamp.
 //!
-//! [`ControllerLink::instance_changed`]: crate::providers::ControllerLink::instance_changed
+//! [`ControllerLink::instance_changed`]: crate::contracts::provider::ControllerLink::instance_changed
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +35,8 @@ use utoipa::ToSchema;
 
 use crate::api::errors::{error_chain_fmt, error_response, ErrorBody};
 use crate::api::Shared;
-use crate::providers::{InstanceState, InstanceStateChange};
+use crate::contracts::provider::InstanceStateChange;
+use crate::domain::instance::InstanceState;
 
 pub const TIMESTAMP_HEADER: &str = "X-Berth-Timestamp";
 pub const SIGNATURE_HEADER: &str = "X-Berth-Signature";

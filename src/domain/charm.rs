@@ -1241,6 +1241,18 @@ impl From<CharmUrl> for String {
     }
 }
 
+/// A parsed charm and the digest the store keeps with it: what a deploy
+/// records, whether the charm came from a directory or by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedCharm {
+    pub charm: Charm,
+    /// Lowercase hex sha256: of the directory's contents for a local charm
+    /// (see `charms::load_charm_dir`), of the name for a name-only charm. Equal
+    /// digests mean the same charm, so deploying it again needs no new
+    /// revision.
+    pub sha256: String,
+}
+
 /// A charm: its identity, metadata and config options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Charm {

@@ -786,6 +786,16 @@ pub fn select<'c>(
     requirements: &Requirements,
     catalogue: &'c Catalogue,
 ) -> Result<&'c InstanceType, SelectError> {
+    select_among(requirements, catalogue, |_| true)
+}
+
+/// [`select`] among the catalogue's types that `offered` accepts (the
+/// named `instance-type` still sets the floor, from the whole catalogue).
+fn select_among<'c>(
+    requirements: &Requirements,
+    catalogue: &'c Catalogue,
+    offered: impl Fn(&InstanceType) -> bool,
+) -> Result<&'c InstanceType, SelectError> {
     let named = match &requirements.instance_type {
         Some(name) => match catalogue.by_name.get(name) {
             Some(&i) => Some(i),
@@ -798,7 +808,7 @@ pub fn select<'c>(
     let mut best: Option<(usize, &InstanceType)> = None;
     if matcher.satisfiable {
         for (i, candidate) in catalogue.types.iter().enumerate() {
-            if !matcher.accepts(candidate) {
+            if !matcher.accepts(candidate) || !offered(candidate) {
                 continue;
             }
             let better = match best {
@@ -816,6 +826,58 @@ pub fn select<'c>(
     best.map(|(_, t)| t).ok_or_else(|| SelectError::NoMatch {
         constraints: requirements.to_string(),
     })
+}
+
+/// Why no instance type was chosen for a launch in one zone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneSelectError {
+    /// Nothing in the catalogue fits, in any zone: retrying cannot help.
+    #[error(transparent)]
+    NoFit(#[from] SelectError),
+    /// Types fit, but the zone offers none of them (or not the named
+    /// one): another zone may.
+    #[error(
+        "instance type {cheapest} is not offered in zone {zone}, nor is any other \
+         that satisfies the constraints"
+    )]
+    NotOffered { cheapest: String, zone: String },
+}
+
+/// Chooses the instance type for a launch in `zone`, of which `offered`
+/// says whether it can take a type now: the cheapest fit ([`select`]) if
+/// the zone offers it, else the cheapest fit the zone offers, so that the
+/// machine keeps its place in the zone spread rather than moving on.
+///
+/// # Guarantees
+///
+/// The result is one [`select`] would choose from the zone's offered
+/// types alone; a named `instance-type` that the zone does not offer is
+/// never replaced by another type.
+///
+/// # Errors
+///
+/// [`ZoneSelectError::NoFit`] if no type in the catalogue fits;
+/// [`ZoneSelectError::NotOffered`] if types fit but none is offered here.
+pub fn select_for_zone<'c>(
+    requirements: &Requirements,
+    catalogue: &'c Catalogue,
+    zone: &str,
+    offered: impl Fn(&str) -> bool,
+) -> Result<&'c InstanceType, ZoneSelectError> {
+    let cheapest = select(requirements, catalogue)?;
+    if offered(&cheapest.name) {
+        return Ok(cheapest);
+    }
+    let not_offered = || ZoneSelectError::NotOffered {
+        cheapest: cheapest.name.clone(),
+        zone: zone.to_string(),
+    };
+    if let Some(named) = &requirements.instance_type {
+        if !offered(named) {
+            return Err(not_offered());
+        }
+    }
+    select_among(requirements, catalogue, |t| offered(&t.name)).map_err(|_| not_offered())
 }
 
 /// [`select`] for a workload machine with these constraints.
@@ -1008,6 +1070,86 @@ mod tests {
                 },
             })
             .collect()
+    }
+
+    /// The name `select_for_zone` picks in zone `z` offering `types`.
+    fn pick_in_zone(cons: &Constraints, cat: &Catalogue, types: &[&str]) -> Result<String, String> {
+        select_for_zone(&workload(cons), cat, "z", |t| types.contains(&t))
+            .map(|t| t.name.clone())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_zone_offering_the_cheapest_fit_gets_it() {
+        let cat = m1_catalogue();
+        let cons = Constraints {
+            mem: at_least(3 * G),
+            ..Constraints::default()
+        };
+        assert_eq!(
+            pick_in_zone(&cons, &cat, &["m1.medium", "m1.large"]),
+            Ok("m1.medium".into())
+        );
+    }
+
+    #[test]
+    fn a_zone_without_the_cheapest_fit_gets_its_own_cheapest_fit() {
+        let cat = m1_catalogue();
+        let cons = Constraints {
+            mem: at_least(3 * G),
+            ..Constraints::default()
+        };
+        assert_eq!(
+            pick_in_zone(&cons, &cat, &["m1.small", "m1.xlarge"]),
+            Ok("m1.xlarge".into())
+        );
+    }
+
+    #[test]
+    fn a_zone_offering_no_fit_is_a_zone_failure_naming_the_cheapest_fit() {
+        let cat = m1_catalogue();
+        let cons = Constraints {
+            mem: at_least(3 * G),
+            ..Constraints::default()
+        };
+        let err = select_for_zone(&workload(&cons), &cat, "z", |t| t == "m1.small").unwrap_err();
+        assert_eq!(
+            err,
+            ZoneSelectError::NotOffered {
+                cheapest: "m1.medium".into(),
+                zone: "z".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "instance type m1.medium is not offered in zone z, nor is any other that satisfies the constraints"
+        );
+    }
+
+    #[test]
+    fn a_named_type_the_zone_does_not_offer_is_never_replaced() {
+        let cat = m1_catalogue();
+        let cons = Constraints {
+            instance_type: named("m1.small"),
+            ..Constraints::default()
+        };
+        assert!(matches!(
+            select_for_zone(&workload(&cons), &cat, "z", |t| t != "m1.small"),
+            Err(ZoneSelectError::NotOffered { .. })
+        ));
+    }
+
+    #[test]
+    fn nothing_fitting_anywhere_is_no_fit_whatever_the_zone_offers() {
+        let cat = m1_catalogue();
+        let cons = Constraints {
+            mem: at_least(1000 * G),
+            ..Constraints::default()
+        };
+        assert!(matches!(
+            select_for_zone(&workload(&cons), &cat, "z", |_| true),
+            Err(ZoneSelectError::NoFit(SelectError::NoMatch { .. }))
+        ));
     }
 
     fn tagged(mut t: InstanceType, tags: &[Tag]) -> InstanceType {

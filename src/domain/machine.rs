@@ -293,6 +293,13 @@ pub fn is_settled(state: MachineState) -> bool {
     )
 }
 
+/// Whether the engine must keep an actor for a machine in `state`: one
+/// that is not settled has something in flight or due (a launch, a timer,
+/// a termination), and a machine being removed needs its instance stopped.
+pub fn needs_actor(state: MachineState) -> bool {
+    !is_settled(state)
+}
+
 /// The two words `status` shows for a machine, in Juju's vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MachineStatus {
@@ -1037,6 +1044,17 @@ fn or_list(states: &[MachineState]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_unsettled_machines_need_an_actor() {
+        for state in MachineState::ALL {
+            assert_eq!(needs_actor(state), !is_settled(state), "{state}");
+        }
+        assert!(needs_actor(MachineState::Stopping));
+        assert!(needs_actor(MachineState::Pending));
+        assert!(!needs_actor(MachineState::Started));
+        assert!(!needs_actor(MachineState::ProvisioningError));
+    }
     use crate::domain::constraints::{Amount, Setting};
 
     use proptest::prelude::*;

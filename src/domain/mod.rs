@@ -1,5 +1,6 @@
 //! The pure core of berth: the rules of constraints, bases, placement, names,
-//! charms, instance-type choice, zone choice and the machine lifecycle.
+//! charms, instance-type choice, zone choice, the machine lifecycle and
+//! reconciliation planning.
 //!
 //! Nothing in here performs I/O or knows about actix, diesel, AWS or HTTP.
 //! Strings are parsed into these types once, at the edge (API, CLI, store),
@@ -9,8 +10,10 @@ pub mod base;
 pub mod charm;
 pub mod constraints;
 pub mod hardware;
+pub mod instance;
 pub mod instance_types;
 pub mod machine;
 pub mod names;
 pub mod placement;
+pub mod reconcile;
 pub mod zones;

@@ -23,8 +23,12 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::providers::{FailureClass, Instance, LaunchRequest, Provider, ProviderError};
-use crate::store::zones::ProviderZone;
+use crate::contracts::provider::{
+    FailureClass, LaunchRequest, Provider, ProviderError, ProviderZone,
+};
+
+use crate::domain::instance::Instance;
+use crate::engine::machine::{InstanceFailed, InstanceStarted};
 
 /// Throttled calls are tried this many more times before the error is
 /// passed on.
@@ -404,10 +408,16 @@ impl Actor for ProviderBroker {
     type Context = Context<Self>;
 }
 
-/// Launch one instance (batched with others ready at the same moment).
+/// MachineActor → ProviderBroker: launch one instance (batched with others
+/// ready at the same moment). The answer comes back as a message:
+/// [`InstanceStarted`] or [`InstanceFailed`].
 #[derive(Message)]
-#[rtype(result = "Result<Instance, ProviderError>")]
-pub struct Launch(pub LaunchRequest);
+#[rtype(result = "()")]
+pub struct Launch {
+    pub request: LaunchRequest,
+    pub started: Recipient<InstanceStarted>,
+    pub failed: Recipient<InstanceFailed>,
+}
 
 /// Terminate instances.
 #[derive(Message)]
@@ -427,11 +437,11 @@ pub struct ListInstances {
 pub struct ListZones;
 
 impl Handler<Launch> for ProviderBroker {
-    type Result = ResponseFuture<Result<Instance, ProviderError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: Launch, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Launch, ctx: &mut Context<Self>) {
         let (reply, answer) = oneshot::channel();
-        self.pending.push((msg.0, reply));
+        self.pending.push((msg.request, reply));
         if self.pending.len() >= self.max_batch {
             self.flush();
         } else if !self.flush_scheduled {
@@ -439,14 +449,21 @@ impl Handler<Launch> for ProviderBroker {
             // Everything that arrives before this runs joins the batch.
             ctx.run_later(Duration::ZERO, |broker, _| broker.flush());
         }
-        Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
+        let (started, failed) = (msg.started, msg.failed);
+        actix::spawn(async move {
+            let result = answer.await.unwrap_or_else(|_| {
                 Err(ProviderError::new(
                     FailureClass::Transient,
                     "the launch was abandoned",
                 ))
-            })
-        })
+            });
+            // A machine actor that stopped meanwhile hears nothing: its
+            // instance, if any, is a stray for the next sweep.
+            match result {
+                Ok(instance) => started.do_send(InstanceStarted(instance)),
+                Err(error) => failed.do_send(InstanceFailed(error)),
+            }
+        });
     }
 }
 

@@ -1,7 +1,8 @@
 //! The MachineActor: one per machine that is not settled. It holds the
-//! machine's lifecycle record, turns every message into an event of the
-//! lifecycle table ([`crate::domain::machine`]), writes the resulting
-//! machine to the store, and only then performs the effect.
+//! machine's lifecycle record and turns every message into an event of the
+//! lifecycle table ([`crate::domain::machine`]), which the store's one
+//! writer ([`crate::store::lifecycle`]) applies and writes; only then does
+//! the actor perform the effect.
 //!
 //! # Guarantees
 //!
@@ -9,7 +10,9 @@
 //!   machine is `starting` with a fresh one-time password's hash, so a
 //!   restarted engine knows a launch may be in flight.
 //! - One transition at a time: each store write holds the actor's mailbox
-//!   (`ctx.wait`) until it is done.
+//!   (`ctx.wait`) until it is done. A launch does not: its answer comes
+//!   back as [`InstanceStarted`] or [`InstanceFailed`], and a change made
+//!   by someone else meanwhile ([`Reconcile`]) is applied after it.
 //! - Nothing is overwritten: saves name the state they started from; if a
 //!   user (remove, retry) or an agent moved the machine meanwhile, the actor
 //!   reloads it and decides again from what is stored.
@@ -22,25 +25,24 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::domain::hardware::Hardware;
-use crate::domain::instance_types::{select, Catalogue, Requirements};
-use crate::domain::machine::{
-    is_settled, transition, Effect, Event, FailureKind, Jitter, Machine, MachineState,
+use crate::contracts::provider::{
+    tags, AgentBootstrap, FailureClass, LaunchRequest, ProviderError,
 };
+use crate::contracts::secrets::Secret;
+use crate::domain::hardware::Hardware;
+use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance_types::{select_for_zone, Requirements, ZoneSelectError};
+use crate::domain::machine::{is_settled, Effect, Event, FailureKind, Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::placement::Placement;
 use crate::domain::zones::Occupant;
 use crate::engine::broker::{Launch, Terminate};
 use crate::engine::zone_tracker::{ChooseZone, Release};
 use crate::engine::Shared;
-use crate::providers::{
-    tags, AgentBootstrap, FailureClass, Instance, InstanceState, LaunchRequest, ProviderError,
-    Secret,
-};
-use crate::store::agents::{hash_secret, new_secret};
-use crate::store::machines::{EngineMachine, MachineUpdate};
+use crate::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
+use crate::store::machines::EngineMachine;
 use crate::store::records::MachineRecord;
-use crate::store::{now_ms, StoreError};
+use crate::store::StoreError;
 
 /// How long to wait before trying again after the store failed a write.
 const STORE_RETRY: Duration = Duration::from_secs(1);
@@ -55,7 +57,7 @@ pub struct Host {
     pub zone: String,
 }
 
-/// Told to the provisioner when a machine actor stops.
+/// MachineActor → Provisioner, when the actor stops.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ActorStopped {
@@ -65,25 +67,71 @@ pub struct ActorStopped {
     pub state: Option<MachineState>,
 }
 
-/// The store changed this machine (someone other than the engine did it).
+/// Provisioner → MachineActor: this pending machine needs an instance.
+/// The actor asks the ZoneTracker for a zone, then the ProviderBroker for
+/// an instance there.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StartInstance;
+
+/// ProviderBroker → MachineActor: the launch succeeded; the machine waits
+/// for its agent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceStarted(pub Instance);
+
+/// ProviderBroker → MachineActor: the launch failed. By the error's class
+/// the machine tries the next zone at once, retries after a backoff, is in
+/// error, or (credentials refused) waits for the provider.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceFailed(pub ProviderError);
+
+/// Administrator (`retry-provisioning`, through the API and the
+/// Provisioner) → MachineActor: the machine, in provisioning error, was
+/// made eligible again (the store has it pending, with any new
+/// constraints); read it afresh and start it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retry;
+
+/// Provisioner → MachineActor: the store changed this machine (someone
+/// other than the engine did it: a user's remove, an agent's check-in).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Reconcile(pub EngineMachine);
 
-/// The machine was removed from the store.
+/// Provisioner → MachineActor: the machine was removed from the store.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Gone;
 
-/// The provider reported a change of this machine's instance.
+/// Provisioner → MachineActor: the provider reported a change of this
+/// machine's instance (a webhook, or a reconciliation found it gone).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct InstanceChanged(pub InstanceState);
 
-/// A timer of the lifecycle fired.
+/// Provisioner → MachineActor and ContainerProvisioner: stop without
+/// releasing anything (the provisioner is being rebuilt from the store).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Timer(Event);
+pub struct Shutdown;
+
+/// MachineActor → itself: a timer of the lifecycle fired. `serial` tells
+/// a timer that was cancelled after it fired from the one that is due.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Timer {
+    event: Event,
+    serial: u64,
+}
+
+/// What the actor remembers of a launch in flight.
+struct Launching {
+    /// The root disk asked for, to describe the instance's hardware.
+    root_disk: Option<u64>,
+}
 
 pub struct MachineActor {
     id: MachineId,
@@ -93,9 +141,16 @@ pub struct MachineActor {
     shared: Arc<Shared>,
     provisioner: Recipient<ActorStopped>,
     host: Option<Host>,
-    /// The pending bootstrap or retry timer, cancelled when the machine
-    /// moves on.
-    timer: Option<SpawnHandle>,
+    /// The pending bootstrap or retry timer and its serial, cancelled
+    /// when the machine moves on.
+    timer: Option<(SpawnHandle, u64)>,
+    timer_serial: u64,
+    /// A launch is in flight: its answer is awaited as a message.
+    launching: Option<Launching>,
+    /// The store's newer record of this machine, received while a launch
+    /// was in flight: applied when the launch answers, so that the launch
+    /// is neither repeated nor forgotten.
+    deferred: Option<EngineMachine>,
     /// An instance the provider already has for this machine (a launch in
     /// flight when the engine stopped): taken over instead of launching
     /// another.
@@ -130,6 +185,9 @@ impl MachineActor {
             provisioner,
             host,
             timer: None,
+            timer_serial: 0,
+            launching: None,
+            deferred: None,
             adopt: None,
             serial: 0,
         }
@@ -142,6 +200,11 @@ impl MachineActor {
         self
     }
 
+    /// Whether the machine waits for [`StartInstance`].
+    pub fn is_pending(&self) -> bool {
+        self.machine.state == MachineState::Pending && self.adopt.is_none()
+    }
+
     /// Takes over `instance`, launched for this machine before a restart.
     pub fn adopting(mut self, instance: Instance) -> MachineActor {
         self.adopt = Some(instance);
@@ -152,94 +215,72 @@ impl MachineActor {
         Occupant::new(self.record.role, self.applications.iter().cloned())
     }
 
-    fn jitter() -> Jitter {
-        Jitter::new(rand::random::<f64>() * 0.999).unwrap_or(Jitter::NONE)
-    }
-
     fn cancel_timer(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.timer.take() {
+        if let Some((timer, _)) = self.timer.take() {
             ctx.cancel_future(timer);
         }
     }
 
-    /// Applies one event: decide, write, then act.
+    fn set_timer(&mut self, event: Event, after: Duration, ctx: &mut Context<Self>) {
+        self.cancel_timer(ctx);
+        self.timer_serial += 1;
+        let serial = self.timer_serial;
+        let handle = ctx.notify_later(Timer { event, serial }, after);
+        self.timer = Some((handle, serial));
+    }
+
+    /// Applies one event: the store's writer decides and writes, then the
+    /// actor acts.
     fn step(
         &mut self,
         event: Event,
         extra: MachineUpdate,
-        error: Option<String>,
+        message: Option<String>,
         ctx: &mut Context<Self>,
     ) {
-        let Ok(step) = transition(&self.machine, &event, &self.shared.policy, Self::jitter())
-        else {
-            log::debug!(
-                "machine {}: {:?} does not apply in state {}",
-                self.id,
-                event,
-                self.machine.state
-            );
-            self.settle_if_done(ctx);
-            return;
+        let request = MachineEvent {
+            id: self.id,
+            event: event.clone(),
+            message,
+            update: MachineUpdate {
+                // Kept by the writer while the machine is retrying.
+                clear_retry_at: self.retry_at_stored,
+                ..extra
+            },
         };
-        let mut next = step.next;
-        if let (Some(message), None) = (error, &next.lifecycle.last_error) {
-            next.lifecycle.last_error = Some(message);
-        }
-        let effect = step.effect;
-        let mut update = extra;
-        let mut password = None;
-        match &effect {
-            Effect::LaunchInstance { .. } => {
-                let secret = new_secret();
-                update.otp_hash = Some(hash_secret(secret.expose()));
-                password = Some(secret);
-            }
-            Effect::ScheduleRetry { after } => {
-                let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-                update.retry_at_ms = Some(now_ms().saturating_add(after_ms));
-            }
-            _ => {
-                update.clear_retry_at =
-                    next.state != MachineState::Retrying && self.retry_at_stored;
-            }
-        }
-        if next.state != self.machine.state || next.lifecycle != self.machine.lifecycle {
-            self.cancel_timer(ctx);
-        }
-        if next.state == MachineState::Dead {
-            // Dead is never stored: the machine goes from the store instead.
-            self.machine = next;
-            self.perform(effect, None, ctx);
-            return;
-        }
-        if next == self.machine && update == MachineUpdate::default() {
-            self.perform(effect, password, ctx);
-            return;
-        }
-        let (retry_at_saved, retry_at_cleared) =
-            (update.retry_at_ms.is_some(), update.clear_retry_at);
         let store = self.shared.store.clone();
-        let (id, expected, saved) = (self.id, self.machine.state, next.clone());
+        let current = self.machine.clone();
         ctx.wait(
-            async move { store.save_machine(id, expected, saved, update).await }
+            async move { store.apply(current, request).await }
                 .into_actor(self)
                 .map(move |result, actor, ctx| match result {
-                    Ok(()) => {
-                        actor.machine = next;
-                        if retry_at_saved {
-                            actor.retry_at_stored = true;
-                        } else if retry_at_cleared {
-                            actor.retry_at_stored = false;
+                    Ok(applied) => {
+                        if applied.next != actor.machine {
+                            actor.cancel_timer(ctx);
                         }
-                        actor.perform(effect, password, ctx);
+                        actor.retry_at_stored = match applied.effect {
+                            Effect::ScheduleRetry { .. } => true,
+                            _ => {
+                                applied.next.state == MachineState::Retrying
+                                    && actor.retry_at_stored
+                            }
+                        };
+                        actor.machine = applied.next;
+                        actor.perform(applied.effect, applied.password, ctx);
                     }
-                    Err(StoreError::Conflict(_)) => actor.reload_then(Some(event), ctx),
-                    Err(StoreError::NotFound(_)) => actor.gone(ctx),
-                    Err(e) => {
+                    Err(ApplyError::Illegal(why)) => {
+                        log::debug!("machine {}: {why}", actor.id);
+                        actor.settle_if_done(ctx);
+                    }
+                    Err(ApplyError::Store(StoreError::Conflict(_))) => {
+                        actor.reload_then(Some(event), ctx)
+                    }
+                    Err(ApplyError::Store(StoreError::NotFound(_))) => actor.gone(ctx),
+                    Err(ApplyError::Store(e)) => {
                         log::error!(
                             "machine {}: cannot save {}: {e}; trying again",
                             actor.id,
-                            expected
+                            actor.machine.state
                         );
                         ctx.run_later(STORE_RETRY, move |actor, ctx| {
                             actor.step(event, MachineUpdate::default(), None, ctx)
@@ -328,32 +369,12 @@ impl MachineActor {
                 ),
             },
             Effect::WatchBootstrap { after } => {
-                self.timer = Some(ctx.notify_later(Timer(Event::BootstrapTimedOut), after));
+                self.set_timer(Event::BootstrapTimedOut, after, ctx);
             }
-            Effect::ScheduleRetry { after } => {
-                self.timer = Some(ctx.notify_later(Timer(Event::RetryDue), after));
-            }
+            Effect::ScheduleRetry { after } => self.set_timer(Event::RetryDue, after, ctx),
             Effect::TerminateInstance { instance_id } => self.terminate(instance_id, ctx),
-            Effect::RemoveFromState => {
-                let store = self.shared.store.clone();
-                let id = self.id;
-                ctx.wait(
-                    async move { store.delete_machine(id).await }
-                        .into_actor(self)
-                        .map(|result, actor, ctx| match result {
-                            Ok(()) => actor.gone(ctx),
-                            Err(e) => {
-                                log::error!(
-                                    "machine {}: cannot remove: {e}; trying again",
-                                    actor.id
-                                );
-                                ctx.run_later(STORE_RETRY, |actor, ctx| {
-                                    actor.perform(Effect::RemoveFromState, None, ctx)
-                                });
-                            }
-                        }),
-                );
-            }
+            // The writer removed the machine in the same transaction.
+            Effect::RemoveFromState => self.gone(ctx),
         }
     }
 
@@ -410,39 +431,15 @@ impl MachineActor {
     fn launch_request(&self, zone: &str, password: Secret) -> Result<LaunchRequest, ProviderError> {
         let requirements = Requirements::resolve(&self.record.constraints, self.record.role);
         let provider = &self.shared.provider;
-        let catalogue = provider.catalogue();
-        let mut chosen = select(&requirements, catalogue)
-            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
-        if !provider.offers(zone, &chosen.name) {
-            // The cheapest fit is not offered here (or is out of capacity
-            // for now): take the cheapest fit this zone offers, so that the
-            // machine keeps its place in the zone spread.
-            let offered = Catalogue::new(
-                catalogue
-                    .types()
-                    .iter()
-                    .filter(|t| provider.offers(zone, &t.name))
-                    .cloned()
-                    .collect(),
-            )
-            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
-            let here = select(&requirements, &offered).map_err(|_| {
-                ProviderError::new(
-                    FailureClass::ZoneSpecific,
-                    format!(
-                        "instance type {} is not offered in zone {zone}, nor is any other \
-                         that satisfies the constraints",
-                        chosen.name
-                    ),
-                )
-            })?;
-            chosen = catalogue.get(&here.name).ok_or_else(|| {
-                ProviderError::new(
-                    FailureClass::Permanent,
-                    format!("instance type {} left the catalogue", here.name),
-                )
-            })?;
-        }
+        let chosen = select_for_zone(&requirements, provider.catalogue(), zone, |t| {
+            provider.offers(zone, t)
+        })
+        .map_err(|e| match e {
+            ZoneSelectError::NoFit(_) => ProviderError::new(FailureClass::Permanent, e.to_string()),
+            ZoneSelectError::NotOffered { .. } => {
+                ProviderError::new(FailureClass::ZoneSpecific, e.to_string())
+            }
+        })?;
         let life = &self.machine.lifecycle;
         let mut instance_tags = std::collections::BTreeMap::new();
         instance_tags.insert(
@@ -484,23 +481,25 @@ impl MachineActor {
             Ok(request) => request,
             Err(e) => return self.launch_failed(e, ctx),
         };
-        let root_disk = request.requirements.root_disk_mib;
-        let broker = self.shared.broker.clone();
-        ctx.wait(
-            async move { broker.send(Launch(request)).await }
-                .into_actor(self)
-                .map(move |answer, actor, ctx| match answer {
-                    Ok(Ok(instance)) => actor.launched(instance, root_disk, ctx),
-                    Ok(Err(e)) => actor.launch_failed(e, ctx),
-                    Err(e) => actor.launch_failed(
-                        ProviderError::new(
-                            FailureClass::Transient,
-                            format!("the provider broker did not answer: {e}"),
-                        ),
-                        ctx,
-                    ),
-                }),
-        );
+        self.launching = Some(Launching {
+            root_disk: request.requirements.root_disk_mib,
+        });
+        let me = ctx.address();
+        self.shared.broker.do_send(Launch {
+            request,
+            started: me.clone().recipient(),
+            failed: me.recipient(),
+        });
+    }
+
+    /// A launch answered: first whatever the store said meanwhile, then the
+    /// answer.
+    fn launch_answered(&mut self, ctx: &mut Context<Self>) -> Option<u64> {
+        let launching = self.launching.take()?;
+        if let Some(fresh) = self.deferred.take() {
+            self.adopt(fresh, ctx);
+        }
+        Some(launching.root_disk.unwrap_or(0)).filter(|disk| *disk > 0)
     }
 
     fn launched(&mut self, instance: Instance, root_disk: Option<u64>, ctx: &mut Context<Self>) {
@@ -562,20 +561,15 @@ impl MachineActor {
     /// Leaves the machine where it is with `message` shown, and resumes
     /// later.
     fn park(&mut self, message: String, ctx: &mut Context<Self>) {
-        let mut parked = self.machine.clone();
-        parked.lifecycle.last_error = Some(format!("waiting for the provider: {message}"));
         let store = self.shared.store.clone();
-        let (id, expected) = (self.id, self.machine.state);
+        let (id, current) = (self.id, self.machine.clone());
+        let message = format!("waiting for the provider: {message}");
         ctx.wait(
-            async move {
-                store
-                    .save_machine(id, expected, parked, MachineUpdate::default())
-                    .await
-            }
-            .into_actor(self)
-            .map(|_, _, _| ()),
+            async move { store.note_machine(id, current, message).await }
+                .into_actor(self)
+                .map(|_, _, _| ()),
         );
-        self.timer = Some(ctx.notify_later(Timer(Event::Resume), REFUSED_RETRY));
+        self.set_timer(Event::Resume, REFUSED_RETRY, ctx);
     }
 
     fn terminate(&mut self, instance_id: String, ctx: &mut Context<Self>) {
@@ -618,6 +612,9 @@ impl MachineActor {
 impl Actor for MachineActor {
     type Context = Context<Self>;
 
+    /// An adopted launch is taken over; a machine resumed from the store
+    /// asks again for whatever was in flight. A pending machine waits for
+    /// [`StartInstance`].
     fn started(&mut self, ctx: &mut Context<Self>) {
         if let Some(instance) = self.adopt.take() {
             log::info!(
@@ -637,12 +634,9 @@ impl Actor for MachineActor {
             self.launched(instance, root_disk, ctx);
             return;
         }
-        let first = if self.machine.state == MachineState::Pending {
-            Event::StartInstance
-        } else {
-            Event::Resume
-        };
-        self.step(first, MachineUpdate::default(), None, ctx);
+        if self.machine.state != MachineState::Pending {
+            self.step(Event::Resume, MachineUpdate::default(), None, ctx);
+        }
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -654,12 +648,82 @@ impl Actor for MachineActor {
     }
 }
 
+impl Handler<StartInstance> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StartInstance, ctx: &mut Context<Self>) {
+        if self.machine.state == MachineState::Pending && self.launching.is_none() {
+            self.step(Event::StartInstance, MachineUpdate::default(), None, ctx);
+        }
+    }
+}
+
+impl Handler<InstanceStarted> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: InstanceStarted, ctx: &mut Context<Self>) {
+        let root_disk = self.launch_answered(ctx);
+        self.launched(msg.0, root_disk, ctx);
+    }
+}
+
+impl Handler<InstanceFailed> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: InstanceFailed, ctx: &mut Context<Self>) {
+        self.launch_answered(ctx);
+        self.launch_failed(msg.0, ctx);
+    }
+}
+
+impl Handler<Retry> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Retry, ctx: &mut Context<Self>) {
+        if self.launching.is_some() {
+            // Already on its way: the retry is done.
+            return;
+        }
+        let store = self.shared.store.clone();
+        let id = self.id;
+        ctx.wait(
+            async move {
+                store
+                    .blocking(move |s| s.engine_machines(Some(&[id])))
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, actor, ctx| match result {
+                Ok(mut found) if !found.is_empty() => {
+                    let fresh = found.remove(0);
+                    if fresh.record.machine != actor.machine
+                        || fresh.record.constraints != actor.record.constraints
+                    {
+                        actor.adopt(fresh, ctx);
+                    }
+                    if actor.machine.state == MachineState::Pending {
+                        actor.step(Event::StartInstance, MachineUpdate::default(), None, ctx);
+                    } else {
+                        actor.settle_if_done(ctx);
+                    }
+                }
+                Ok(_) => actor.gone(ctx),
+                Err(e) => log::warn!("machine {}: cannot read it to retry: {e}", actor.id),
+            }),
+        );
+    }
+}
+
 impl Handler<Timer> for MachineActor {
     type Result = ();
 
     fn handle(&mut self, msg: Timer, ctx: &mut Context<Self>) {
+        // A timer cancelled after it fired is no longer this one.
+        if self.timer.as_ref().map(|(_, serial)| *serial) != Some(msg.serial) {
+            return;
+        }
         self.timer = None;
-        self.step(msg.0, MachineUpdate::default(), None, ctx);
+        self.step(msg.event, MachineUpdate::default(), None, ctx);
     }
 }
 
@@ -672,6 +736,11 @@ impl Handler<Reconcile> for MachineActor {
         {
             return;
         }
+        if self.launching.is_some() {
+            // Applied when the launch answers.
+            self.deferred = Some(msg.0);
+            return;
+        }
         self.adopt(msg.0, ctx);
         self.step(Event::Resume, MachineUpdate::default(), None, ctx);
     }
@@ -682,6 +751,14 @@ impl Handler<Gone> for MachineActor {
 
     fn handle(&mut self, _msg: Gone, ctx: &mut Context<Self>) {
         self.gone(ctx);
+    }
+}
+
+impl Handler<Shutdown> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }
 
@@ -732,10 +809,4 @@ pub fn lost_instance_message(instance_id: &str, state: InstanceState) -> String 
         "stopped"
     };
     format!("instance {instance_id} was {what} by the provider")
-}
-
-/// Whether a stored machine needs an actor: anything not settled, and a
-/// machine being removed.
-pub fn needs_actor(record: &MachineRecord) -> bool {
-    !is_settled(record.state())
 }

@@ -27,22 +27,18 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 
-use crate::domain::machine::Policy;
+use crate::contracts::provider::{ControllerLink, InstanceStateChange, Provider};
+use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
 use crate::engine::config::{HarvestMode, ProvisionerConfig};
 use crate::engine::provisioner::{GetLiveActors, ProviderReport, Provisioner, ReconcileNow};
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
-use crate::providers::{ControllerLink, InstanceStateChange, Provider, Secret};
 use crate::store::{Store, StoreError};
 
-/// How long an agent that checks in before its machine's instance is
-/// recorded is held while the engine records it.
-const EARLY_AGENT_WAIT: Duration = Duration::from_secs(5);
-
 /// What every engine actor shares: the store, the provider and the other
-/// actors' addresses, and the policy.
+/// actors' addresses.
 pub struct Shared {
     pub store: Store,
     /// Read-only uses only (catalogue, offerings); calls go through the
@@ -50,7 +46,6 @@ pub struct Shared {
     pub provider: Arc<dyn Provider>,
     pub broker: Addr<ProviderBroker>,
     pub zones: Addr<ZoneTracker>,
-    pub policy: Policy,
     pub harvest: HarvestMode,
     pub controller_uuid: String,
     pub model_uuid: String,
@@ -88,6 +83,9 @@ impl Engine {
         metrics: Arc<Metrics>,
     ) -> Result<Engine, StoreError> {
         let model = store.model()?;
+        // Every transition, the engine's and the API's alike, is applied
+        // with this policy by the store's one writer.
+        store.set_policy(config.policy());
         let observed = metrics.clone();
         let observer: broker::CallObserver = Arc::new(move |kind, took, ok| {
             observed.observe_provider_call(kind.as_str(), took.as_secs_f64(), ok)
@@ -106,7 +104,6 @@ impl Engine {
             provider: provider.clone(),
             broker,
             zones,
-            policy: config.policy(),
             harvest: config.harvest_mode,
             controller_uuid: model.controller_uuid,
             model_uuid: model.uuid,
@@ -175,27 +172,12 @@ impl ControllerLink for EngineLink {
         machine: MachineId,
         one_time_password: Secret,
     ) -> Result<(), String> {
-        // An agent can come before the engine has recorded its instance
-        // (the store refuses it then, changing nothing); the record is
-        // usually a commit away, so try again after each commit for a
-        // while before the agent is told to come back later.
-        let mut head = self.store.watch_revision();
-        let give_up = tokio::time::Instant::now() + EARLY_AGENT_WAIT;
-        loop {
-            match self
-                .store
-                .agent_connect(machine, one_time_password.clone())
-                .await
-            {
-                Err(StoreError::Conflict(why)) => {
-                    let waited = tokio::time::timeout_at(give_up, head.changed()).await;
-                    if !matches!(waited, Ok(Ok(()))) {
-                        return Err(why);
-                    }
-                }
-                other => return other.map(|_| ()).map_err(|e| e.to_string()),
-            }
-        }
+        // The same check-in as the HTTP route's, early agents' wait included.
+        self.store
+            .agent_connect(machine, one_time_password)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn agents_alive(&self, machines: Vec<MachineId>) {

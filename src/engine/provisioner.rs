@@ -19,18 +19,21 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::domain::machine::{is_settled, transition, Event, Jitter, MachineState};
+use crate::contracts::provider::InstanceStateChange;
+use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
+use crate::domain::reconcile::{periodic_strays, plan_reconciliation, MachineSummary};
 use crate::domain::zones::Occupant;
 use crate::engine::broker::{ListInstances, ListZones, Terminate};
 use crate::engine::machine::{
-    lost_instance_message, needs_actor, ActorStopped, Gone, Host, InstanceChanged, MachineActor,
-    Reconcile,
+    lost_instance_message, ActorStopped, Gone, Host, InstanceChanged, MachineActor, Reconcile,
+    Retry, Shutdown, StartInstance,
 };
 use crate::engine::zone_tracker::{Place, SetZones};
 use crate::engine::Shared;
-use crate::providers::{Instance, InstanceState, InstanceStateChange};
-use crate::store::machines::{EngineMachine, MachineSummary, MachineUpdate};
+use crate::store::lifecycle::MachineEvent;
+use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
 use crate::store::{now_ms, Entity, Origin, StoreError};
 
@@ -50,6 +53,9 @@ const RECONCILE_RETRY: Duration = Duration::from_secs(2);
 struct StoreChanged {
     machines: Vec<EngineMachine>,
     removed: Vec<MachineId>,
+    /// Machines an administrator retried (`retry-provisioning`): their
+    /// actors hear it as [`Retry`].
+    retried: HashSet<MachineId>,
     /// The zones, when they changed: applied before the machines, so that
     /// a machine never chooses from zones older than its own revision.
     zones: Option<Vec<ZoneRecord>>,
@@ -69,19 +75,6 @@ pub struct ReconcileNow;
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct GetLiveActors;
-
-/// Stop without releasing anything: the provisioner is being rebuilt.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Shutdown;
-
-impl Handler<Shutdown> for MachineActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Shutdown, ctx: &mut Context<Self>) {
-        ctx.stop();
-    }
-}
 
 /// A machine that needs an actor but waits for room, with what the
 /// reconciliation found for it.
@@ -134,6 +127,19 @@ impl Provisioner {
         adopt: Option<Instance>,
         ctx: &mut Context<Self>,
     ) {
+        self.spawn_actor_for(machine, adopt, false, ctx);
+    }
+
+    /// Starts a machine's actor (a container's, through its host's
+    /// ContainerProvisioner), or puts it in line when there is no room;
+    /// `retried`: an administrator's retry, told to the actor as [`Retry`].
+    fn spawn_actor_for(
+        &mut self,
+        machine: EngineMachine,
+        adopt: Option<Instance>,
+        retried: bool,
+        ctx: &mut Context<Self>,
+    ) {
         let id = machine.record.id;
         if self.actors.contains_key(&id) {
             return;
@@ -162,8 +168,7 @@ impl Provisioner {
             Some(instance) => actor.adopting(instance),
             None => actor,
         };
-        self.launch_actor(id, actor);
-        self.report_actors();
+        self.launch_actor(id, actor, retried);
     }
 
     /// Puts a machine in line for an actor; its record is read when its
@@ -179,11 +184,20 @@ impl Provisioner {
         }
     }
 
-    fn launch_actor(&mut self, id: MachineId, actor: MachineActor) {
+    /// Starts a machine's actor; a pending machine is then told to start
+    /// its instance ([`StartInstance`]), or, after an administrator's
+    /// retry, to [`Retry`].
+    fn launch_actor(&mut self, id: MachineId, actor: MachineActor, retried: bool) {
         self.next_serial += 1;
         let serial = self.next_serial;
-        self.actors
-            .insert(id, (serial, actor.numbered(serial).start()));
+        let pending = actor.is_pending();
+        let address = actor.numbered(serial).start();
+        if retried {
+            address.do_send(Retry);
+        } else if pending {
+            address.do_send(StartInstance);
+        }
+        self.actors.insert(id, (serial, address));
         self.report_actors();
     }
 
@@ -252,7 +266,7 @@ impl Provisioner {
                             continue;
                         };
                         act.queued.remove(&id);
-                        if needs_actor(&machine.record) {
+                        if needs_actor(machine.record.state()) {
                             act.spawn_actor(machine, entry.adopt.map(|a| *a), ctx);
                             if entry.vanished {
                                 if let Some((_, actor)) = act.actors.get(&id) {
@@ -430,33 +444,32 @@ impl Provisioner {
         ctx: &mut Context<Self>,
     ) {
         let record = machine.record;
-        let Ok(step) = transition(
-            &record.machine,
-            &Event::AgentLost,
-            &self.shared.policy,
-            Jitter::NONE,
-        ) else {
-            return;
-        };
-        let mut next = step.next;
-        next.lifecycle.last_error = Some(lost_instance_message(
-            record.instance_id().unwrap_or("?"),
-            state,
-        ));
+        let message = lost_instance_message(record.instance_id().unwrap_or("?"), state);
+        self.mark_down(record.id, record.machine, message, ctx);
+    }
+
+    /// Shows a started machine `down` with `message`, through the store's
+    /// writer (if the machine is still as the engine read it).
+    fn mark_down(
+        &mut self,
+        id: MachineId,
+        current: Machine,
+        message: String,
+        ctx: &mut Context<Self>,
+    ) {
         let store = self.shared.store.clone();
-        let (id, expected) = (record.id, record.state());
+        let request = MachineEvent {
+            message: Some(message),
+            ..MachineEvent::new(id, Event::AgentLost)
+        };
         ctx.spawn(
-            async move {
-                store
-                    .save_machine(id, expected, next, MachineUpdate::default())
-                    .await
-            }
-            .into_actor(self)
-            .map(move |result, _, _| {
-                if let Err(e) = result {
-                    log::warn!("provisioner: cannot mark machine {id} down: {e}");
-                }
-            }),
+            async move { store.apply(current, request).await }
+                .into_actor(self)
+                .map(move |result, _, _| {
+                    if let Err(e) = result {
+                        log::warn!("provisioner: cannot mark machine {id} down: {e}");
+                    }
+                }),
         );
     }
 
@@ -500,6 +513,7 @@ impl Provisioner {
                     let mut ids = Vec::new();
                     let mut seen = HashSet::new();
                     let mut removed = Vec::new();
+                    let mut retried = HashSet::new();
                     let mut zones_changed = false;
                     for change in &changes {
                         match change.entity {
@@ -510,7 +524,12 @@ impl Provisioner {
                                 };
                                 if change.change == crate::store::ChangeKind::Removed {
                                     removed.push(id);
-                                } else if seen.insert(id) {
+                                    continue;
+                                }
+                                if change.is_retry() {
+                                    retried.insert(id);
+                                }
+                                if seen.insert(id) {
                                     ids.push(id);
                                 }
                             }
@@ -532,6 +551,7 @@ impl Provisioner {
                         .send(StoreChanged {
                             machines,
                             removed,
+                            retried,
                             zones,
                         })
                         .await
@@ -571,11 +591,7 @@ impl Provisioner {
             let plan = plan_reconciliation(&machines, &instances);
             // Launches in flight are not strays: their machines' actors
             // will record them.
-            let strays: Vec<String> = plan
-                .strays
-                .into_iter()
-                .filter(|id| !plan_in_flight(&machines, &instances, id))
-                .collect();
+            let strays = periodic_strays(&machines, &instances);
             if act.shared.harvest.harvests_strays() && !strays.is_empty() {
                 log::info!(
                     "provisioner: stopping {} stray instance(s): {}",
@@ -612,32 +628,8 @@ impl Provisioner {
                 .map(|result, act, ctx| match result {
                     Ok(silent) => {
                         for record in silent {
-                            let id = record.id;
-                            let Ok(step) = transition(
-                                &record.machine,
-                                &Event::AgentLost,
-                                &act.shared.policy,
-                                Jitter::NONE,
-                            ) else {
-                                continue;
-                            };
-                            let mut next = step.next;
-                            next.lifecycle.last_error = Some("agent is not responding".to_string());
-                            let store = act.shared.store.clone();
-                            ctx.spawn(
-                                async move {
-                                    store
-                                        .save_machine(
-                                            id,
-                                            MachineState::Started,
-                                            next,
-                                            MachineUpdate::default(),
-                                        )
-                                        .await
-                                }
-                                .into_actor(act)
-                                .map(|_, _, _| ()),
-                            );
+                            let message = "agent is not responding".to_string();
+                            act.mark_down(record.id, record.machine, message, ctx);
                         }
                     }
                     Err(e) => log::warn!("provisioner: cannot check agents' heartbeats: {e}"),
@@ -667,72 +659,6 @@ async fn read_machines_and_instances(
     Ok((machines, instances))
 }
 
-/// What a comparison of the store with the provider's list found.
-#[derive(Debug, Default, PartialEq)]
-pub struct ReconciliationPlan {
-    /// Instances with this controller's tags that no machine claims (or a
-    /// second instance of a machine that has one): to stop.
-    pub strays: Vec<String>,
-    /// Instances launched for machines that have not recorded them yet (a
-    /// launch in flight when the engine stopped): to take over.
-    pub adopt: HashMap<MachineId, Instance>,
-    /// Machines whose recorded instance the provider no longer has.
-    pub vanished: HashSet<MachineId>,
-}
-
-/// Compares the store's machines with the provider's instances. Pure.
-pub fn plan_reconciliation(
-    machines: &[MachineSummary],
-    instances: &[Instance],
-) -> ReconciliationPlan {
-    let by_id: HashMap<MachineId, &MachineSummary> = machines.iter().map(|m| (m.id, m)).collect();
-    let mut plan = ReconciliationPlan::default();
-    let mut live: HashSet<&str> = HashSet::new();
-    for instance in instances.iter().filter(|i| !i.state.is_gone()) {
-        live.insert(instance.id.as_str());
-        let claim = instance.machine.and_then(|m| by_id.get(&m));
-        match claim {
-            Some(machine) if machine.instance_id.as_deref() == Some(instance.id.as_str()) => {}
-            Some(machine)
-                if machine.instance_id.as_deref().is_none()
-                    && matches!(machine.state, MachineState::Starting | MachineState::Dying)
-                    && !plan.adopt.contains_key(&machine.id) =>
-            {
-                plan.adopt.insert(machine.id, instance.clone());
-            }
-            _ => plan.strays.push(instance.id.clone()),
-        }
-    }
-    for machine in machines {
-        if let Some(instance) = machine.instance_id.as_deref() {
-            if !live.contains(instance)
-                && matches!(
-                    machine.state,
-                    MachineState::AwaitingAgent
-                        | MachineState::Started
-                        | MachineState::Stopping
-                        | MachineState::Relaunching
-                )
-            {
-                plan.vanished.insert(machine.id);
-            }
-        }
-    }
-    plan.strays.sort();
-    plan
-}
-
-/// Whether `instance_id` belongs to a launch still in flight (its machine is
-/// starting and has no instance recorded yet).
-fn plan_in_flight(machines: &[MachineSummary], instances: &[Instance], instance_id: &str) -> bool {
-    instances
-        .iter()
-        .find(|i| i.id == instance_id)
-        .and_then(|i| i.machine)
-        .and_then(|m| machines.iter().find(|x| x.id == m))
-        .is_some_and(|m| m.instance_id.is_none() && m.state == MachineState::Starting)
-}
-
 impl Actor for Provisioner {
     type Context = Context<Self>;
 
@@ -760,7 +686,7 @@ impl Supervised for Provisioner {
         self.queued.clear();
         self.admitting = false;
         for (_, pen) in self.containers.drain() {
-            pen.do_send(ShutdownPen);
+            pen.do_send(Shutdown);
         }
     }
 }
@@ -802,7 +728,9 @@ impl Handler<StoreChanged> for Provisioner {
                 // Read afresh when its turn comes.
                 continue;
             }
+            let retried = msg.retried.contains(&id);
             match self.actors.get(&id).cloned() {
+                Some((_, actor)) if retried => actor.do_send(Retry),
                 Some((serial, actor)) => {
                     // The actor may be stopping (settled) as this arrives:
                     // then the change is not lost, a new actor takes it.
@@ -811,7 +739,7 @@ impl Handler<StoreChanged> for Provisioner {
                         move |delivered, act, ctx| {
                             if delivered.is_err() {
                                 act.forget(id, serial, ctx);
-                                if needs_actor(&retained.record) {
+                                if needs_actor(retained.record.state()) {
                                     act.spawn_actor(retained, None, ctx);
                                 }
                             }
@@ -819,8 +747,8 @@ impl Handler<StoreChanged> for Provisioner {
                     ));
                 }
                 None => {
-                    if needs_actor(&machine.record) {
-                        self.spawn_actor(machine, None, ctx);
+                    if needs_actor(machine.record.state()) {
+                        self.spawn_actor_for(machine, None, retried, ctx);
                     }
                 }
             }
@@ -905,8 +833,8 @@ impl Handler<GetLiveActors> for Provisioner {
     }
 }
 
-/// Starts a container's MachineActor (sent by its ContainerProvisioner once
-/// the host is up).
+/// ContainerProvisioner → Provisioner: start a container's MachineActor
+/// (the host is up).
 #[derive(Message)]
 #[rtype(result = "()")]
 struct SpawnContainer {
@@ -928,7 +856,7 @@ impl Handler<SpawnContainer> for Provisioner {
             ctx.address().recipient(),
             Some(msg.host),
         );
-        self.launch_actor(id, actor);
+        self.launch_actor(id, actor, false);
     }
 }
 
@@ -1007,17 +935,17 @@ impl Actor for ContainerProvisioner {
     }
 }
 
+/// Provisioner → ContainerProvisioner: a container of this host needs an
+/// instance; it waits until the host is started.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct AddContainer(EngineMachine);
 
+/// Provisioner → ContainerProvisioner: the host is started (its instance
+/// and zone); waiting containers go ahead.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct HostReady(Host);
-
-#[derive(Message)]
-#[rtype(result = "()")]
-struct ShutdownPen;
 
 impl Handler<AddContainer> for ContainerProvisioner {
     type Result = ();
@@ -1039,10 +967,10 @@ impl Handler<HostReady> for ContainerProvisioner {
     }
 }
 
-impl Handler<ShutdownPen> for ContainerProvisioner {
+impl Handler<Shutdown> for ContainerProvisioner {
     type Result = ();
 
-    fn handle(&mut self, _msg: ShutdownPen, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Context<Self>) {
         ctx.stop();
     }
 }

@@ -6,18 +6,16 @@ use std::collections::BTreeMap;
 use diesel::prelude::*;
 use serde::Serialize;
 
-use crate::charms::LoadedCharm;
 use crate::domain::base::Base;
-use crate::domain::charm::{infer_relation, CharmMeta, EndpointSpec, Scope};
+use crate::domain::charm::{infer_relation, CharmMeta, EndpointSpec, ParsedCharm, Scope};
 use crate::domain::constraints::Constraints;
 use crate::domain::names::ApplicationName;
 use crate::domain::placement::Placement;
+use crate::store::machines::delete_unit_rows;
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow};
 use crate::store::schema::{applications, charms, relations, units};
 use crate::store::status::RelationRecord;
-use crate::store::units::{
-    add_units_tx, delete_unit_rows, ensure_subordinate_unit, load_application, PlacedUnit,
-};
+use crate::store::units::{add_units_tx, ensure_subordinate_unit, load_application, PlacedUnit};
 use crate::store::writer::Tx;
 use crate::store::{ChangeKind, Entity, Store, StoreError};
 
@@ -25,7 +23,7 @@ use crate::store::{ChangeKind, Entity, Store, StoreError};
 #[derive(Clone, Debug)]
 pub struct DeployRequest {
     pub application: ApplicationName,
-    pub charm: LoadedCharm,
+    pub charm: ParsedCharm,
     /// `None`: the charm's default (see `Charm::choose_base`).
     pub base: Option<Base>,
     pub constraints: Constraints,
@@ -48,7 +46,7 @@ pub struct Deployed {
 
 /// Stores the charm, reusing a stored revision with the same contents and
 /// otherwise taking the next revision for its name. Returns its URL.
-fn store_charm(tx: &mut Tx<'_>, loaded: &LoadedCharm) -> Result<String, StoreError> {
+fn store_charm(tx: &mut Tx<'_>, loaded: &ParsedCharm) -> Result<String, StoreError> {
     let charm = &loaded.charm;
     let namespace = charm.url().namespace().as_str();
     let name = charm.name().as_str();

@@ -5,16 +5,15 @@ use diesel::prelude::*;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::{merge, Constraints};
-use crate::domain::machine::{
-    transition, Effect, Event, Jitter, Machine, MachineRole, MachineState, Policy,
-};
+use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
 use crate::domain::names::{ContainerType, MachineId};
 use crate::domain::placement::Placement;
-use crate::store::db::Conn;
+use crate::domain::reconcile::MachineSummary;
+use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
 use crate::store::writer::Tx;
-use crate::store::{model_constraints_tx, ChangeKind, Entity, Origin, Store, StoreError};
+use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
 
 /// What `add-machine` asks for. The default is one workload machine of the
 /// default base with the model's constraints.
@@ -46,16 +45,6 @@ impl Default for AddMachines {
 pub(crate) enum NewMachine<'a> {
     TopLevel { placement: Option<&'a Placement> },
     Container { host: MachineId },
-}
-
-pub(crate) fn load_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<MachineRecord, StoreError> {
-    let row: Option<MachineRow> = machines::table
-        .find(id.to_string())
-        .select(MachineRow::as_select())
-        .get_result(tx.conn)
-        .optional()?;
-    row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
-        .try_into()
 }
 
 /// Takes the next top-level machine number. The update comes first so that
@@ -154,6 +143,72 @@ pub(crate) fn create_machine(
     Ok(id)
 }
 
+/// Creates the machine a placement asks for: a container on a named host,
+/// a container on a new host, or a new top-level machine (in the zone the
+/// placement names, if any). An existing machine (`Placement::Machine`) is
+/// not created: callers that accept one handle it first.
+///
+/// A new container host is made without a unit, so it takes the model's
+/// constraints; the container takes `constraints`.
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] for a machine-id placement or a host that is a
+/// container; [`StoreError::NotFound`] for an unknown host;
+/// [`StoreError::Conflict`] for a host being removed.
+pub(crate) fn create_placed_machine(
+    tx: &mut Tx<'_>,
+    placement: Option<&Placement>,
+    base: &Base,
+    constraints: &Constraints,
+    role: MachineRole,
+) -> Result<MachineId, StoreError> {
+    match placement {
+        Some(Placement::Machine(id)) => Err(StoreError::Invalid(format!(
+            "machine-id {id} cannot be specified when adding machines"
+        ))),
+        Some(Placement::NewContainer { host: Some(host) }) => {
+            let host = MachineId::new(*host);
+            check_container_host(tx, &host)?;
+            create_machine(tx, NewMachine::Container { host }, base, constraints, role)
+        }
+        Some(Placement::NewContainer { host: None }) => {
+            let model = model_constraints_tx(tx)?;
+            let host = create_machine(
+                tx,
+                NewMachine::TopLevel { placement: None },
+                base,
+                &model,
+                role,
+            )?;
+            create_machine(tx, NewMachine::Container { host }, base, constraints, role)
+        }
+        placement => create_machine(
+            tx,
+            NewMachine::TopLevel { placement },
+            base,
+            constraints,
+            role,
+        ),
+    }
+}
+
+/// Deletes a unit and the subordinate units beside it (a unit goes with
+/// the machine that hosts it, and with `remove-unit`).
+pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreError> {
+    let subordinates: Vec<String> = units::table
+        .filter(units::principal.eq(unit))
+        .select(units::name)
+        .load(tx.conn)?;
+    for name in subordinates {
+        diesel::delete(units::table.find(&name)).execute(tx.conn)?;
+        tx.record(Entity::Unit, name, ChangeKind::Removed, "");
+    }
+    diesel::delete(units::table.find(unit)).execute(tx.conn)?;
+    tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
+    Ok(())
+}
+
 fn add_machines_tx(tx: &mut Tx<'_>, request: &AddMachines) -> Result<Vec<MachineId>, StoreError> {
     if request.count == 0 {
         return Err(StoreError::Invalid(
@@ -165,52 +220,7 @@ fn add_machines_tx(tx: &mut Tx<'_>, request: &AddMachines) -> Result<Vec<Machine
     let role = request.role.unwrap_or(MachineRole::Workload);
     let mut added = Vec::new();
     for _ in 0..request.count {
-        let id = match &request.placement {
-            Some(Placement::Machine(id)) => {
-                return Err(StoreError::Invalid(format!(
-                    "machine-id {id} cannot be specified when adding machines"
-                )))
-            }
-            Some(Placement::NewContainer { host: Some(host) }) => {
-                let host = MachineId::new(*host);
-                check_container_host(tx, &host)?;
-                create_machine(
-                    tx,
-                    NewMachine::Container { host },
-                    &base,
-                    &constraints,
-                    role,
-                )?
-            }
-            Some(Placement::NewContainer { host: None }) => {
-                // The host is made without a unit: it takes the model's
-                // constraints.
-                let model = model_constraints_tx(tx)?;
-                let host = create_machine(
-                    tx,
-                    NewMachine::TopLevel { placement: None },
-                    &base,
-                    &model,
-                    role,
-                )?;
-                create_machine(
-                    tx,
-                    NewMachine::Container { host },
-                    &base,
-                    &constraints,
-                    role,
-                )?
-            }
-            placement => create_machine(
-                tx,
-                NewMachine::TopLevel {
-                    placement: placement.as_ref(),
-                },
-                &base,
-                &constraints,
-                role,
-            )?,
-        };
+        let id = create_placed_machine(tx, request.placement.as_ref(), &base, &constraints, role)?;
         added.push(id);
     }
     Ok(added)
@@ -238,30 +248,19 @@ fn child_machines(tx: &mut Tx<'_>, id: &MachineId) -> Result<Vec<String>, StoreE
 /// Applies the lifecycle's `destroy` to one machine (not its containers):
 /// a machine that never had an instance goes at once; one with an instance
 /// is left stopping (or dying) for the engine to stop it.
-fn destroy_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
-    let record = load_machine(tx, id)?;
-    let step = transition(
-        &record.machine,
-        &Event::Destroy,
-        &Policy::default(),
-        Jitter::NONE,
-    )
-    .map_err(|e| StoreError::Conflict(format!("cannot remove machine {id}: {e}")))?;
+fn destroy_machine(tx: &mut Tx<'_>, id: &MachineId, policy: &Policy) -> Result<(), StoreError> {
+    apply_tx(tx, MachineEvent::new(*id, Event::Destroy), policy)?;
+    // Its units go with it, whether it goes at once or is left stopping.
     diesel::delete(units::table.filter(units::machine_id.eq(id.to_string()))).execute(tx.conn)?;
-    if step.effect == Effect::RemoveFromState {
-        delete_machine_row(tx, id)
-    } else {
-        save_machine_tx(tx, id, &step.next, &MachineUpdate::default())
-    }
-}
-
-pub(crate) fn delete_machine_row(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
-    diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
-    tx.record(Entity::Machine, id.to_string(), ChangeKind::Removed, "");
     Ok(())
 }
 
-fn remove_machine_tx(tx: &mut Tx<'_>, id: &MachineId, force: bool) -> Result<(), StoreError> {
+fn remove_machine_tx(
+    tx: &mut Tx<'_>,
+    id: &MachineId,
+    force: bool,
+    policy: &Policy,
+) -> Result<(), StoreError> {
     load_machine(tx, id)?;
     let hosted = hosted_units(tx, id)?;
     let containers = child_machines(tx, id)?;
@@ -280,286 +279,34 @@ fn remove_machine_tx(tx: &mut Tx<'_>, id: &MachineId, force: bool) -> Result<(),
         }
     }
     for unit in &hosted {
-        crate::store::units::delete_unit_rows(tx, unit)?;
+        delete_unit_rows(tx, unit)?;
     }
     for container in containers {
-        destroy_machine(tx, &stored("machine id", &container)?)?;
+        destroy_machine(tx, &stored("machine id", &container)?, policy)?;
     }
-    destroy_machine(tx, id)
+    destroy_machine(tx, id, policy)
 }
 
 fn retry_tx(
     tx: &mut Tx<'_>,
     ids: &[MachineId],
     constraints: Option<&Constraints>,
+    policy: &Policy,
 ) -> Result<Vec<MachineId>, StoreError> {
     for id in ids {
-        let record = load_machine(tx, id)?;
         let event = Event::Retry {
             constraints: constraints.cloned().map(Box::new),
         };
-        let step = transition(&record.machine, &event, &Policy::default(), Jitter::NONE).map_err(|_| {
-            StoreError::Conflict(format!(
-                "machine {id} is not in provisioning error (it is {}): only machines in error can be retried",
-                record.state()
-            ))
-        })?;
-        let update = MachineUpdate {
-            constraints: constraints.cloned(),
-            clear_retry_at: true,
-            ..MachineUpdate::default()
+        let request = MachineEvent {
+            update: MachineUpdate {
+                clear_retry_at: true,
+                ..MachineUpdate::default()
+            },
+            ..MachineEvent::new(*id, event)
         };
-        save_machine_tx(tx, id, &step.next, &update)?;
+        apply_tx(tx, request, policy)?;
     }
     Ok(ids.to_vec())
-}
-
-/// Fields that change beside the lifecycle record when the engine (or a
-/// user operation) saves a machine.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MachineUpdate {
-    pub constraints: Option<Constraints>,
-    pub instance_type: Option<String>,
-    pub hardware: Option<String>,
-    /// A fresh one-time password's hash, for a launch.
-    pub otp_hash: Option<String>,
-    pub retry_at_ms: Option<i64>,
-    pub clear_retry_at: bool,
-    /// The agent exchanged its one-time password: the password's hash goes
-    /// and this credential's hash takes its place, in the same statement
-    /// as the transition to `started`.
-    pub credential_hash: Option<String>,
-    /// When the agent was last heard from, if it was just now.
-    pub heartbeat_ms: Option<i64>,
-}
-
-/// The machine save: one `UPDATE` of one shape whatever it changes, so the
-/// connection prepares it once and keeps it. diesel's own `UPDATE`s are
-/// never kept in its statement cache (their `SET` lists vary), and
-/// preparing the save again for every transition was most of its cost.
-///
-/// Columns every save writes are bound as they are. The others come in
-/// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
-/// the value (which may be `NULL`, to clear it). `expected_state`, when
-/// given, is the state the machine must still be in.
-struct SaveMachine<'a> {
-    id: &'a str,
-    expected_state: Option<&'a str>,
-    state: &'a str,
-    instance_id: Option<&'a str>,
-    zone: Option<&'a str>,
-    status_message: &'a str,
-    attempts: i32,
-    zones_failed: &'a str,
-    bootstrap_attempts: i32,
-    stop_failures: i32,
-    updated_at_ms: i64,
-    constraints: Option<&'a str>,
-    instance_type: Kept<&'a str>,
-    hardware: Kept<&'a str>,
-    otp_hash: Kept<&'a str>,
-    retry_at_ms: Kept<i64>,
-    credential_hash: Option<&'a str>,
-    last_heartbeat_ms: Option<i64>,
-}
-
-/// A nullable column a save may leave alone (`keep`) or set (`value`,
-/// `None` clearing it).
-struct Kept<T> {
-    keep: bool,
-    value: Option<T>,
-}
-
-impl<T> Kept<T> {
-    /// `None` keeps the column; `Some(value)` sets it.
-    fn from(change: Option<Option<T>>) -> Self {
-        match change {
-            None => Kept {
-                keep: true,
-                value: None,
-            },
-            Some(value) => Kept { keep: false, value },
-        }
-    }
-}
-
-impl diesel::query_builder::QueryId for SaveMachine<'_> {
-    type QueryId = SaveMachine<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<DB> diesel::query_builder::QueryFragment<DB> for SaveMachine<'_>
-where
-    DB: diesel::backend::Backend
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Integer>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>,
-    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
-    i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
-    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
-    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
-    for<'x> Option<&'x str>:
-        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Text>, DB>,
-    Option<i64>:
-        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, DB>,
-{
-    fn walk_ast<'b>(
-        &'b self,
-        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
-    ) -> QueryResult<()> {
-        use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
-        out.push_sql("UPDATE machines SET state = ");
-        out.push_bind_param::<Text, _>(self.state)?;
-        out.push_sql(", instance_id = ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
-        out.push_sql(", zone = ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.zone)?;
-        out.push_sql(", status_message = ");
-        out.push_bind_param::<Text, _>(self.status_message)?;
-        out.push_sql(", attempts = ");
-        out.push_bind_param::<Integer, _>(&self.attempts)?;
-        out.push_sql(", zones_failed = ");
-        out.push_bind_param::<Text, _>(self.zones_failed)?;
-        out.push_sql(", bootstrap_attempts = ");
-        out.push_bind_param::<Integer, _>(&self.bootstrap_attempts)?;
-        out.push_sql(", stop_failures = ");
-        out.push_bind_param::<Integer, _>(&self.stop_failures)?;
-        out.push_sql(", updated_at_ms = ");
-        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
-        out.push_sql(", constraints = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
-        out.push_sql(", constraints)");
-        for (column, kept) in [
-            ("instance_type", &self.instance_type),
-            ("hardware", &self.hardware),
-            ("otp_hash", &self.otp_hash),
-        ] {
-            out.push_sql(", ");
-            out.push_sql(column);
-            out.push_sql(" = CASE WHEN ");
-            out.push_bind_param::<Bool, _>(&kept.keep)?;
-            out.push_sql(" THEN ");
-            out.push_sql(column);
-            out.push_sql(" ELSE ");
-            out.push_bind_param::<Nullable<Text>, _>(&kept.value)?;
-            out.push_sql(" END");
-        }
-        out.push_sql(", retry_at_ms = CASE WHEN ");
-        out.push_bind_param::<Bool, _>(&self.retry_at_ms.keep)?;
-        out.push_sql(" THEN retry_at_ms ELSE ");
-        out.push_bind_param::<Nullable<BigInt>, _>(&self.retry_at_ms.value)?;
-        out.push_sql(" END, credential_hash = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.credential_hash)?;
-        out.push_sql(", credential_hash), last_heartbeat_ms = COALESCE(");
-        out.push_bind_param::<Nullable<BigInt>, _>(&self.last_heartbeat_ms)?;
-        out.push_sql(", last_heartbeat_ms) WHERE id = ");
-        out.push_bind_param::<Text, _>(self.id)?;
-        out.push_sql(" AND state = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
-        out.push_sql(", state)");
-        Ok(())
-    }
-}
-
-impl<Conn> RunQueryDsl<Conn> for SaveMachine<'_> {}
-
-fn saturating_i32(value: u32) -> i32 {
-    i32::try_from(value).unwrap_or(i32::MAX)
-}
-
-/// Writes a machine's lifecycle (and any extra fields) in one statement and
-/// logs the change.
-pub(crate) fn save_machine_tx(
-    tx: &mut Tx<'_>,
-    id: &MachineId,
-    machine: &Machine,
-    update: &MachineUpdate,
-) -> Result<(), StoreError> {
-    save_machine_from(tx, id, None, machine, update)
-}
-
-/// [`save_machine_tx`], but only if the machine is still in `expected`
-/// (when given): the check is the UPDATE's own `WHERE`, so a save costs one
-/// statement, and only a save that changed nothing looks at why.
-///
-/// # Errors
-///
-/// [`StoreError::NotFound`] if the machine has gone;
-/// [`StoreError::Conflict`] if it is no longer in `expected`.
-pub(crate) fn save_machine_from(
-    tx: &mut Tx<'_>,
-    id: &MachineId,
-    expected: Option<MachineState>,
-    machine: &Machine,
-    update: &MachineUpdate,
-) -> Result<(), StoreError> {
-    let life = &machine.lifecycle;
-    let key = id.to_string();
-    let has_instance = life.instance_id.is_some();
-    let zones_failed = life.zones_failed.join(",");
-    let constraints = update.constraints.as_ref().map(ToString::to_string);
-    let save = SaveMachine {
-        id: &key,
-        expected_state: expected.map(MachineState::as_str),
-        state: machine.state.as_str(),
-        instance_id: life.instance_id.as_deref(),
-        zone: life.zone.as_deref(),
-        status_message: life.last_error.as_deref().unwrap_or_default(),
-        attempts: saturating_i32(life.attempts_used),
-        zones_failed: &zones_failed,
-        bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
-        stop_failures: saturating_i32(life.stop_failures),
-        updated_at_ms: tx.now_ms,
-        constraints: constraints.as_deref(),
-        // No instance, so nothing it was: clear what the last one had.
-        instance_type: Kept::from(match (&update.instance_type, has_instance) {
-            (Some(t), _) => Some(Some(t.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        hardware: Kept::from(match (&update.hardware, has_instance) {
-            (Some(h), _) => Some(Some(h.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        otp_hash: Kept::from(match (&update.otp_hash, &update.credential_hash) {
-            (Some(otp), _) => Some(Some(otp.as_str())),
-            (None, Some(_)) => Some(None),
-            (None, None) => None,
-        }),
-        retry_at_ms: Kept::from(
-            (update.retry_at_ms.is_some() || update.clear_retry_at).then_some(update.retry_at_ms),
-        ),
-        credential_hash: update.credential_hash.as_deref(),
-        last_heartbeat_ms: update.heartbeat_ms,
-    };
-    let found = match tx.conn {
-        Conn::Sqlite(conn) => save.execute(conn)?,
-        Conn::Postgres(conn) => save.execute(conn)?,
-    };
-    if found == 0 {
-        let current: Option<String> = match expected {
-            None => None,
-            Some(_) => machines::table
-                .find(&key)
-                .select(machines::state)
-                .get_result(tx.conn)
-                .optional()?,
-        };
-        return Err(match (current, expected) {
-            (Some(state), Some(expected)) => StoreError::Conflict(format!(
-                "machine {id} is {state}, not {expected}: it changed meanwhile"
-            )),
-            _ => StoreError::NotFound(format!("machine {id} not found")),
-        });
-    }
-    let mut detail = format!("state={}", machine.state);
-    if let Some(zone) = &life.zone {
-        detail.push_str(&format!(" zone={zone}"));
-    }
-    tx.record(Entity::Machine, key, ChangeKind::Updated, detail);
-    Ok(())
 }
 
 impl Store {
@@ -582,7 +329,8 @@ impl Store {
     /// [`StoreError::NotFound`]; [`StoreError::Conflict`] when the machine
     /// hosts units or containers and `force` is not given.
     pub async fn remove_machine(&self, id: MachineId, force: bool) -> Result<(), StoreError> {
-        self.write(move |tx| remove_machine_tx(tx, &id, force))
+        let policy = self.policy();
+        self.write(move |tx| remove_machine_tx(tx, &id, force, &policy))
             .await
     }
 
@@ -598,7 +346,8 @@ impl Store {
         ids: Vec<MachineId>,
         constraints: Option<Constraints>,
     ) -> Result<Vec<MachineId>, StoreError> {
-        self.write(move |tx| retry_tx(tx, &ids, constraints.as_ref()))
+        let policy = self.policy();
+        self.write(move |tx| retry_tx(tx, &ids, constraints.as_ref(), &policy))
             .await
     }
 
@@ -611,6 +360,7 @@ impl Store {
         &self,
         constraints: Option<Constraints>,
     ) -> Result<Vec<MachineId>, StoreError> {
+        let policy = self.policy();
         self.write(move |tx| {
             let ids: Vec<String> = machines::table
                 .filter(machines::state.eq(MachineState::ProvisioningError.as_str()))
@@ -620,51 +370,7 @@ impl Store {
                 .iter()
                 .map(|id| stored("machine id", id))
                 .collect::<Result<Vec<MachineId>, _>>()?;
-            retry_tx(tx, &ids, constraints.as_ref())
-        })
-        .await
-    }
-
-    /// The engine saves a machine after a transition, before acting on it,
-    /// if the machine is still in the state `expected` that the transition
-    /// started from.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::NotFound`] if the machine has gone;
-    /// [`StoreError::Conflict`] if someone else (a user's remove or retry)
-    /// moved it meanwhile: the engine reloads it and decides again.
-    pub async fn save_machine(
-        &self,
-        id: MachineId,
-        expected: MachineState,
-        machine: Machine,
-        update: MachineUpdate,
-    ) -> Result<(), StoreError> {
-        self.write(move |tx| {
-            tx.set_origin(Origin::Engine);
-            save_machine_from(tx, &id, Some(expected), &machine, &update)
-        })
-        .await
-    }
-
-    /// The engine removes a machine whose instance is gone (its lifecycle
-    /// said `remove from state`).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Database`] only; removing a machine already gone is
-    /// not an error.
-    pub async fn delete_machine(&self, id: MachineId) -> Result<(), StoreError> {
-        self.write(move |tx| {
-            tx.set_origin(Origin::Engine);
-            diesel::delete(units::table.filter(units::machine_id.eq(id.to_string())))
-                .execute(tx.conn)?;
-            let gone = diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
-            if gone > 0 {
-                tx.record(Entity::Machine, id.to_string(), ChangeKind::Removed, "");
-            }
-            Ok(())
+            retry_tx(tx, &ids, constraints.as_ref(), &policy)
         })
         .await
     }
@@ -717,21 +423,6 @@ impl Store {
 pub struct EngineMachine {
     pub record: MachineRecord,
     pub applications: std::collections::BTreeSet<String>,
-}
-
-/// What a reconciliation needs of a machine, and no more: a start-up
-/// with 100,000 machines reads this for each of them, and full records
-/// only for the machines that get an actor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MachineSummary {
-    pub id: MachineId,
-    pub state: MachineState,
-    pub role: MachineRole,
-    pub instance_id: Option<String>,
-    pub zone: Option<String>,
-    /// The applications of its units. Machines with the same set share
-    /// one copy.
-    pub applications: std::sync::Arc<std::collections::BTreeSet<String>>,
 }
 
 /// The applications of the units on each machine, from `(machine, application)`

@@ -12,9 +12,10 @@
 //! bound `LIMIT`, which makes SQLite prepare the cached statement again on
 //! every run (it was a seventh of the writer's time when adding units).
 
-pub mod agents;
 pub mod applications;
+pub mod credentials;
 pub mod db;
+pub mod lifecycle;
 pub mod machines;
 pub mod model;
 pub mod records;
@@ -198,6 +199,19 @@ pub struct Change {
     pub at_ms: i64,
 }
 
+impl Change {
+    /// Whether this is an administrator's `retry-provisioning` of a
+    /// machine: a user's update that left the machine pending. (The only
+    /// user event the lifecycle takes to `pending` is a retry, and the
+    /// writer describes the machine it leaves as `state=pending`.)
+    pub fn is_retry(&self) -> bool {
+        self.entity == Entity::Machine
+            && self.origin == Origin::User
+            && self.change == ChangeKind::Updated
+            && self.detail == "state=pending"
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -215,6 +229,9 @@ pub struct Store {
     /// The change log's latest revision, updated after every commit, so
     /// followers wake without polling.
     head: watch::Receiver<i64>,
+    /// The lifecycle policy every transition is applied with, shared by
+    /// every handle (see [`Store::set_policy`]).
+    policy: Arc<std::sync::RwLock<crate::domain::machine::Policy>>,
 }
 
 impl Store {
@@ -250,6 +267,7 @@ impl Store {
             pool,
             writer,
             head,
+            policy: Arc::default(),
         })
     }
 

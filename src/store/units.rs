@@ -8,7 +8,8 @@ use crate::domain::constraints::{merge, Constraints};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
-use crate::store::machines::{check_container_host, create_machine, load_machine, NewMachine};
+use crate::store::lifecycle::load_machine;
+use crate::store::machines::{create_placed_machine, delete_unit_rows};
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow, UnitRecord, UnitRow};
 use crate::store::schema::{applications, relations, units};
 use crate::store::writer::Tx;
@@ -85,15 +86,7 @@ fn machine_for_unit(
     unit_constraints: &Constraints,
     placement: Option<&Placement>,
 ) -> Result<MachineId, StoreError> {
-    let workload = MachineRole::Workload;
     match placement {
-        None => create_machine(
-            tx,
-            NewMachine::TopLevel { placement: None },
-            unit_base,
-            unit_constraints,
-            workload,
-        ),
         Some(Placement::Machine(id)) => {
             let machine = load_machine(tx, id)?;
             if matches!(
@@ -112,44 +105,12 @@ fn machine_for_unit(
             }
             Ok(machine.id)
         }
-        Some(Placement::NewContainer { host: Some(host) }) => {
-            let host = MachineId::new(*host);
-            check_container_host(tx, &host)?;
-            create_machine(
-                tx,
-                NewMachine::Container { host },
-                unit_base,
-                unit_constraints,
-                workload,
-            )
-        }
-        Some(Placement::NewContainer { host: None }) => {
-            // The host is made without a unit, so it takes the model's
-            // constraints; the container is the unit's machine.
-            let model = model_constraints_tx(tx)?;
-            let host = create_machine(
-                tx,
-                NewMachine::TopLevel { placement: None },
-                unit_base,
-                &model,
-                workload,
-            )?;
-            create_machine(
-                tx,
-                NewMachine::Container { host },
-                unit_base,
-                unit_constraints,
-                workload,
-            )
-        }
-        Some(other) => create_machine(
+        placement => create_placed_machine(
             tx,
-            NewMachine::TopLevel {
-                placement: Some(other),
-            },
+            placement,
             unit_base,
             unit_constraints,
-            workload,
+            MachineRole::Workload,
         ),
     }
 }
@@ -247,21 +208,6 @@ pub(crate) fn add_units_tx(
         placed.push(PlacedUnit { unit, machine });
     }
     Ok(placed)
-}
-
-/// Deletes a unit and the subordinate units beside it.
-pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreError> {
-    let subordinates: Vec<String> = units::table
-        .filter(units::principal.eq(unit))
-        .select(units::name)
-        .load(tx.conn)?;
-    for name in subordinates {
-        diesel::delete(units::table.find(&name)).execute(tx.conn)?;
-        tx.record(Entity::Unit, name, ChangeKind::Removed, "");
-    }
-    diesel::delete(units::table.find(unit)).execute(tx.conn)?;
-    tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
-    Ok(())
 }
 
 fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {

@@ -4,6 +4,7 @@
 use diesel::prelude::*;
 use serde::Serialize;
 
+use crate::contracts::provider::ProviderZone;
 use crate::store::schema::zones;
 use crate::store::{ChangeKind, Entity, Store, StoreError};
 
@@ -35,14 +36,6 @@ impl ZoneRecord {
             (false, true) => None,
         }
     }
-}
-
-/// A zone as the provider reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderZone {
-    pub name: String,
-    pub available: bool,
-    pub reason: String,
 }
 
 impl Store {

@@ -16,7 +16,7 @@ use std::error::Error as StdError;
 
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 
-use crate::providers::{FailureClass, ProviderError};
+use crate::contracts::provider::{FailureClass, ProviderError};
 
 const ZONE_SPECIFIC: [&str; 8] = [
     "InsufficientInstanceCapacity",

@@ -113,14 +113,13 @@ use aws_sdk_ec2::types::{
 use aws_sdk_ec2::Client;
 use sha2::{Digest, Sha256};
 
+use crate::contracts::provider::ProviderZone;
+use crate::contracts::provider::{tags, FailureClass, LaunchRequest, Provider, ProviderError};
 use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
+use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::instance_types::{Catalogue, CatalogueError};
 use crate::domain::names::MachineId;
-use crate::providers::{
-    tags, FailureClass, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
-};
-use crate::store::zones::ProviderZone;
 
 pub use config::{Ec2Config, Ec2ConfigError, ImageKey, ImageLookup};
 

@@ -28,10 +28,12 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 
 use super::*;
+use crate::contracts::provider::AgentBootstrap;
+use crate::contracts::secrets::Secret;
 use crate::domain::base::Base;
 use crate::domain::instance_types::Requirements;
 use crate::engine::broker::{Launch, ProviderBroker, RateLimits};
-use crate::providers::{AgentBootstrap, Secret};
+use crate::engine::machine::{InstanceFailed, InstanceStarted};
 
 const CONTROLLER: &str = "0b7e5c1e-1111-4222-8333-444455556666";
 const IMAGE: &str = "ami-0123456789abcdef0";
@@ -607,11 +609,14 @@ async fn the_broker_retries_a_throttled_launch_with_the_same_client_token() {
     let p: Arc<dyn Provider> = Arc::new(provider(&[&run, &images]));
     let broker =
         ProviderBroker::new(p, RateLimits::ec2(), 4, Duration::from_secs(30), None).start();
-    let instance = broker
-        .send(Launch(request("1", "us-east-1a", "t3a.medium")))
-        .await
-        .unwrap()
-        .unwrap();
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let listener = LaunchListener(Some(answer)).start();
+    broker.do_send(Launch {
+        request: request("1", "us-east-1a", "t3a.medium"),
+        started: listener.clone().recipient(),
+        failed: listener.recipient(),
+    });
+    let instance = answered.await.unwrap().unwrap();
     assert_eq!(instance.id, "i-0000000000000000a");
     assert_eq!(run.num_calls(), 3);
 }
@@ -1157,4 +1162,31 @@ async fn a_subnet_the_region_does_not_have_is_refused_at_open() {
         error.to_string(),
         "subnet subnet-0gone was not found in the region"
     );
+}
+
+/// Hears a launch's answer, as a machine actor would.
+struct LaunchListener(Option<tokio::sync::oneshot::Sender<Result<Instance, ProviderError>>>);
+
+impl actix::Actor for LaunchListener {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<InstanceStarted> for LaunchListener {
+    type Result = ();
+
+    fn handle(&mut self, msg: InstanceStarted, _ctx: &mut actix::Context<Self>) {
+        if let Some(answer) = self.0.take() {
+            let _ = answer.send(Ok(msg.0));
+        }
+    }
+}
+
+impl actix::Handler<InstanceFailed> for LaunchListener {
+    type Result = ();
+
+    fn handle(&mut self, msg: InstanceFailed, _ctx: &mut actix::Context<Self>) {
+        if let Some(answer) = self.0.take() {
+            let _ = answer.send(Err(msg.0));
+        }
+    }
 }

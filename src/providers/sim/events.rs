@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::contracts::provider::{ControllerLink, InstanceStateChange};
+use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
-use crate::providers::{ControllerLink, InstanceStateChange, Secret};
 
 /// Something the cloud does at a given time.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,12 +17,12 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::SqliteConnection;
 
+use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
 use crate::providers::sim::ledger::{
     parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
 };
 use crate::providers::sim::SimError;
-use crate::providers::Secret;
 
 diesel::table! {
     sim_instances (seq) {
@@ -298,9 +298,9 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::instance::InstanceState;
     use crate::domain::names::MachineId;
     use crate::providers::sim::ledger::Change;
-    use crate::providers::InstanceState;
 
     fn record(seq: u64, id: &str) -> Record {
         Record {

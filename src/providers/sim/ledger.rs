@@ -12,10 +12,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Serialize, Serializer};
 
+use crate::contracts::provider::tags;
+use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
+use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::names::MachineId;
 use crate::providers::sim::file::LedgerFile;
-use crate::providers::{tags, Instance, InstanceState, Secret};
 
 /// Where an instance's simulated machine agent stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -62,18 +62,19 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
+use crate::contracts::provider::ProviderZone;
+use crate::contracts::provider::{
+    tags, ControllerLink, FailureClass, InstanceStateChange, LaunchRequest, Provider, ProviderError,
+};
+use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
+use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::instance_types::{Catalogue, CatalogueError};
 use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::ledger::{tagged_machine, Batch, Change, Ledger, Record, RngPosition};
-use crate::providers::{
-    tags, ControllerLink, FailureClass, Instance, InstanceState, InstanceStateChange,
-    LaunchRequest, Provider, ProviderError, Secret,
-};
-use crate::store::zones::ProviderZone;
 
 pub use config::SimConfig;
 pub use ledger::{AgentState, LedgerEntry, Tags};

@@ -11,9 +11,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
+use crate::contracts::provider::AgentBootstrap;
+use crate::contracts::secrets::Secret;
 use crate::domain::instance_types::Requirements;
 use crate::domain::names::MachineId;
-use crate::providers::{AgentBootstrap, Secret};
 
 const CONTROLLER: &str = "controller-1";
 

@@ -1,0 +1,53 @@
+//! Instances as a provider reports them: what berth knows of a cloud's
+//! machines without asking the cloud anything. Pure data, shared by the
+//! provider contract, the engine's planning and the simulated cloud.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::hardware::Hardware;
+use crate::domain::names::MachineId;
+
+/// The provider's state of an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    ShuttingDown,
+    Terminated,
+}
+
+impl InstanceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Pending => "pending",
+            InstanceState::Running => "running",
+            InstanceState::Stopping => "stopping",
+            InstanceState::Stopped => "stopped",
+            InstanceState::ShuttingDown => "shutting-down",
+            InstanceState::Terminated => "terminated",
+        }
+    }
+
+    /// Whether the instance is gone or going (it will not run again).
+    pub fn is_gone(self) -> bool {
+        matches!(
+            self,
+            InstanceState::ShuttingDown | InstanceState::Terminated
+        )
+    }
+}
+
+/// An instance as the provider reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    /// The machine named by the instance's `berth-machine` tag.
+    pub machine: Option<MachineId>,
+    pub zone: String,
+    pub instance_type: String,
+    pub state: InstanceState,
+    pub hardware: Hardware,
+}

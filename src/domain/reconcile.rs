@@ -1,0 +1,329 @@
+//! Reconciliation planning: what the engine does when it compares the
+//! store's machines with the instances a provider reports. Pure: the
+//! engine reads both sides and acts on the plan.
+//!
+//! Three rules, in the order the engine applies them:
+//!
+//! - An instance tagged for this controller that no machine records, and
+//!   that is not the launch in flight of a machine still starting, is a
+//!   *stray*: stop it before starting anything new ("stop unknown
+//!   instances before starting pending ones": if an instance was started
+//!   and its id never recorded, a second one must not be started for the
+//!   same machine).
+//! - At start-up, an instance tagged for a machine that is `starting` or
+//!   `dying` with no instance recorded is that machine's launch, lost with
+//!   the old engine: it is *adopted*, not launched again.
+//! - A machine whose recorded instance the provider no longer has has
+//!   *vanished*: the engine shows it down, or finishes its stop.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::domain::instance::Instance;
+use crate::domain::machine::{MachineRole, MachineState};
+use crate::domain::names::MachineId;
+
+/// What a reconciliation needs of a machine, and no more: a start-up
+/// with 100,000 machines reads this for each of them, and full records
+/// only for the machines that get an actor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineSummary {
+    pub id: MachineId,
+    pub state: MachineState,
+    pub role: MachineRole,
+    pub instance_id: Option<String>,
+    pub zone: Option<String>,
+    /// The applications of its units. Machines with the same set share
+    /// one copy.
+    pub applications: Arc<BTreeSet<String>>,
+}
+
+/// What a comparison of the store with the provider's list found.
+#[derive(Debug, Default, PartialEq)]
+pub struct ReconciliationPlan {
+    /// Instances with this controller's tags that no machine claims (or a
+    /// second instance of a machine that has one), sorted: to stop.
+    pub strays: Vec<String>,
+    /// Instances launched for machines that have not recorded them yet (a
+    /// launch in flight when the engine stopped): to take over.
+    pub adopt: HashMap<MachineId, Instance>,
+    /// Machines whose recorded instance the provider no longer has.
+    pub vanished: HashSet<MachineId>,
+}
+
+/// Whether a machine in `state` may have a launch whose instance it has
+/// not recorded yet.
+fn may_have_unrecorded_launch(state: MachineState) -> bool {
+    matches!(state, MachineState::Starting | MachineState::Dying)
+}
+
+/// Whether a machine in `state` with a recorded instance expects the
+/// provider to still have it.
+fn expects_its_instance(state: MachineState) -> bool {
+    matches!(
+        state,
+        MachineState::AwaitingAgent
+            | MachineState::Started
+            | MachineState::Stopping
+            | MachineState::Relaunching
+    )
+}
+
+/// Compares the store's machines with the provider's instances, as the
+/// engine does when it starts: a launch lost with the old engine is
+/// adopted by its machine.
+///
+/// # Guarantees
+///
+/// No instance that a machine records as its own is ever a stray; an
+/// instance is adopted only by the machine its tag names, and at most one
+/// per machine.
+pub fn plan_reconciliation(
+    machines: &[MachineSummary],
+    instances: &[Instance],
+) -> ReconciliationPlan {
+    let by_id: HashMap<MachineId, &MachineSummary> = machines.iter().map(|m| (m.id, m)).collect();
+    let recorded: HashSet<&str> = machines
+        .iter()
+        .filter_map(|m| m.instance_id.as_deref())
+        .collect();
+    let mut plan = ReconciliationPlan::default();
+    let mut live: HashSet<&str> = HashSet::new();
+    for instance in instances.iter().filter(|i| !i.state.is_gone()) {
+        live.insert(instance.id.as_str());
+        if recorded.contains(instance.id.as_str()) {
+            continue;
+        }
+        let claim = instance.machine.and_then(|m| by_id.get(&m));
+        match claim {
+            Some(machine)
+                if machine.instance_id.is_none()
+                    && may_have_unrecorded_launch(machine.state)
+                    && !plan.adopt.contains_key(&machine.id) =>
+            {
+                plan.adopt.insert(machine.id, instance.clone());
+            }
+            _ => plan.strays.push(instance.id.clone()),
+        }
+    }
+    for machine in machines {
+        if let Some(instance) = machine.instance_id.as_deref() {
+            if !live.contains(instance) && expects_its_instance(machine.state) {
+                plan.vanished.insert(machine.id);
+            }
+        }
+    }
+    plan.strays.sort();
+    plan
+}
+
+/// The strays of a periodic reconciliation, while the engine runs: as
+/// [`plan_reconciliation`]'s, less the launches in flight (an instance
+/// tagged for a machine that is `starting` with no instance recorded),
+/// whose machines' actors will record them.
+pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> Vec<String> {
+    let plan = plan_reconciliation(machines, instances);
+    let launching: HashSet<MachineId> = machines
+        .iter()
+        .filter(|m| m.instance_id.is_none() && m.state == MachineState::Starting)
+        .map(|m| m.id)
+        .collect();
+    let in_flight: HashSet<&str> = instances
+        .iter()
+        .filter(|i| i.machine.is_some_and(|m| launching.contains(&m)))
+        .map(|i| i.id.as_str())
+        .collect();
+    plan.strays
+        .into_iter()
+        .filter(|id| !in_flight.contains(id.as_str()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::hardware::Hardware;
+    use crate::domain::instance::InstanceState;
+    use proptest::prelude::*;
+
+    fn machine(id: u64, state: MachineState, instance: Option<&str>) -> MachineSummary {
+        MachineSummary {
+            id: MachineId::new(id),
+            state,
+            role: MachineRole::Workload,
+            instance_id: instance.map(str::to_string),
+            zone: None,
+            applications: Arc::default(),
+        }
+    }
+
+    fn instance(id: &str, machine: Option<u64>, state: InstanceState) -> Instance {
+        Instance {
+            id: id.to_string(),
+            machine: machine.map(MachineId::new),
+            zone: "a".to_string(),
+            instance_type: "t3.micro".to_string(),
+            state,
+            hardware: Hardware::default(),
+        }
+    }
+
+    #[test]
+    fn an_instance_no_machine_claims_is_a_stray() {
+        let machines = [machine(0, MachineState::Started, Some("i-0"))];
+        let instances = [
+            instance("i-0", Some(0), InstanceState::Running),
+            instance("i-9", None, InstanceState::Running),
+            instance("i-8", Some(7), InstanceState::Running),
+        ];
+        let plan = plan_reconciliation(&machines, &instances);
+        assert_eq!(plan.strays, ["i-8", "i-9"]);
+        assert!(plan.adopt.is_empty());
+        assert!(plan.vanished.is_empty());
+    }
+
+    #[test]
+    fn a_starting_machines_unrecorded_launch_is_adopted_once() {
+        let machines = [
+            machine(0, MachineState::Starting, None),
+            machine(1, MachineState::Dying, None),
+        ];
+        let instances = [
+            instance("i-1", Some(0), InstanceState::Pending),
+            instance("i-2", Some(0), InstanceState::Running),
+            instance("i-3", Some(1), InstanceState::Running),
+        ];
+        let plan = plan_reconciliation(&machines, &instances);
+        assert_eq!(plan.adopt[&MachineId::new(0)].id, "i-1");
+        assert_eq!(plan.adopt[&MachineId::new(1)].id, "i-3");
+        assert_eq!(plan.strays, ["i-2"]);
+    }
+
+    #[test]
+    fn a_pending_machines_tagged_instance_is_a_stray_not_adopted() {
+        let machines = [machine(0, MachineState::Pending, None)];
+        let instances = [instance("i-1", Some(0), InstanceState::Running)];
+        let plan = plan_reconciliation(&machines, &instances);
+        assert!(plan.adopt.is_empty());
+        assert_eq!(plan.strays, ["i-1"]);
+    }
+
+    #[test]
+    fn a_recorded_instance_the_provider_lost_has_vanished() {
+        let machines = [
+            machine(0, MachineState::Started, Some("i-0")),
+            machine(1, MachineState::Stopping, Some("i-1")),
+            machine(2, MachineState::AwaitingAgent, Some("i-2")),
+            machine(3, MachineState::Down, Some("i-3")),
+        ];
+        let instances = [instance("i-2", Some(2), InstanceState::Terminated)];
+        let plan = plan_reconciliation(&machines, &instances);
+        let vanished: BTreeSet<u64> = plan.vanished.iter().map(|m| m.host_number()).collect();
+        // Down is already shown down: nothing to do for it.
+        assert_eq!(vanished, BTreeSet::from([0, 1, 2]));
+        assert!(plan.strays.is_empty());
+    }
+
+    #[test]
+    fn terminated_instances_are_neither_strays_nor_adopted() {
+        let machines = [machine(0, MachineState::Starting, None)];
+        let instances = [
+            instance("i-1", Some(0), InstanceState::Terminated),
+            instance("i-2", None, InstanceState::ShuttingDown),
+        ];
+        let plan = plan_reconciliation(&machines, &instances);
+        assert_eq!(plan, ReconciliationPlan::default());
+    }
+
+    #[test]
+    fn a_periodic_reconciliation_leaves_launches_in_flight_alone() {
+        let machines = [
+            machine(0, MachineState::Starting, None),
+            machine(1, MachineState::Pending, None),
+        ];
+        let instances = [
+            instance("i-1", Some(0), InstanceState::Pending),
+            instance("i-2", Some(1), InstanceState::Running),
+            instance("i-3", None, InstanceState::Running),
+        ];
+        assert_eq!(periodic_strays(&machines, &instances), ["i-2", "i-3"]);
+    }
+
+    fn any_state() -> impl Strategy<Value = MachineState> {
+        prop::sample::select(MachineState::ALL.to_vec())
+    }
+
+    fn any_instance_state() -> impl Strategy<Value = InstanceState> {
+        prop::sample::select(vec![
+            InstanceState::Pending,
+            InstanceState::Running,
+            InstanceState::Stopping,
+            InstanceState::Stopped,
+            InstanceState::ShuttingDown,
+            InstanceState::Terminated,
+        ])
+    }
+
+    /// Up to 12 machines, each maybe recording one of 16 instance ids, and
+    /// up to 16 instances (unique ids), each maybe tagged for one of 14
+    /// machine numbers (some of which do not exist).
+    fn world() -> impl Strategy<Value = (Vec<MachineSummary>, Vec<Instance>)> {
+        let machines = prop::collection::vec((any_state(), prop::option::of(0u8..16)), 0..12)
+            .prop_map(|specs| {
+                specs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, (state, instance))| {
+                        let id = instance.map(|i| format!("i-{i}"));
+                        machine(n as u64, state, id.as_deref())
+                    })
+                    .collect::<Vec<_>>()
+            });
+        let instances = prop::collection::btree_map(
+            0u8..16,
+            (prop::option::of(0u64..14), any_instance_state()),
+            0..16,
+        )
+        .prop_map(|specs| {
+            specs
+                .into_iter()
+                .map(|(i, (machine, state))| instance(&format!("i-{i}"), machine, state))
+                .collect::<Vec<_>>()
+        });
+        (machines, instances)
+    }
+
+    proptest! {
+        #[test]
+        fn a_planned_reconciliation_never_stops_an_instance_a_machine_owns(
+            (machines, instances) in world()
+        ) {
+            let owned: HashSet<&str> =
+                machines.iter().filter_map(|m| m.instance_id.as_deref()).collect();
+            let plan = plan_reconciliation(&machines, &instances);
+            for stray in plan.strays.iter().chain(&periodic_strays(&machines, &instances)) {
+                prop_assert!(!owned.contains(stray.as_str()), "{stray} is owned");
+            }
+            for (machine, instance) in &plan.adopt {
+                prop_assert_eq!(instance.machine, Some(*machine));
+                prop_assert!(!owned.contains(instance.id.as_str()));
+                prop_assert!(!plan.strays.contains(&instance.id));
+            }
+        }
+
+        #[test]
+        fn every_live_instance_is_owned_adopted_or_a_stray(
+            (machines, instances) in world()
+        ) {
+            let owned: HashSet<&str> =
+                machines.iter().filter_map(|m| m.instance_id.as_deref()).collect();
+            let plan = plan_reconciliation(&machines, &instances);
+            let adopted: HashSet<&str> = plan.adopt.values().map(|i| i.id.as_str()).collect();
+            for instance in instances.iter().filter(|i| !i.state.is_gone()) {
+                let id = instance.id.as_str();
+                let places = [owned.contains(id), adopted.contains(id), plan.strays.iter().any(|s| s == id)];
+                prop_assert_eq!(places.iter().filter(|p| **p).count(), 1, "{}", id);
+            }
+        }
+    }
+}

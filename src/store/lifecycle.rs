@@ -1,0 +1,744 @@
+//! The one writer of a machine's life.
+//!
+//! Every change of a machine's lifecycle state goes through here: the
+//! engine's events ([`Store::apply`]), an agent's check-in and heartbeat,
+//! over HTTP or from the simulated cloud ([`Store::agent_connect`],
+//! [`Store::agent_heartbeat`], [`Store::agents_alive`]), and the user's
+//! `remove-machine` and `retry-provisioning` (through [`apply_tx`] inside
+//! their own transactions). Each applies the domain's
+//! [`transition`](crate::domain::machine::transition) with the controller's
+//! configured [`Policy`] (see [`Store::set_policy`]), performs the store's
+//! part of the effect (a fresh one-time password for a launch, the time of
+//! the next retry, replaced constraints, removal of a dead machine), writes
+//! the machine in one statement and appends the change to the change log.
+//!
+//! # Errors
+//!
+//! An event that the lifecycle does not accept in the machine's state is
+//! always [`StoreError::Conflict`] (HTTP 409), worded by [`illegal`] for
+//! the operation that asked, and nothing is written. (The engine, which
+//! decides from the machine it holds, gets [`ApplyError::Illegal`]
+//! instead, before anything is queued.) An engine's save of a machine that
+//! someone else moved meanwhile is a conflict too: the engine reads the
+//! machine again and decides anew.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+
+use crate::contracts::secrets::{hash_secret, new_secret, secret_matches, Secret};
+use crate::domain::constraints::Constraints;
+use crate::domain::machine::{
+    transition, Effect, Event, EventKind, IllegalTransition, Jitter, Machine, MachineState, Policy,
+};
+use crate::domain::names::MachineId;
+use crate::store::db::Conn;
+use crate::store::records::{stored, MachineRecord, MachineRow};
+use crate::store::schema::{machines, units};
+use crate::store::writer::Tx;
+use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
+
+/// How long an agent that checks in before its machine's instance is
+/// recorded is held while the engine records it (usually a commit away),
+/// before it is told to come back later.
+pub const EARLY_AGENT_WAIT: Duration = Duration::from_secs(5);
+
+/// One machine, read in a store operation's transaction.
+pub(crate) fn load_machine(tx: &mut Tx<'_>, id: &MachineId) -> Result<MachineRecord, StoreError> {
+    let row: Option<MachineRow> = machines::table
+        .find(id.to_string())
+        .select(MachineRow::as_select())
+        .get_result(tx.conn)
+        .optional()?;
+    row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?
+        .try_into()
+}
+
+/// One event of a machine's lifecycle, to apply and write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachineEvent {
+    pub id: MachineId,
+    pub event: Event,
+    /// Shown as the status message when the transition leaves none: why
+    /// the event happened, in the words of whoever saw it.
+    pub message: Option<String>,
+    /// Fields written beside the lifecycle (instance type, hardware,
+    /// whether a retry time is stored and must be cleared).
+    pub update: MachineUpdate,
+}
+
+impl MachineEvent {
+    /// `event` for machine `id`, with nothing else to write.
+    pub fn new(id: MachineId, event: Event) -> MachineEvent {
+        MachineEvent {
+            id,
+            event,
+            message: None,
+            update: MachineUpdate::default(),
+        }
+    }
+}
+
+/// What the writer did: the machine now stored (or removed, when `dead`)
+/// and the effect the engine is to perform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    pub next: Machine,
+    pub effect: Effect,
+    /// For a launch: the fresh one-time password whose hash was stored
+    /// with the machine, to hand to the new instance's agent.
+    pub password: Option<Secret>,
+}
+
+/// Why the engine's event was not written.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The lifecycle does not accept the event in the state the engine
+    /// holds: nothing was written, and nothing needs to be.
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// The store refused or failed the write: [`StoreError::Conflict`] if
+    /// someone else moved the machine meanwhile, [`StoreError::NotFound`]
+    /// if it has gone.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A decided event, ready to write.
+struct Decision {
+    applied: Applied,
+    update: MachineUpdate,
+    /// Neither the lifecycle nor any other field changes: nothing to write.
+    unchanged: bool,
+}
+
+/// The one conflict of the lifecycle: `event` is not accepted by machine
+/// `id` in the state it is in, worded for the operation that asked.
+pub fn illegal(id: MachineId, cause: &IllegalTransition) -> StoreError {
+    let message = match cause {
+        IllegalTransition::NotAllowed { state, event } => match event {
+            EventKind::Retry => format!(
+                "machine {id} is not in provisioning error (it is {state}): only machines in error can be retried"
+            ),
+            EventKind::Destroy => format!("cannot remove machine {id}: {cause}"),
+            EventKind::AgentConnected if *state == MachineState::Starting => format!(
+                "machine {id} is still starting: its instance is not recorded yet; try again"
+            ),
+            _ => format!("machine {id}: {cause}"),
+        },
+        IllegalTransition::MissingRecord { .. } => format!("machine {id}: {cause}"),
+    };
+    StoreError::Conflict(message)
+}
+
+/// Applies `event` to `current` and works out the store's part of the
+/// effect. Pure but for the fresh one-time password of a launch.
+fn decide(
+    current: &Machine,
+    event: &Event,
+    message: Option<String>,
+    mut update: MachineUpdate,
+    policy: &Policy,
+    jitter: Jitter,
+    now_ms: i64,
+) -> Result<Decision, IllegalTransition> {
+    let step = transition(current, event, policy, jitter)?;
+    let mut next = step.next;
+    if let (Some(message), None) = (message, &next.lifecycle.last_error) {
+        next.lifecycle.last_error = Some(message);
+    }
+    let mut password = None;
+    match &step.effect {
+        Effect::LaunchInstance { .. } => {
+            let secret = new_secret();
+            update.otp_hash = Some(hash_secret(secret.expose()));
+            password = Some(secret);
+        }
+        Effect::ScheduleRetry { after } => {
+            let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+            update.retry_at_ms = Some(now_ms.saturating_add(after_ms));
+        }
+        Effect::ReplaceConstraints(constraints) => {
+            update.constraints = Some(Constraints::clone(constraints));
+        }
+        _ => {}
+    }
+    if next.state == MachineState::Retrying {
+        // Its retry time stays until the retry is due.
+        update.clear_retry_at = false;
+    }
+    let unchanged = next == *current && update == MachineUpdate::default();
+    Ok(Decision {
+        applied: Applied {
+            next,
+            effect: step.effect,
+            password,
+        },
+        update,
+        unchanged,
+    })
+}
+
+/// Writes a decision: the machine, or its removal when it is dead.
+fn write(
+    tx: &mut Tx<'_>,
+    id: MachineId,
+    expected: Option<MachineState>,
+    decision: &Decision,
+) -> Result<(), StoreError> {
+    let next = &decision.applied.next;
+    if next.state == MachineState::Dead {
+        // Dead is never stored: the machine goes instead.
+        delete_machine_rows(tx, &id)
+    } else if decision.unchanged {
+        Ok(())
+    } else {
+        save_machine(tx, &id, expected, next, &decision.update)
+    }
+}
+
+fn policy_of(store_policy: &std::sync::RwLock<Policy>) -> Policy {
+    match store_policy.read() {
+        Ok(policy) => *policy,
+        Err(poisoned) => *poisoned.into_inner(),
+    }
+}
+
+fn jitter() -> Jitter {
+    Jitter::new(rand::random::<f64>() * 0.999).unwrap_or(Jitter::NONE)
+}
+
+/// Applies `request` to a machine already read in this transaction.
+fn apply_to(
+    tx: &mut Tx<'_>,
+    current: &Machine,
+    expected: Option<MachineState>,
+    request: MachineEvent,
+    policy: &Policy,
+) -> Result<Applied, StoreError> {
+    let decision = decide(
+        current,
+        &request.event,
+        request.message,
+        request.update,
+        policy,
+        jitter(),
+        tx.now_ms,
+    )
+    .map_err(|e| illegal(request.id, &e))?;
+    write(tx, request.id, expected, &decision)?;
+    Ok(decision.applied)
+}
+
+/// Applies one lifecycle event to a machine as stored, inside a store
+/// operation's transaction (the user's remove and retry, agents'
+/// check-ins).
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`]; [`StoreError::Conflict`] for an event the
+/// machine's state does not accept (see [`illegal`]).
+pub(crate) fn apply_tx(
+    tx: &mut Tx<'_>,
+    request: MachineEvent,
+    policy: &Policy,
+) -> Result<Applied, StoreError> {
+    let current = load_machine(tx, &request.id)?.machine;
+    apply_to(tx, &current, None, request, policy)
+}
+
+/// Deletes a machine and the units on it, and logs the removal (nothing
+/// when it is already gone).
+pub(crate) fn delete_machine_rows(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
+    diesel::delete(units::table.filter(units::machine_id.eq(id.to_string()))).execute(tx.conn)?;
+    let gone = diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
+    if gone > 0 {
+        tx.record(Entity::Machine, id.to_string(), ChangeKind::Removed, "");
+    }
+    Ok(())
+}
+
+/// What one try of an agent's check-in found.
+enum CheckIn {
+    Connected(Secret),
+    /// The instance runs but the engine has not recorded it yet: nothing
+    /// was changed and the password still works.
+    NotYet(StoreError),
+}
+
+fn agent_connect_tx(
+    tx: &mut Tx<'_>,
+    id: MachineId,
+    one_time_password: &Secret,
+    policy: &Policy,
+) -> Result<CheckIn, StoreError> {
+    tx.set_origin(Origin::Agent);
+    let row: Option<MachineRow> = machines::table
+        .find(id.to_string())
+        .select(MachineRow::as_select())
+        .get_result(tx.conn)
+        .optional()?;
+    let row = row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?;
+    let valid = row
+        .otp_hash
+        .as_deref()
+        .is_some_and(|hash| secret_matches(one_time_password.expose(), hash));
+    if !valid {
+        return Err(StoreError::Unauthorized(format!(
+            "machine {id}: the one-time password is wrong or was already used"
+        )));
+    }
+    let record = MachineRecord::try_from(row)?;
+    let credential = new_secret();
+    let request = MachineEvent {
+        update: MachineUpdate {
+            // The exchange and the transition in one statement.
+            credential_hash: Some(hash_secret(credential.expose())),
+            heartbeat_ms: Some(tx.now_ms),
+            ..MachineUpdate::default()
+        },
+        ..MachineEvent::new(id, Event::AgentConnected)
+    };
+    match apply_to(tx, &record.machine, None, request, policy) {
+        Ok(_) => Ok(CheckIn::Connected(credential)),
+        Err(e) if record.state() == MachineState::Starting => Ok(CheckIn::NotYet(e)),
+        Err(e) => Err(e),
+    }
+}
+
+impl Store {
+    /// Sets the lifecycle policy every transition is applied with (the
+    /// `[provisioner]` settings); every handle on this store shares it.
+    /// Until it is set, [`Policy::default`].
+    pub fn set_policy(&self, policy: Policy) {
+        match self.policy.write() {
+            Ok(mut current) => *current = policy,
+            Err(poisoned) => *poisoned.into_inner() = policy,
+        }
+    }
+
+    /// The lifecycle policy in force.
+    pub fn policy(&self) -> Policy {
+        policy_of(&self.policy)
+    }
+
+    /// The engine applies one of its events to a machine, as it last saved
+    /// or read it (`current`), and writes the result before acting on it.
+    /// Origin: the engine.
+    ///
+    /// # Guarantees
+    ///
+    /// The decision is made before the write is queued; an event that
+    /// changes nothing writes nothing; the write happens only if the stored
+    /// machine is still in `current`'s state.
+    ///
+    /// # Errors
+    ///
+    /// [`ApplyError::Illegal`] if the lifecycle does not accept the event
+    /// in `current`'s state; [`StoreError::NotFound`] if the machine has
+    /// gone; [`StoreError::Conflict`] if someone else (a user's remove or
+    /// retry, an agent) moved it meanwhile: the engine reads it again and
+    /// decides anew.
+    pub async fn apply(
+        &self,
+        current: Machine,
+        request: MachineEvent,
+    ) -> Result<Applied, ApplyError> {
+        let decision = decide(
+            &current,
+            &request.event,
+            request.message,
+            request.update,
+            &self.policy(),
+            jitter(),
+            now_ms(),
+        )?;
+        if decision.unchanged && decision.applied.next.state != MachineState::Dead {
+            return Ok(decision.applied);
+        }
+        let id = request.id;
+        let applied = self
+            .write(move |tx| {
+                tx.set_origin(Origin::Engine);
+                write(tx, id, Some(current.state), &decision)?;
+                Ok(decision.applied)
+            })
+            .await?;
+        Ok(applied)
+    }
+
+    /// Sets the message `status` shows for a machine without changing its
+    /// state, if it is still in `expected` (a machine waiting on the
+    /// provider says why).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Conflict`] if the machine
+    /// moved meanwhile.
+    pub async fn note_machine(
+        &self,
+        id: MachineId,
+        expected: Machine,
+        message: String,
+    ) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            tx.set_origin(Origin::Engine);
+            let mut noted = expected.clone();
+            noted.lifecycle.last_error = Some(message);
+            save_machine(
+                tx,
+                &id,
+                Some(expected.state),
+                &noted,
+                &MachineUpdate::default(),
+            )
+        })
+        .await
+    }
+
+    /// A machine agent exchanges its one-time password for the machine's
+    /// permanent credential, and the machine is started. The password works
+    /// once. Both the HTTP check-in and the simulated cloud's agents come
+    /// here.
+    ///
+    /// An agent can come before the engine has recorded its instance (the
+    /// machine is still `starting`): it is held, trying again after each
+    /// commit, for up to [`EARLY_AGENT_WAIT`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Unauthorized`] for a wrong
+    /// or already used password; [`StoreError::Conflict`] (nothing
+    /// changed, the password still works) if the machine does not accept
+    /// an agent now, or is still starting after the wait.
+    pub async fn agent_connect(
+        &self,
+        id: MachineId,
+        one_time_password: Secret,
+    ) -> Result<Secret, StoreError> {
+        let mut head = self.watch_revision();
+        let give_up = tokio::time::Instant::now() + EARLY_AGENT_WAIT;
+        loop {
+            let policy = self.policy();
+            let password = one_time_password.clone();
+            let tried = self
+                .write(move |tx| agent_connect_tx(tx, id, &password, &policy))
+                .await?;
+            match tried {
+                CheckIn::Connected(credential) => return Ok(credential),
+                CheckIn::NotYet(why) => {
+                    let waited = tokio::time::timeout_at(give_up, head.changed()).await;
+                    if !matches!(waited, Ok(Ok(()))) {
+                        return Err(why);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A machine agent says it is alive; a machine shown `down` is started
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`]; [`StoreError::Unauthorized`] for a wrong
+    /// credential.
+    pub async fn agent_heartbeat(
+        &self,
+        id: MachineId,
+        credential: Secret,
+    ) -> Result<MachineState, StoreError> {
+        let policy = self.policy();
+        self.write(move |tx| {
+            tx.set_origin(Origin::Agent);
+            let record = load_machine(tx, &id)?;
+            let stored_hash: Option<String> = machines::table
+                .find(id.to_string())
+                .select(machines::credential_hash)
+                .get_result(tx.conn)?;
+            if !stored_hash.is_some_and(|hash| secret_matches(credential.expose(), &hash)) {
+                return Err(StoreError::Unauthorized(format!(
+                    "machine {id}: wrong agent credential"
+                )));
+            }
+            diesel::update(machines::table.find(id.to_string()))
+                .set(machines::last_heartbeat_ms.eq(tx.now_ms))
+                .execute(tx.conn)?;
+            if record.state() == MachineState::Down {
+                let request = MachineEvent::new(id, Event::AgentConnected);
+                let applied = apply_to(tx, &record.machine, None, request, &policy)?;
+                return Ok(applied.next.state);
+            }
+            Ok(record.state())
+        })
+        .await
+    }
+
+    /// Agents the provider vouches for (the simulated cloud's) are alive:
+    /// their heartbeat time is now, and those shown `down` are started
+    /// again. One statement per thousand machines.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] only; unknown machines are ignored.
+    pub async fn agents_alive(&self, ids: Vec<MachineId>) -> Result<(), StoreError> {
+        let policy = self.policy();
+        self.write(move |tx| {
+            tx.set_origin(Origin::Agent);
+            let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
+            for chunk in keys.chunks(1000) {
+                diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
+                    .set(machines::last_heartbeat_ms.eq(tx.now_ms))
+                    .execute(tx.conn)?;
+                let down: Vec<String> = machines::table
+                    .filter(machines::id.eq_any(chunk))
+                    .filter(machines::state.eq(MachineState::Down.as_str()))
+                    .select(machines::id)
+                    .load(tx.conn)?;
+                for id in down {
+                    let id: MachineId = stored("machine id", &id)?;
+                    apply_tx(tx, MachineEvent::new(id, Event::AgentConnected), &policy)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Fields that change beside the lifecycle record when the engine (or a
+/// user operation) saves a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineUpdate {
+    pub constraints: Option<Constraints>,
+    pub instance_type: Option<String>,
+    pub hardware: Option<String>,
+    /// A fresh one-time password's hash, for a launch.
+    pub otp_hash: Option<String>,
+    pub retry_at_ms: Option<i64>,
+    pub clear_retry_at: bool,
+    /// The agent exchanged its one-time password: the password's hash goes
+    /// and this credential's hash takes its place, in the same statement
+    /// as the transition to `started`.
+    pub credential_hash: Option<String>,
+    /// When the agent was last heard from, if it was just now.
+    pub heartbeat_ms: Option<i64>,
+}
+
+/// The machine save: one `UPDATE` of one shape whatever it changes, so the
+/// connection prepares it once and keeps it. diesel's own `UPDATE`s are
+/// never kept in its statement cache (their `SET` lists vary), and
+/// preparing the save again for every transition was most of its cost.
+///
+/// Columns every save writes are bound as they are. The others come in
+/// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
+/// the value (which may be `NULL`, to clear it). `expected_state`, when
+/// given, is the state the machine must still be in.
+struct SaveMachine<'a> {
+    id: &'a str,
+    expected_state: Option<&'a str>,
+    state: &'a str,
+    instance_id: Option<&'a str>,
+    zone: Option<&'a str>,
+    status_message: &'a str,
+    attempts: i32,
+    zones_failed: &'a str,
+    bootstrap_attempts: i32,
+    stop_failures: i32,
+    updated_at_ms: i64,
+    constraints: Option<&'a str>,
+    instance_type: Kept<&'a str>,
+    hardware: Kept<&'a str>,
+    otp_hash: Kept<&'a str>,
+    retry_at_ms: Kept<i64>,
+    credential_hash: Option<&'a str>,
+    last_heartbeat_ms: Option<i64>,
+}
+
+/// A nullable column a save may leave alone (`keep`) or set (`value`,
+/// `None` clearing it).
+struct Kept<T> {
+    keep: bool,
+    value: Option<T>,
+}
+
+impl<T> Kept<T> {
+    /// `None` keeps the column; `Some(value)` sets it.
+    fn from(change: Option<Option<T>>) -> Self {
+        match change {
+            None => Kept {
+                keep: true,
+                value: None,
+            },
+            Some(value) => Kept { keep: false, value },
+        }
+    }
+}
+
+impl diesel::query_builder::QueryId for SaveMachine<'_> {
+    type QueryId = SaveMachine<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB> diesel::query_builder::QueryFragment<DB> for SaveMachine<'_>
+where
+    DB: diesel::backend::Backend
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Integer>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+    i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
+    for<'x> Option<&'x str>:
+        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Text>, DB>,
+    Option<i64>:
+        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
+        out.push_sql("UPDATE machines SET state = ");
+        out.push_bind_param::<Text, _>(self.state)?;
+        out.push_sql(", instance_id = ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
+        out.push_sql(", zone = ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.zone)?;
+        out.push_sql(", status_message = ");
+        out.push_bind_param::<Text, _>(self.status_message)?;
+        out.push_sql(", attempts = ");
+        out.push_bind_param::<Integer, _>(&self.attempts)?;
+        out.push_sql(", zones_failed = ");
+        out.push_bind_param::<Text, _>(self.zones_failed)?;
+        out.push_sql(", bootstrap_attempts = ");
+        out.push_bind_param::<Integer, _>(&self.bootstrap_attempts)?;
+        out.push_sql(", stop_failures = ");
+        out.push_bind_param::<Integer, _>(&self.stop_failures)?;
+        out.push_sql(", updated_at_ms = ");
+        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
+        out.push_sql(", constraints = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
+        out.push_sql(", constraints)");
+        for (column, kept) in [
+            ("instance_type", &self.instance_type),
+            ("hardware", &self.hardware),
+            ("otp_hash", &self.otp_hash),
+        ] {
+            out.push_sql(", ");
+            out.push_sql(column);
+            out.push_sql(" = CASE WHEN ");
+            out.push_bind_param::<Bool, _>(&kept.keep)?;
+            out.push_sql(" THEN ");
+            out.push_sql(column);
+            out.push_sql(" ELSE ");
+            out.push_bind_param::<Nullable<Text>, _>(&kept.value)?;
+            out.push_sql(" END");
+        }
+        out.push_sql(", retry_at_ms = CASE WHEN ");
+        out.push_bind_param::<Bool, _>(&self.retry_at_ms.keep)?;
+        out.push_sql(" THEN retry_at_ms ELSE ");
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.retry_at_ms.value)?;
+        out.push_sql(" END, credential_hash = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.credential_hash)?;
+        out.push_sql(", credential_hash), last_heartbeat_ms = COALESCE(");
+        out.push_bind_param::<Nullable<BigInt>, _>(&self.last_heartbeat_ms)?;
+        out.push_sql(", last_heartbeat_ms) WHERE id = ");
+        out.push_bind_param::<Text, _>(self.id)?;
+        out.push_sql(" AND state = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
+        out.push_sql(", state)");
+        Ok(())
+    }
+}
+
+impl<Conn> RunQueryDsl<Conn> for SaveMachine<'_> {}
+
+fn saturating_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// Writes a machine's lifecycle (and any extra fields) in one statement
+/// and logs the change, if the machine is still in `expected` (when given): the check is the UPDATE's own `WHERE`, so a save costs one
+/// statement, and only a save that changed nothing looks at why.
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`] if the machine has gone;
+/// [`StoreError::Conflict`] if it is no longer in `expected`.
+fn save_machine(
+    tx: &mut Tx<'_>,
+    id: &MachineId,
+    expected: Option<MachineState>,
+    machine: &Machine,
+    update: &MachineUpdate,
+) -> Result<(), StoreError> {
+    let life = &machine.lifecycle;
+    let key = id.to_string();
+    let has_instance = life.instance_id.is_some();
+    let zones_failed = life.zones_failed.join(",");
+    let constraints = update.constraints.as_ref().map(ToString::to_string);
+    let save = SaveMachine {
+        id: &key,
+        expected_state: expected.map(MachineState::as_str),
+        state: machine.state.as_str(),
+        instance_id: life.instance_id.as_deref(),
+        zone: life.zone.as_deref(),
+        status_message: life.last_error.as_deref().unwrap_or_default(),
+        attempts: saturating_i32(life.attempts_used),
+        zones_failed: &zones_failed,
+        bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
+        stop_failures: saturating_i32(life.stop_failures),
+        updated_at_ms: tx.now_ms,
+        constraints: constraints.as_deref(),
+        // No instance, so nothing it was: clear what the last one had.
+        instance_type: Kept::from(match (&update.instance_type, has_instance) {
+            (Some(t), _) => Some(Some(t.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        }),
+        hardware: Kept::from(match (&update.hardware, has_instance) {
+            (Some(h), _) => Some(Some(h.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        }),
+        otp_hash: Kept::from(match (&update.otp_hash, &update.credential_hash) {
+            (Some(otp), _) => Some(Some(otp.as_str())),
+            (None, Some(_)) => Some(None),
+            (None, None) => None,
+        }),
+        retry_at_ms: Kept::from(
+            (update.retry_at_ms.is_some() || update.clear_retry_at).then_some(update.retry_at_ms),
+        ),
+        credential_hash: update.credential_hash.as_deref(),
+        last_heartbeat_ms: update.heartbeat_ms,
+    };
+    let found = match tx.conn {
+        Conn::Sqlite(conn) => save.execute(conn)?,
+        Conn::Postgres(conn) => save.execute(conn)?,
+    };
+    if found == 0 {
+        let current: Option<String> = match expected {
+            None => None,
+            Some(_) => machines::table
+                .find(&key)
+                .select(machines::state)
+                .get_result(tx.conn)
+                .optional()?,
+        };
+        return Err(match (current, expected) {
+            (Some(state), Some(expected)) => StoreError::Conflict(format!(
+                "machine {id} is {state}, not {expected}: it changed meanwhile"
+            )),
+            _ => StoreError::NotFound(format!("machine {id} not found")),
+        });
+    }
+    let mut detail = format!("state={}", machine.state);
+    if let Some(zone) = &life.zone {
+        detail.push_str(&format!(" zone={zone}"));
+    }
+    tx.record(Entity::Machine, key, ChangeKind::Updated, detail);
+    Ok(())
+}
