@@ -6,7 +6,7 @@ use berth::contracts::provider::ProviderZone;
 use berth::contracts::secrets::{secret_matches, Secret};
 use berth::domain::base::Base;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{Event, FailureKind, Machine, MachineState};
+use berth::domain::machine::{Effect, Event, FailureKind, Machine, MachineState, Policy};
 use berth::domain::names::MachineId;
 use berth::domain::placement::Placement;
 use berth::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
@@ -610,6 +610,54 @@ async fn the_writer_sets_keeps_and_clears_each_optional_column(store: Store) {
     );
 }
 
+async fn the_writer_applies_the_configured_policy(store: Store) {
+    let policy = Policy {
+        bootstrap_timeout: std::time::Duration::from_secs(7),
+        ..Policy::default()
+    };
+    store.set_policy(policy);
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    engine_steps::launch_in(&store, id, "a").await;
+    let launched = engine_steps::apply(
+        &store,
+        id,
+        Event::InstanceStarted {
+            instance_id: "i-1".into(),
+        },
+        MachineUpdate::default(),
+    )
+    .await;
+    assert_eq!(
+        launched.effect,
+        Effect::WatchBootstrap {
+            after: std::time::Duration::from_secs(7)
+        }
+    );
+}
+
+async fn an_agent_of_a_machine_being_relaunched_is_refused_and_changes_nothing(store: Store) {
+    let (id, otp) = awaiting_agent(&store).await;
+    engine_steps::apply(
+        &store,
+        id,
+        Event::BootstrapTimedOut,
+        MachineUpdate::default(),
+    )
+    .await;
+    let before = store.revision();
+    let refused = store.agent_connect(id, otp).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Conflict(_)), "{refused:?}");
+    assert_eq!(
+        refused.to_string(),
+        "machine 0: agent-connected is not allowed when a machine is relaunching \
+         (only when it is awaiting-agent, started or down)"
+    );
+    assert_eq!(store.revision(), before);
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.state(), MachineState::Relaunching);
+    assert!(record.awaiting_check_in);
+}
+
 async fn an_event_the_lifecycle_refuses_writes_nothing(store: Store) {
     let id = add_machine(&store, AddMachines::default()).await[0];
     let start = store.revision();
@@ -722,6 +770,8 @@ async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
 on_both_backends!(
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
+    the_writer_applies_the_configured_policy,
+    an_agent_of_a_machine_being_relaunched_is_refused_and_changes_nothing,
     the_agents_one_time_password_starts_the_machine_once,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,

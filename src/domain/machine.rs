@@ -1044,6 +1044,9 @@ fn or_list(states: &[MachineState]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::constraints::{Amount, Setting};
+
+    use proptest::prelude::*;
 
     #[test]
     fn only_unsettled_machines_need_an_actor() {
@@ -1055,9 +1058,6 @@ mod tests {
         assert!(!needs_actor(MachineState::Started));
         assert!(!needs_actor(MachineState::ProvisioningError));
     }
-    use crate::domain::constraints::{Amount, Setting};
-
-    use proptest::prelude::*;
 
     fn policy() -> Policy {
         Policy::default()

@@ -26,9 +26,11 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::contracts::provider::{
     FailureClass, LaunchRequest, Provider, ProviderError, ProviderZone,
 };
+use crate::engine::protocol::{
+    InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
+};
 
 use crate::domain::instance::Instance;
-use crate::engine::machine::{InstanceFailed, InstanceStarted};
 
 /// Throttled calls are tried this many more times before the error is
 /// passed on.
@@ -407,34 +409,6 @@ async fn launch_batch(
 impl Actor for ProviderBroker {
     type Context = Context<Self>;
 }
-
-/// MachineActor → ProviderBroker: launch one instance (batched with others
-/// ready at the same moment). The answer comes back as a message:
-/// [`InstanceStarted`] or [`InstanceFailed`].
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Launch {
-    pub request: LaunchRequest,
-    pub started: Recipient<InstanceStarted>,
-    pub failed: Recipient<InstanceFailed>,
-}
-
-/// Terminate instances.
-#[derive(Message)]
-#[rtype(result = "Vec<Result<(), ProviderError>>")]
-pub struct Terminate(pub Vec<String>);
-
-/// The controller's instances, as the provider lists them.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<Instance>, ProviderError>")]
-pub struct ListInstances {
-    pub controller_uuid: String,
-}
-
-/// The provider's zones.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<ProviderZone>, ProviderError>")]
-pub struct ListZones;
 
 impl Handler<Launch> for ProviderBroker {
     type Result = ();

@@ -36,9 +36,11 @@ use crate::domain::machine::{is_settled, Effect, Event, FailureKind, Machine, Ma
 use crate::domain::names::MachineId;
 use crate::domain::placement::Placement;
 use crate::domain::zones::Occupant;
-use crate::engine::broker::{Launch, Terminate};
-use crate::engine::zone_tracker::{ChooseZone, Release};
-use crate::engine::Shared;
+use crate::engine::protocol::{
+    ActorStopped, ChooseZone, Gone, InstanceChanged, InstanceFailed, InstanceStarted, Launch,
+    Reconcile, Release, Retry, Shutdown, StartInstance, Terminate,
+};
+use crate::engine::shared::Shared;
 use crate::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
 use crate::store::machines::EngineMachine;
 use crate::store::records::MachineRecord;
@@ -56,67 +58,6 @@ pub struct Host {
     pub instance_id: String,
     pub zone: String,
 }
-
-/// MachineActor → Provisioner, when the actor stops.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ActorStopped {
-    pub machine: MachineId,
-    /// Which actor of this machine stopped (a newer one may exist).
-    pub serial: u64,
-    pub state: Option<MachineState>,
-}
-
-/// Provisioner → MachineActor: this pending machine needs an instance.
-/// The actor asks the ZoneTracker for a zone, then the ProviderBroker for
-/// an instance there.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StartInstance;
-
-/// ProviderBroker → MachineActor: the launch succeeded; the machine waits
-/// for its agent.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct InstanceStarted(pub Instance);
-
-/// ProviderBroker → MachineActor: the launch failed. By the error's class
-/// the machine tries the next zone at once, retries after a backoff, is in
-/// error, or (credentials refused) waits for the provider.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct InstanceFailed(pub ProviderError);
-
-/// Administrator (`retry-provisioning`, through the API and the
-/// Provisioner) → MachineActor: the machine, in provisioning error, was
-/// made eligible again (the store has it pending, with any new
-/// constraints); read it afresh and start it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Retry;
-
-/// Provisioner → MachineActor: the store changed this machine (someone
-/// other than the engine did it: a user's remove, an agent's check-in).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Reconcile(pub EngineMachine);
-
-/// Provisioner → MachineActor: the machine was removed from the store.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Gone;
-
-/// Provisioner → MachineActor: the provider reported a change of this
-/// machine's instance (a webhook, or a reconciliation found it gone).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct InstanceChanged(pub InstanceState);
-
-/// Provisioner → MachineActor and ContainerProvisioner: stop without
-/// releasing anything (the provisioner is being rebuilt from the store).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Shutdown;
 
 /// MachineActor → itself: a timer of the lifecycle fired. `serial` tells
 /// a timer that was cancelled after it fired from the one that is due.

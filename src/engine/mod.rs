@@ -9,7 +9,17 @@
 //! - [`zone_tracker`]: the `ZoneTracker`, zones and distribution-group
 //!   counts.
 //! - [`broker`]: the `ProviderBroker`, the only door to a cloud.
+//! - [`protocol`]: every message between them, with the table of who
+//!   sends which to whom.
+//! - [`shared`]: what every actor holds (the store, the provider, the
+//!   other actors' addresses).
 //! - [`config`]: the `[provisioner]` settings.
+//!
+//! The actors decide nothing themselves: the lifecycle's transitions are
+//! the domain's ([`crate::domain::machine`]), applied and written by the
+//! store's one writer ([`crate::store::lifecycle`]); reconciliation plans,
+//! the zone spread and instance-type choice are pure functions of the
+//! domain too.
 //!
 //! Start it with [`Engine::start`] inside an actix `System`; the returned
 //! [`Engine`] is the controller's side of [`ControllerLink`] (provider
@@ -18,7 +28,9 @@
 pub mod broker;
 pub mod config;
 pub mod machine;
+pub mod protocol;
 pub mod provisioner;
+pub mod shared;
 pub mod zone_tracker;
 
 use std::sync::Arc;
@@ -31,34 +43,13 @@ use crate::contracts::provider::{ControllerLink, InstanceStateChange, Provider};
 use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
-use crate::engine::config::{HarvestMode, ProvisionerConfig};
-use crate::engine::provisioner::{GetLiveActors, ProviderReport, Provisioner, ReconcileNow};
+use crate::engine::config::ProvisionerConfig;
+use crate::engine::protocol::{GetLiveActors, ProviderReport, ReconcileNow};
+use crate::engine::provisioner::Provisioner;
+use crate::engine::shared::Shared;
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
-
-/// What every engine actor shares: the store, the provider and the other
-/// actors' addresses.
-pub struct Shared {
-    pub store: Store,
-    /// Read-only uses only (catalogue, offerings); calls go through the
-    /// broker.
-    pub provider: Arc<dyn Provider>,
-    pub broker: Addr<ProviderBroker>,
-    pub zones: Addr<ZoneTracker>,
-    pub harvest: HarvestMode,
-    pub controller_uuid: String,
-    pub model_uuid: String,
-    pub model_name: String,
-    /// Where machine agents reach the controller.
-    pub controller_url: String,
-    pub reconcile_interval: Duration,
-    pub agent_down_after: Duration,
-    /// The most machine actors alive at once.
-    pub max_machine_actors: usize,
-    /// Updated by the actors, rendered by the API's `/metrics`.
-    pub metrics: Arc<Metrics>,
-}
 
 /// A running engine.
 #[derive(Clone)]

@@ -19,19 +19,17 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::contracts::provider::InstanceStateChange;
 use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::reconcile::{periodic_strays, plan_reconciliation, MachineSummary};
 use crate::domain::zones::Occupant;
-use crate::engine::broker::{ListInstances, ListZones, Terminate};
-use crate::engine::machine::{
-    lost_instance_message, ActorStopped, Gone, Host, InstanceChanged, MachineActor, Reconcile,
-    Retry, Shutdown, StartInstance,
+use crate::engine::machine::{lost_instance_message, Host, MachineActor};
+use crate::engine::protocol::{
+    ActorStopped, GetLiveActors, Gone, InstanceChanged, ListInstances, ListZones, Place,
+    ProviderReport, Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance, Terminate,
 };
-use crate::engine::zone_tracker::{Place, SetZones};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
@@ -60,21 +58,6 @@ struct StoreChanged {
     /// a machine never chooses from zones older than its own revision.
     zones: Option<Vec<ZoneRecord>>,
 }
-
-/// A provider reported an instance's new state (webhook or notification).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ProviderReport(pub InstanceStateChange);
-
-/// Run a reconciliation with the provider now.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ReconcileNow;
-
-/// How many machine actors are alive (for metrics and tests).
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct GetLiveActors;
 
 /// A machine that needs an actor but waits for room, with what the
 /// reconciliation found for it.

@@ -3,15 +3,14 @@
 //! should try and reserves that zone in the same step, so that machines
 //! started at the same moment still spread.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::domain::constraints::Setting;
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
-use crate::store::zones::ZoneRecord;
+use crate::engine::protocol::{ChooseZone, Place, Release, SetZones};
 
 /// The zone tracker's state. Rebuilt from the store by the provisioner
 /// (which sends [`SetZones`] and [`Place`]) whenever it starts.
@@ -38,42 +37,6 @@ impl Supervised for ZoneTracker {
         // The provisioner re-sends the zones and placements after any restart.
         *self = ZoneTracker::default();
     }
-}
-
-/// Sent by the provisioner when the zones or their health change.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SetZones(pub Vec<ZoneRecord>);
-
-/// Sent by the provisioner for a machine that already has a zone (found in
-/// the store at start): counts it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Place {
-    pub machine: MachineId,
-    pub zone: String,
-    /// Shared by the machines of one application.
-    pub occupant: Arc<Occupant>,
-}
-
-/// Sent by a machine actor when its launch failed or its instance is gone:
-/// the machine no longer counts in its zone.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Release {
-    pub machine: MachineId,
-}
-
-/// Asked by a machine actor: the zone to launch in, reserved for it.
-#[derive(Message)]
-#[rtype(result = "Result<String, String>")]
-pub struct ChooseZone {
-    pub machine: MachineId,
-    pub occupant: Occupant,
-    /// Zones that refused this machine in this round.
-    pub failed: BTreeSet<String>,
-    pub zones_constraint: Setting<Vec<String>>,
-    pub placement_zone: Option<String>,
 }
 
 impl ZoneTracker {

@@ -10,7 +10,7 @@ use diesel::prelude::*;
 use diesel::{PgConnection, SqliteConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// How long an SQLite connection waits for another writer's lock before it
 /// reports `database is locked`.

@@ -11,10 +11,23 @@
 //! Single rows are read with `get_result`, not `first`: `first` adds a
 //! bound `LIMIT`, which makes SQLite prepare the cached statement again on
 //! every run (it was a seventh of the writer's time when adding units).
+//!
+//! - [`lifecycle`]: the one writer of a machine's life: every change of a
+//!   machine's state, whoever causes it, goes through it.
+//! - [`machines`], [`units`], [`applications`], [`model`], [`zones`]: the
+//!   user's operations, each one transaction.
+//! - [`credentials`]: the admin token's hash.
+//! - [`status`]: the status snapshot and its incremental deltas.
+//! - [`change_log`], [`writer`]: the change log's vocabulary and the single
+//!   writer with group commit; [`error`]: [`StoreError`].
+//! - [`db`], [`schema`], [`records`]: connections, the diesel schema and
+//!   rows turned into domain types.
 
 pub mod applications;
+pub mod change_log;
 pub mod credentials;
 pub mod db;
+pub mod error;
 pub mod lifecycle;
 pub mod machines;
 pub mod model;
@@ -25,13 +38,14 @@ pub mod units;
 pub mod writer;
 pub mod zones;
 
+pub use change_log::{now_ms, Change, ChangeKind, Entity, Origin};
+pub use error::StoreError;
 pub(crate) use model::model_constraints_tx;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use diesel::prelude::*;
-use serde::{Deserialize, Serialize};
+
 use tokio::sync::watch;
 
 use crate::store::db::{Conn, DatabaseUrl, Pool};
@@ -40,185 +54,6 @@ use crate::store::writer::{Tx, Writer};
 
 /// Connections kept for readers (status, the event stream, the engine).
 pub const READ_POOL_SIZE: u32 = 8;
-
-/// Why a store operation failed. The first group is the caller's doing and
-/// changes nothing; the rest are faults of the store itself.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Unauthorized(String),
-    #[error("invalid database url {0:?}: expected postgres://... or a SQLite file path")]
-    BadUrl(String),
-    #[error("cannot connect to the database: {0}")]
-    Connect(String),
-    #[error("cannot migrate the database: {0}")]
-    Migration(String),
-    #[error("database error")]
-    Database(#[source] Arc<diesel::result::Error>),
-    #[error("stored data is inconsistent: {0}")]
-    Invariant(String),
-    #[error("the store's writer has stopped")]
-    WriterGone,
-}
-
-impl From<diesel::result::Error> for StoreError {
-    fn from(e: diesel::result::Error) -> StoreError {
-        StoreError::Database(Arc::new(e))
-    }
-}
-
-impl From<r2d2::Error> for StoreError {
-    fn from(e: r2d2::Error) -> StoreError {
-        StoreError::Connect(e.to_string())
-    }
-}
-
-/// The kinds of thing the change log speaks of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Entity {
-    Model,
-    Charm,
-    Application,
-    Unit,
-    Machine,
-    Relation,
-    Zone,
-}
-
-impl Entity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Entity::Model => "model",
-            Entity::Charm => "charm",
-            Entity::Application => "application",
-            Entity::Unit => "unit",
-            Entity::Machine => "machine",
-            Entity::Relation => "relation",
-            Entity::Zone => "zone",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Entity> {
-        [
-            Entity::Model,
-            Entity::Charm,
-            Entity::Application,
-            Entity::Unit,
-            Entity::Machine,
-            Entity::Relation,
-            Entity::Zone,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == s)
-    }
-}
-
-/// What happened to an entity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChangeKind {
-    Created,
-    Updated,
-    Removed,
-}
-
-impl ChangeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeKind::Created => "created",
-            ChangeKind::Updated => "updated",
-            ChangeKind::Removed => "removed",
-        }
-    }
-
-    fn parse(s: &str) -> Option<ChangeKind> {
-        [
-            ChangeKind::Created,
-            ChangeKind::Updated,
-            ChangeKind::Removed,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
-    }
-}
-
-/// Who made a change. The engine follows the log for changes it did not
-/// make itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Origin {
-    /// A user, through the API or the command line.
-    User,
-    /// The provisioning engine.
-    Engine,
-    /// A machine agent (check-in, heartbeats).
-    Agent,
-    /// A provider's report (webhooks, reconciliation).
-    Provider,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::User => "user",
-            Origin::Engine => "engine",
-            Origin::Agent => "agent",
-            Origin::Provider => "provider",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Origin> {
-        [
-            Origin::User,
-            Origin::Engine,
-            Origin::Agent,
-            Origin::Provider,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
-    }
-}
-
-/// One entry of the change log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
-    pub revision: i64,
-    pub entity: Entity,
-    pub id: String,
-    pub change: ChangeKind,
-    /// What changed, in a few words (`state=allocating zone=sim-a`).
-    pub detail: String,
-    pub origin: Origin,
-    pub at_ms: i64,
-}
-
-impl Change {
-    /// Whether this is an administrator's `retry-provisioning` of a
-    /// machine: a user's update that left the machine pending. (The only
-    /// user event the lifecycle takes to `pending` is a retry, and the
-    /// writer describes the machine it leaves as `state=pending`.)
-    pub fn is_retry(&self) -> bool {
-        self.entity == Entity::Machine
-            && self.origin == Origin::User
-            && self.change == ChangeKind::Updated
-            && self.detail == "state=pending"
-    }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// The store: a writer for changes and a pool for reads.
 #[derive(Clone)]

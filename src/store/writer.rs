@@ -14,9 +14,10 @@ use std::thread;
 use diesel::prelude::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::Conn;
+use crate::store::error::StoreError;
 use crate::store::schema::{changes, log_head};
-use crate::store::{now_ms, ChangeKind, Entity, Origin, StoreError};
 
 /// The most operations committed in one transaction.
 pub const MAX_BATCH: usize = 1024;

@@ -32,8 +32,8 @@ use crate::contracts::provider::AgentBootstrap;
 use crate::contracts::secrets::Secret;
 use crate::domain::base::Base;
 use crate::domain::instance_types::Requirements;
-use crate::engine::broker::{Launch, ProviderBroker, RateLimits};
-use crate::engine::machine::{InstanceFailed, InstanceStarted};
+use crate::engine::broker::{ProviderBroker, RateLimits};
+use crate::engine::protocol::{InstanceFailed, InstanceStarted, Launch};
 
 const CONTROLLER: &str = "0b7e5c1e-1111-4222-8333-444455556666";
 const IMAGE: &str = "ami-0123456789abcdef0";

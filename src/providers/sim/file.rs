@@ -19,10 +19,10 @@ use diesel::SqliteConnection;
 
 use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
-use crate::providers::sim::ledger::{
+use crate::providers::sim::error::SimError;
+use crate::providers::sim::records::{
     parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
 };
-use crate::providers::sim::SimError;
 
 diesel::table! {
     sim_instances (seq) {
@@ -300,7 +300,7 @@ mod tests {
     use super::*;
     use crate::domain::instance::InstanceState;
     use crate::domain::names::MachineId;
-    use crate::providers::sim::ledger::Change;
+    use crate::providers::sim::records::Change;
 
     fn record(seq: u64, id: &str) -> Record {
         Record {

@@ -8,190 +8,10 @@
 //! transaction committed. So the index and the file never disagree, and a
 //! failed write changes nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use serde::{Serialize, Serializer};
-
-use crate::contracts::provider::tags;
-use crate::contracts::secrets::Secret;
-use crate::domain::hardware::Hardware;
-use crate::domain::instance::{Instance, InstanceState};
-use crate::domain::names::MachineId;
 use crate::providers::sim::file::LedgerFile;
-
-/// Where an instance's simulated machine agent stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AgentState {
-    /// No agent: an instance created behind berth's back.
-    None,
-    /// The agent has not checked in yet.
-    Waiting,
-    /// The controller accepted the agent's one-time password.
-    Connected,
-    /// The controller refused the agent every time it tried.
-    Refused,
-}
-
-impl AgentState {
-    pub const ALL: [AgentState; 4] = [
-        AgentState::None,
-        AgentState::Waiting,
-        AgentState::Connected,
-        AgentState::Refused,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentState::None => "none",
-            AgentState::Waiting => "waiting",
-            AgentState::Connected => "connected",
-            AgentState::Refused => "refused",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<AgentState> {
-        AgentState::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-}
-
-/// Every state an instance can be in, for parsing the ledger file.
-pub(super) const INSTANCE_STATES: [InstanceState; 6] = [
-    InstanceState::Pending,
-    InstanceState::Running,
-    InstanceState::Stopping,
-    InstanceState::Stopped,
-    InstanceState::ShuttingDown,
-    InstanceState::Terminated,
-];
-
-pub(super) fn parse_state(s: &str) -> Option<InstanceState> {
-    INSTANCE_STATES.into_iter().find(|st| st.as_str() == s)
-}
-
-/// An instance's tags, as a list sorted by key: instances carry two or
-/// three, and a map would allocate room for eleven for each of them.
-/// Serialized as a map.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tags(Vec<(String, String)>);
-
-impl Tags {
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
-            .ok()
-            .map(|i| self.0[i].1.as_str())
-    }
-}
-
-impl From<BTreeMap<String, String>> for Tags {
-    fn from(map: BTreeMap<String, String>) -> Tags {
-        // A map iterates in key order, so the list is sorted.
-        let mut tags: Vec<(String, String)> = map.into_iter().collect();
-        tags.shrink_to_fit();
-        Tags(tags)
-    }
-}
-
-impl Serialize for Tags {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
-    }
-}
-
-/// One instance as the simulated cloud records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LedgerEntry {
-    pub id: String,
-    /// The machine named by the instance's `berth-machine` tag.
-    pub machine: Option<MachineId>,
-    pub tags: Tags,
-    pub zone: String,
-    pub instance_type: String,
-    pub state: InstanceState,
-    pub hardware: Hardware,
-    /// The launch's client token; `None` for an instance created behind
-    /// berth's back.
-    pub client_token: Option<String>,
-    /// For a container: the instance it runs on.
-    pub host_instance: Option<String>,
-    /// Wall-clock milliseconds since the epoch.
-    pub launched_at_ms: i64,
-    pub agent: AgentState,
-}
-
-impl LedgerEntry {
-    pub fn instance(&self) -> Instance {
-        Instance {
-            id: self.id.clone(),
-            machine: self.machine,
-            zone: self.zone.clone(),
-            instance_type: self.instance_type.clone(),
-            state: self.state,
-            hardware: self.hardware.clone(),
-        }
-    }
-}
-
-/// The machine a set of tags names, if any.
-pub(super) fn tagged_machine(tags: &Tags) -> Option<MachineId> {
-    tags.get(tags::MACHINE).and_then(|m| m.parse().ok())
-}
-
-/// A ledger entry with what only the cloud itself sees.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Record {
-    /// Launch order; the ledger lists instances in it.
-    pub seq: u64,
-    pub entry: LedgerEntry,
-    /// The machine the agent checks in as (the launch request's machine,
-    /// which is what the instance's user data would carry).
-    pub agent_machine: Option<MachineId>,
-    /// The agent's one-time password, kept as a cloud keeps user data, so
-    /// that the agent still checks in after a controller restart.
-    pub password: Option<Secret>,
-    /// When the state last changed (ms since the epoch); later reports of
-    /// the same instance always carry a later time.
-    pub changed_at_ms: i64,
-}
-
-impl Record {
-    /// Whether the instance takes a place in its zone's capacity.
-    fn holds_capacity(&self) -> bool {
-        self.entry.host_instance.is_none() && !self.entry.state.is_gone()
-    }
-}
-
-/// A change to one recorded instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Change {
-    pub seq: u64,
-    pub state: InstanceState,
-    pub agent: AgentState,
-    pub changed_at_ms: i64,
-}
-
-/// The generator's position, stored with every launch so that a reopened
-/// cloud goes on where it stopped instead of repeating ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct RngPosition {
-    pub seed: u64,
-    pub word_pos: u128,
-}
-
-/// One transaction's worth of writes.
-#[derive(Debug, Default)]
-pub(super) struct Batch {
-    pub inserts: Vec<Record>,
-    pub changes: Vec<Change>,
-    pub rng: Option<RngPosition>,
-}
-
-impl Batch {
-    pub fn is_empty(&self) -> bool {
-        self.inserts.is_empty() && self.changes.is_empty() && self.rng.is_none()
-    }
-}
+use crate::providers::sim::records::{Batch, Change, Record};
 
 /// The in-memory index, and the file behind it.
 pub(super) struct Ledger {
@@ -347,6 +167,13 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::hardware::Hardware;
+    use crate::domain::instance::InstanceState;
+    use std::collections::BTreeMap;
+
+    use crate::providers::sim::records::{
+        parse_state, tagged_machine, AgentState, LedgerEntry, Tags, INSTANCE_STATES,
+    };
 
     fn record(seq: u64, id: &str, zone: &str, host: Option<&str>) -> Record {
         Record {

@@ -48,9 +48,11 @@
 //!   `IdempotentParameterMismatch`).
 
 pub mod config;
+mod error;
 mod events;
 mod file;
 mod ledger;
+mod records;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -70,14 +72,16 @@ use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
 use crate::domain::instance::{Instance, InstanceState};
-use crate::domain::instance_types::{Catalogue, CatalogueError};
+use crate::domain::instance_types::Catalogue;
 use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
 use crate::providers::sim::file::LedgerFile;
-use crate::providers::sim::ledger::{tagged_machine, Batch, Change, Ledger, Record, RngPosition};
+use crate::providers::sim::ledger::Ledger;
+use crate::providers::sim::records::{tagged_machine, Batch, Change, Record, RngPosition};
 
 pub use config::SimConfig;
-pub use ledger::{AgentState, LedgerEntry, Tags};
+pub use error::SimError;
+pub use records::{AgentState, LedgerEntry, Tags};
 
 /// The most launches one call carries.
 pub const MAX_LAUNCH_BATCH: usize = 500;
@@ -121,45 +125,6 @@ const SUPPORTED_CONSTRAINTS: [Key; 12] = [
     Key::AllocatePublicIp,
     Key::ImageId,
 ];
-
-/// Why the simulated cloud could not open, or refused an administrative
-/// call.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("invalid [provider.sim] settings: {0}")]
-    Config(String),
-    #[error("cannot read the catalogue {}: {source}", .path.display())]
-    CatalogueRead {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid catalogue {}: {source}", .path.display())]
-    Catalogue {
-        path: PathBuf,
-        #[source]
-        source: CatalogueError,
-    },
-    #[error("the embedded catalogue is broken: {0}")]
-    EmbeddedCatalogue(#[source] CatalogueError),
-    #[error("cannot open the simulated cloud's ledger {}: {reason}", .path.display())]
-    Ledger { path: PathBuf, reason: String },
-    #[error(
-        "the ledger {} is in use by another simulated cloud: expected one cloud per ledger file",
-        .path.display()
-    )]
-    LedgerInUse { path: PathBuf },
-    #[error("the ledger could not record the change: {0}")]
-    LedgerWrite(String),
-    #[error("no instance {0:?} in the simulated cloud")]
-    UnknownInstance(String),
-    #[error("no zone {zone:?} in the simulated cloud: expected one of {known}")]
-    UnknownZone { zone: String, known: String },
-    #[error("no instance type {0:?} in the simulated cloud's catalogue")]
-    UnknownInstanceType(String),
-    #[error("{0}")]
-    FailureRate(String),
-}
 
 /// The catalogue, embedded (shared, parsed once) or the cloud's own.
 enum CatalogueSource {

@@ -1,0 +1,192 @@
+//! The engine's actor protocol: every message the engine's actors send
+//! one another, in one place. Commands are imperative (`StartInstance`,
+//! `Retry`), events past tense (`InstanceStarted`, `InstanceFailed`),
+//! queries `Get*`. Each actor's handlers live with the actor.
+//!
+//! | message | from | to | what it causes |
+//! |---|---|---|---|
+//! | [`StartInstance`] | Provisioner | MachineActor | a pending machine asks the ZoneTracker for a zone, then launches |
+//! | [`ChooseZone`] | MachineActor | ZoneTracker | the zone to launch in, reserved for the machine |
+//! | [`Release`] | MachineActor | ZoneTracker | the machine no longer counts in its zone |
+//! | [`Launch`] | MachineActor | ProviderBroker | one instance launched (batched, rate-limited) |
+//! | [`InstanceStarted`] | ProviderBroker | MachineActor | the machine waits for its agent |
+//! | [`InstanceFailed`] | ProviderBroker | MachineActor | next zone, backoff, provisioning error, or a wait for the provider |
+//! | [`Terminate`] | MachineActor, Provisioner | ProviderBroker | instances stopped (a removed machine's, strays) |
+//! | [`ListInstances`], [`ListZones`] | Provisioner | ProviderBroker | what the provider has, for reconciliation |
+//! | [`Retry`] | administrator (`retry-provisioning`, seen in the change log by the Provisioner) | MachineActor | a machine that was in error starts again |
+//! | [`Reconcile`] | Provisioner (change-log follower) | MachineActor | the machine as someone else left it; the actor decides again |
+//! | [`Gone`] | Provisioner | MachineActor | the machine was removed; its zone is released and the actor stops |
+//! | [`InstanceChanged`] | Provisioner (webhooks, reconciliation) | MachineActor | a stopped instance finishes a stop, or shows the machine down |
+//! | [`ActorStopped`] | MachineActor | Provisioner | room for a waiting machine's actor |
+//! | [`Shutdown`] | Provisioner (restarting) | MachineActor, ContainerProvisioner | stop without releasing anything |
+//! | [`SetZones`], [`Place`] | Provisioner | ZoneTracker | the zones, and the machines already in them |
+//! | [`ProviderReport`] | the engine's link (webhooks, the simulated cloud) | Provisioner | an instance's new state, passed to its machine's actor |
+//! | [`ReconcileNow`] | operator, tests | Provisioner | a reconciliation with the provider now |
+//! | [`GetLiveActors`] | metrics, tests | Provisioner | how many machine actors are alive |
+//!
+//! Inside one actor, and so not here: the MachineActor's lifecycle timers;
+//! the Provisioner's change-log batches and `SpawnContainer` (from a
+//! ContainerProvisioner); a ContainerProvisioner's `AddContainer` and
+//! `HostReady` (from the Provisioner).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::contracts::provider::{InstanceStateChange, LaunchRequest, ProviderError, ProviderZone};
+use crate::domain::constraints::Setting;
+use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::machine::MachineState;
+use crate::domain::names::MachineId;
+use crate::domain::zones::Occupant;
+use crate::store::machines::EngineMachine;
+use crate::store::zones::ZoneRecord;
+
+// To the MachineActor.
+
+/// MachineActor → Provisioner, when the actor stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ActorStopped {
+    pub machine: MachineId,
+    /// Which actor of this machine stopped (a newer one may exist).
+    pub serial: u64,
+    pub state: Option<MachineState>,
+}
+
+/// Provisioner → MachineActor: this pending machine needs an instance.
+/// The actor asks the ZoneTracker for a zone, then the ProviderBroker for
+/// an instance there.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StartInstance;
+
+/// ProviderBroker → MachineActor: the launch succeeded; the machine waits
+/// for its agent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceStarted(pub Instance);
+
+/// ProviderBroker → MachineActor: the launch failed. By the error's class
+/// the machine tries the next zone at once, retries after a backoff, is in
+/// error, or (credentials refused) waits for the provider.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceFailed(pub ProviderError);
+
+/// Administrator (`retry-provisioning`, through the API and the
+/// Provisioner) → MachineActor: the machine, in provisioning error, was
+/// made eligible again (the store has it pending, with any new
+/// constraints); read it afresh and start it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retry;
+
+/// Provisioner → MachineActor: the store changed this machine (someone
+/// other than the engine did it: a user's remove, an agent's check-in).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reconcile(pub EngineMachine);
+
+/// Provisioner → MachineActor: the machine was removed from the store.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Gone;
+
+/// Provisioner → MachineActor: the provider reported a change of this
+/// machine's instance (a webhook, or a reconciliation found it gone).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceChanged(pub InstanceState);
+
+/// Provisioner → MachineActor and ContainerProvisioner: stop without
+/// releasing anything (the provisioner is being rebuilt from the store).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+// To the ProviderBroker.
+
+/// MachineActor → ProviderBroker: launch one instance (batched with others
+/// ready at the same moment). The answer comes back as a message:
+/// [`InstanceStarted`] or [`InstanceFailed`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Launch {
+    pub request: LaunchRequest,
+    pub started: Recipient<InstanceStarted>,
+    pub failed: Recipient<InstanceFailed>,
+}
+
+/// Terminate instances.
+#[derive(Message)]
+#[rtype(result = "Vec<Result<(), ProviderError>>")]
+pub struct Terminate(pub Vec<String>);
+
+/// The controller's instances, as the provider lists them.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Instance>, ProviderError>")]
+pub struct ListInstances {
+    pub controller_uuid: String,
+}
+
+/// The provider's zones.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ProviderZone>, ProviderError>")]
+pub struct ListZones;
+
+// To the ZoneTracker.
+
+/// Sent by the provisioner when the zones or their health change.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetZones(pub Vec<ZoneRecord>);
+
+/// Sent by the provisioner for a machine that already has a zone (found in
+/// the store at start): counts it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Place {
+    pub machine: MachineId,
+    pub zone: String,
+    /// Shared by the machines of one application.
+    pub occupant: Arc<Occupant>,
+}
+
+/// Sent by a machine actor when its launch failed or its instance is gone:
+/// the machine no longer counts in its zone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub machine: MachineId,
+}
+
+/// Asked by a machine actor: the zone to launch in, reserved for it.
+#[derive(Message)]
+#[rtype(result = "Result<String, String>")]
+pub struct ChooseZone {
+    pub machine: MachineId,
+    pub occupant: Occupant,
+    /// Zones that refused this machine in this round.
+    pub failed: BTreeSet<String>,
+    pub zones_constraint: Setting<Vec<String>>,
+    pub placement_zone: Option<String>,
+}
+
+// To the Provisioner.
+
+/// A provider reported an instance's new state (webhook or notification).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ProviderReport(pub InstanceStateChange);
+
+/// Run a reconciliation with the provider now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReconcileNow;
+
+/// How many machine actors are alive (for metrics and tests).
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct GetLiveActors;

@@ -1,0 +1,37 @@
+//! What every engine actor shares: the store, the provider, the other
+//! actors' addresses and the engine's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::contracts::provider::Provider;
+use crate::engine::broker::ProviderBroker;
+use crate::engine::config::HarvestMode;
+use crate::engine::zone_tracker::ZoneTracker;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// What every engine actor shares: the store, the provider and the other
+/// actors' addresses.
+pub struct Shared {
+    pub store: Store,
+    /// Read-only uses only (catalogue, offerings); calls go through the
+    /// broker.
+    pub provider: Arc<dyn Provider>,
+    pub broker: Addr<ProviderBroker>,
+    pub zones: Addr<ZoneTracker>,
+    pub harvest: HarvestMode,
+    pub controller_uuid: String,
+    pub model_uuid: String,
+    pub model_name: String,
+    /// Where machine agents reach the controller.
+    pub controller_url: String,
+    pub reconcile_interval: Duration,
+    pub agent_down_after: Duration,
+    /// The most machine actors alive at once.
+    pub max_machine_actors: usize,
+    /// Updated by the actors, rendered by the API's `/metrics`.
+    pub metrics: Arc<Metrics>,
+}
