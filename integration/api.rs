@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use berth::api::status::Status;
 use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::api::{server, ApiState, Limits, ProviderInfo};
 use berth::domain::constraints::Key;
@@ -18,6 +17,7 @@ use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::metrics::Metrics;
 use berth::providers::{ControllerLink, InstanceState, InstanceStateChange, Secret};
+use berth::status::view::Status;
 use berth::store::machines::MachineUpdate;
 use berth::store::zones::ProviderZone;
 use berth::store::Store;

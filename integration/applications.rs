@@ -2,15 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use berth::api::status::status_view;
-use berth::api::status_cache::StatusCache;
-use berth::api::status_document::StatusDocument;
 use berth::charms::{load_charm_dir, resolve, LoadedCharm};
 use berth::domain::base::Base;
 use berth::domain::constraints::Constraints;
 use berth::domain::machine::{Lifecycle, Machine, MachineState};
 use berth::domain::names::{ApplicationName, MachineId, UnitName};
 use berth::domain::placement::{parse_to_list, Placement};
+use berth::status::cache::StatusCache;
+use berth::status::document::StatusDocument;
+use berth::status::view::status_view;
 use berth::store::applications::DeployRequest;
 use berth::store::machines::{AddMachines, MachineUpdate};
 use berth::store::{Store, StoreError};

@@ -21,11 +21,11 @@ use berth::providers::sim::{SimConfig, SimProvider};
 use berth::providers::{
     tags, ControllerLink, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
 };
+use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
 use berth::store::records::MachineRecord;
-use berth::store::status::StatusSnapshot;
 use berth::store::zones::ProviderZone;
 use berth::store::Store;
 

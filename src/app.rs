@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use actix_web::dev::Server;
 
-use crate::api::status_cache::StatusCache;
 use crate::api::{self, ApiState, Limits, ProviderInfo};
 use crate::config::{Config, ProviderKind};
 use crate::engine::broker::RateLimits;
@@ -18,6 +17,7 @@ use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::providers::sim::SimProvider;
 use crate::providers::{Provider, Secret};
+use crate::status::cache::StatusCache;
 use crate::store::agents::new_secret;
 use crate::store::db::DatabaseUrl;
 use crate::store::{Store, StoreError};

@@ -9,13 +9,13 @@ use actix_web::{web, HttpResponse, ResponseError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::input::{self, InputError, PlacementList};
 use crate::api::Shared;
 use crate::charms::{self, LoadedCharm};
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
-use crate::store::StoreError;
+use crate::store::{blocking, StoreError};
 
 /// `POST /v1/applications`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -114,27 +114,6 @@ pub fn error_chain_fmt(e: &impl std::error::Error, f: &mut fmt::Formatter<'_>) -
     Ok(())
 }
 
-/// Runs a blocking store read off the event loop.
-///
-/// # Errors
-///
-/// The read's own error; a read whose thread panicked is
-/// [`StoreError::Invariant`] (a bug), and one that could not be scheduled
-/// is [`StoreError::Connect`] (overloaded).
-pub async fn blocking<T, F>(f: F) -> Result<T, StoreError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
-{
-    actix_web::rt::task::spawn_blocking(f).await.map_err(|e| {
-        if e.is_panic() {
-            StoreError::Invariant("a store read panicked".into())
-        } else {
-            StoreError::Connect("the store read was cancelled".into())
-        }
-    })?
-}
-
 /// A request refused before its handler ran.
 #[derive(thiserror::Error)]
 pub enum RequestError {

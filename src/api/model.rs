@@ -7,10 +7,10 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse, ResponseError};
 
 use crate::api::applications::{ConstraintsRequest, ConstraintsResponse};
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
-use crate::store::StoreError;
+use crate::store::{blocking, StoreError};
 
 /// Why a model request failed.
 #[derive(thiserror::Error)]

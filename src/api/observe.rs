@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
-use crate::api::status::Status;
+use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::Shared;
-use crate::store::{Change, Store, StoreError};
+use crate::status::view::Status;
+use crate::store::{blocking, Change, Store, StoreError};
 
 /// How many change-log entries one read of the event stream takes.
 pub const EVENT_BATCH: i64 = 256;

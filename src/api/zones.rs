@@ -7,10 +7,10 @@ use actix_web::{web, HttpResponse, ResponseError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
 use crate::api::Shared;
 use crate::store::zones::ZoneRecord;
-use crate::store::StoreError;
+use crate::store::{blocking, StoreError};
 
 /// An availability zone.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

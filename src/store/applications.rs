@@ -12,9 +12,8 @@ use crate::domain::charm::{infer_relation, CharmMeta, EndpointSpec, Scope};
 use crate::domain::constraints::Constraints;
 use crate::domain::names::ApplicationName;
 use crate::domain::placement::Placement;
-use crate::store::records::{stored, ApplicationRecord, ApplicationRow};
+use crate::store::records::{stored, ApplicationRecord, ApplicationRow, RelationRecord};
 use crate::store::schema::{applications, charms, relations, units};
-use crate::store::status::RelationRecord;
 use crate::store::units::{
     add_units_tx, delete_unit_rows, ensure_subordinate_unit, load_application, PlacedUnit,
 };

@@ -19,7 +19,6 @@ pub mod machines;
 pub mod model;
 pub mod records;
 pub mod schema;
-pub mod status;
 pub mod units;
 pub mod writer;
 pub mod zones;
@@ -104,7 +103,7 @@ impl Entity {
         }
     }
 
-    fn parse(s: &str) -> Option<Entity> {
+    pub(crate) fn parse(s: &str) -> Option<Entity> {
         [
             Entity::Model,
             Entity::Charm,
@@ -204,6 +203,28 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// Runs a blocking store read (and whatever is done with what it read) off
+/// the event loop. Unlike [`Store::blocking`], a failure to run says why.
+///
+/// # Errors
+///
+/// The read's own error; a read whose thread panicked is
+/// [`StoreError::Invariant`] (a bug), and one that could not be scheduled
+/// is [`StoreError::Connect`] (overloaded).
+pub async fn blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        if e.is_panic() {
+            StoreError::Invariant("a store read panicked".into())
+        } else {
+            StoreError::Connect("the store read was cancelled".into())
+        }
+    })?
 }
 
 /// The store: a writer for changes and a pool for reads.
