@@ -13,4 +13,5 @@ pub mod instance_types;
 pub mod machine;
 pub mod names;
 pub mod placement;
+pub mod words;
 pub mod zones;

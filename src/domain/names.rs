@@ -13,48 +13,22 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// The kind of container a machine can be, or host.
-///
-/// `None` is only meaningful in the `container` constraint (`container=none`
-/// asks for a machine that is not a container); machine ids and placement
-/// directives only ever name `lxd`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ContainerType {
-    None,
-    Lxd,
-}
+use crate::domain::words::word_enum;
 
-impl ContainerType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerType::None => "none",
-            ContainerType::Lxd => "lxd",
-        }
+word_enum! {
+    /// The kind of container a machine can be, or host.
+    ///
+    /// `None` is only meaningful in the `container` constraint (`container=none`
+    /// asks for a machine that is not a container); machine ids and placement
+    /// directives only ever name `lxd`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ContainerType {
+        None => "none",
+        Lxd => "lxd",
     }
-}
-
-impl fmt::Display for ContainerType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A container type that berth does not know, in Juju's words.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid container type {0:?}")]
-pub struct InvalidContainerType(pub String);
-
-impl FromStr for ContainerType {
-    type Err = InvalidContainerType;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(ContainerType::None),
-            "lxd" => Ok(ContainerType::Lxd),
-            other => Err(InvalidContainerType(other.to_string())),
-        }
-    }
+    /// A container type that berth does not know, in Juju's words.
+    error InvalidContainerType("invalid container type {0:?}");
 }
 
 /// Whether `s` is a decimal number in Juju's form: `0`, or digits without a

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::domain::words::word_enum;
 use crate::providers::{FailureClass, Instance, LaunchRequest, Provider, ProviderError};
 use crate::store::zones::ProviderZone;
 
@@ -109,20 +110,13 @@ impl TokenBucket {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CallKind {
-    Launch,
-    Terminate,
-    Describe,
-}
-
-impl CallKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallKind::Launch => "launch",
-            CallKind::Terminate => "terminate",
-            CallKind::Describe => "describe",
-        }
+word_enum! {
+    /// A kind of provider call, each rate-limited on its own.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum CallKind {
+        Launch => "launch",
+        Terminate => "terminate",
+        Describe => "describe",
     }
 }
 

@@ -26,6 +26,7 @@ use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
 use crate::domain::instance_types::{Catalogue, Requirements};
 use crate::domain::names::MachineId;
+use crate::domain::words::word_enum;
 use crate::store::zones::ProviderZone;
 
 /// The tags berth puts on every instance it launches. Instances without
@@ -90,30 +91,21 @@ pub struct LaunchRequest {
     pub host_instance: Option<String>,
 }
 
-/// The provider's state of an instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InstanceState {
-    Pending,
-    Running,
-    Stopping,
-    Stopped,
-    ShuttingDown,
-    Terminated,
+word_enum! {
+    /// The provider's state of an instance.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum InstanceState {
+        Pending => "pending",
+        Running => "running",
+        Stopping => "stopping",
+        Stopped => "stopped",
+        ShuttingDown => "shutting-down",
+        Terminated => "terminated",
+    }
 }
 
 impl InstanceState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InstanceState::Pending => "pending",
-            InstanceState::Running => "running",
-            InstanceState::Stopping => "stopping",
-            InstanceState::Stopped => "stopped",
-            InstanceState::ShuttingDown => "shutting-down",
-            InstanceState::Terminated => "terminated",
-        }
-    }
-
     /// Whether the instance is gone or going (it will not run again).
     pub fn is_gone(self) -> bool {
         matches!(
