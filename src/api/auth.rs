@@ -7,16 +7,14 @@
 //! in constant time ([`secret_matches`]); the admin token's hash is read
 //! from the store once, when the server starts.
 
-use std::fmt;
-
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::web;
 
-use crate::api::errors::{error_chain_fmt, error_response, RequestError};
+use crate::api::errors::{route_error, RequestError};
 use crate::api::Shared;
 use crate::store::agents::secret_matches;
 
@@ -31,25 +29,11 @@ pub enum AuthError {
     Invalid,
 }
 
-impl fmt::Debug for AuthError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
+route_error!(AuthError {
+    AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
+        StatusCode::UNAUTHORIZED
     }
-}
-
-impl ResponseError for AuthError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
-                StatusCode::UNAUTHORIZED
-            }
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+});
 
 /// The token of an `Authorization: Bearer <token>` header.
 ///
@@ -104,6 +88,7 @@ pub async fn limit_concurrency(
 #[cfg(test)]
 mod tests {
     use actix_web::http::header::{HeaderMap, HeaderValue};
+    use actix_web::ResponseError;
 
     use super::*;
 
