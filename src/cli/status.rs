@@ -117,27 +117,20 @@ pub fn watch(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::cli::tests::{command, parse};
     use crate::cli::Command;
-    use crate::status::view::ModelView;
 
     fn empty() -> Status {
-        Status {
-            model: ModelView {
-                name: "default".into(),
-                uuid: "model-uuid".into(),
-                model_type: "iaas".into(),
-                controller: "0f3c9a2e".into(),
-                cloud: "sim".into(),
-                constraints: String::new(),
-                revision: 42,
+        serde_json::from_value(serde_json::json!({
+            "model": {
+                "name": "default", "uuid": "model-uuid", "type": "iaas",
+                "controller": "0f3c9a2e", "cloud": "sim", "revision": 42,
             },
-            machines: BTreeMap::new(),
-            applications: BTreeMap::new(),
-        }
+            "machines": {},
+            "applications": {},
+        }))
+        .unwrap()
     }
 
     #[test]
