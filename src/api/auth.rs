@@ -52,14 +52,19 @@ pub fn bearer_token(headers: &actix_web::http::header::HeaderMap) -> Result<&str
     Ok(token)
 }
 
+/// The server's shared state, which every app the server builds holds.
+fn shared_state(req: &ServiceRequest) -> Result<web::Data<Shared>, actix_web::Error> {
+    req.app_data::<web::Data<Shared>>()
+        .cloned()
+        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))
+}
+
 /// Middleware: the request must carry the admin token.
 pub async fn require_admin(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let shared = req
-        .app_data::<web::Data<Shared>>()
-        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))?;
+    let shared = shared_state(&req)?;
     let token = bearer_token(req.headers())?;
     if !secret_matches(token, &shared.admin_token_hash) {
         return Err(AuthError::Invalid.into());
@@ -75,9 +80,7 @@ pub async fn limit_concurrency(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let shared = req
-        .app_data::<web::Data<Shared>>()
-        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))?;
+    let shared = shared_state(&req)?;
     let Ok(_permit) = shared.requests.clone().try_acquire_owned() else {
         shared.state.metrics.api_overloaded();
         return Err(RequestError::Overloaded("too many requests in flight").into());
