@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::words::word_enum;
+use crate::domain::words::{text_conversions, word_enum};
 
 word_enum! {
     /// An operating system berth can deploy. Only Ubuntu, for now.
@@ -299,19 +299,7 @@ impl FromStr for Base {
     }
 }
 
-impl TryFrom<String> for Base {
-    type Error = BaseError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Base> for String {
-    fn from(base: Base) -> String {
-        base.to_string()
-    }
-}
+text_conversions!(Base);
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::base::{Base, BaseError};
 use crate::domain::names::{ApplicationName, InvalidApplicationName};
-use crate::domain::words::word_enum;
+use crate::domain::words::{checked_name, text_conversions, word_enum};
 
 /// The endpoint (and interface) every charm provides without declaring it.
 pub const JUJU_INFO: &str = "juju-info";
@@ -178,56 +178,13 @@ impl EndpointName {
         s.starts_with(|c: char| c.is_ascii_lowercase()) && s.split(['-', '_']).all(lower_alnum)
     }
 
-    /// Parses an endpoint name.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidEndpointName`] when `name` breaks Juju's rule.
-    pub fn parse(name: String) -> Result<EndpointName, InvalidEndpointName> {
-        if EndpointName::is_valid(&name) {
-            Ok(EndpointName(name))
-        } else {
-            Err(InvalidEndpointName(name))
-        }
-    }
-
     /// `juju-info`, the endpoint every charm provides.
     pub fn juju_info() -> EndpointName {
         EndpointName(JUJU_INFO.to_string())
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for EndpointName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for EndpointName {
-    type Err = InvalidEndpointName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EndpointName::parse(s.to_string())
-    }
-}
-
-impl TryFrom<String> for EndpointName {
-    type Error = InvalidEndpointName;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        EndpointName::parse(s)
-    }
-}
-
-impl From<EndpointName> for String {
-    fn from(name: EndpointName) -> String {
-        name.0
-    }
-}
+checked_name!(EndpointName, InvalidEndpointName);
 
 word_enum! {
     /// Which units of two related applications see each other.
@@ -1163,19 +1120,7 @@ impl FromStr for CharmUrl {
     }
 }
 
-impl TryFrom<String> for CharmUrl {
-    type Error = InvalidCharmUrl;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<CharmUrl> for String {
-    fn from(url: CharmUrl) -> String {
-        url.to_string()
-    }
-}
+text_conversions!(CharmUrl);
 
 /// A charm: its identity, metadata and config options.
 #[derive(Clone, Debug, PartialEq)]

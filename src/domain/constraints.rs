@@ -31,7 +31,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::names::ContainerType;
-use crate::domain::words::word_enum;
+use crate::domain::words::{text_conversions, word_enum};
 
 /// How one constraint key is set. The seeds give each state its own meaning.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -587,19 +587,7 @@ impl std::str::FromStr for Constraints {
     }
 }
 
-impl TryFrom<String> for Constraints {
-    type Error = ConstraintsError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Constraints::parse(&s)
-    }
-}
-
-impl From<Constraints> for String {
-    fn from(c: Constraints) -> String {
-        c.to_string()
-    }
-}
+text_conversions!(Constraints);
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,12 @@
 //!
 //! The words are what the store persists and users type, so they are
 //! stable: change one and stored data stops parsing.
+//!
+//! [`checked_name!`] does the same for names that are any text passing a
+//! rule (application names, endpoint names): a newtype over `String` whose
+//! only way in is its `is_valid` check. [`text_conversions!`] gives a type
+//! that parses and prints as text (a base, a placement, a machine id) the
+//! conversions serde's `try_from = "String", into = "String"` goes through.
 
 /// Declares an enum of unit variants named by words; see [the module
 /// documentation](self). For example:
@@ -100,6 +106,94 @@ macro_rules! word_enum {
 }
 
 pub(crate) use word_enum;
+
+/// Gives `$name`, a newtype over `String` with a `fn is_valid(&str) ->
+/// bool`, its parsing and printing: `parse` (the only way in, refusing
+/// with `$error(text)`), `as_str`, `Display`, `AsRef<str>`, `FromStr`,
+/// `TryFrom<String>` and `From<$name> for String` (for serde's
+/// `try_from`/`into`).
+macro_rules! checked_name {
+    ($name:ident, $error:ident) => {
+        impl $name {
+            /// Parses a name.
+            ///
+            /// # Errors
+            ///
+            #[doc = concat!("[`", stringify!($error), "`] when `name` breaks the rule.")]
+            pub fn parse(name: String) -> Result<$name, $error> {
+                if $name::is_valid(&name) {
+                    Ok($name(name))
+                } else {
+                    Err($error(name))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $error;
+
+            fn from_str(s: &str) -> Result<$name, $error> {
+                $name::parse(s.to_string())
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $error;
+
+            fn try_from(s: String) -> Result<$name, $error> {
+                $name::parse(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+    };
+}
+
+pub(crate) use checked_name;
+
+/// Gives `$name`, which parses as text (`FromStr`) and prints as text
+/// (`Display`), `TryFrom<String>` by the one and `From<$name> for String`
+/// by the other, so that `#[serde(try_from = "String", into = "String")]`
+/// serializes it as its text.
+macro_rules! text_conversions {
+    ($name:ident) => {
+        impl TryFrom<String> for $name {
+            type Error = <$name as ::std::str::FromStr>::Err;
+
+            fn try_from(s: String) -> Result<$name, Self::Error> {
+                s.parse()
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.to_string()
+            }
+        }
+    };
+}
+
+pub(crate) use text_conversions;
 
 #[cfg(test)]
 mod tests {
