@@ -5,7 +5,8 @@
 //! instances. The modules, innermost first:
 //!
 //! - [`domain`]: pure types and decisions (constraints, bases, placement,
-//!   names, charms, instance-type choice, zone choice, machine lifecycle).
+//!   names, charms, instance-type choice, zone choice, machine lifecycle),
+//!   and the macros that declare word enums and checked names once.
 //! - [`charms`]: loading charms from disk (`deploy ./wordpress`) and
 //!   resolving a `deploy` argument to a charm.
 //! - [`providers`]: the clouds, behind one trait.
