@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use berth::api::status::Status;
 use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::api::{server, ApiState, Limits, ProviderInfo};
 use berth::contracts::provider::ProviderZone;
@@ -20,6 +19,7 @@ use berth::domain::constraints::Key;
 use berth::domain::instance::InstanceState;
 use berth::domain::names::MachineId;
 use berth::metrics::Metrics;
+use berth::status::view::Status;
 use berth::store::Store;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};

@@ -2,9 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use berth::api::status::status_view;
-use berth::api::status_cache::StatusCache;
-use berth::api::status_document::StatusDocument;
 use berth::charms::{load_charm_dir, resolve};
 use berth::domain::base::Base;
 use berth::domain::charm::ParsedCharm;
@@ -12,6 +9,9 @@ use berth::domain::constraints::Constraints;
 use berth::domain::machine::{Event, MachineState};
 use berth::domain::names::{ApplicationName, MachineId, UnitName};
 use berth::domain::placement::{parse_to_list, Placement};
+use berth::status::cache::StatusCache;
+use berth::status::document::StatusDocument;
+use berth::status::view::status_view;
 use berth::store::applications::DeployRequest;
 use berth::store::lifecycle::MachineUpdate;
 use berth::store::machines::AddMachines;

@@ -12,12 +12,12 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use berth::api::status::Status;
 use berth::cli::agent::{self, AgentArgs, Clock};
 use berth::cli::follow::Backoff;
 use berth::cli::status::{watch, Format};
 use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
 use berth::contracts::provider::ProviderZone;
+use berth::status::view::Status;
 use clap::Parser;
 use serde_json::{json, Value};
 

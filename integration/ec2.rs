@@ -33,10 +33,10 @@ use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
 use berth::metrics::Metrics;
 use berth::providers::ec2::{user_data, Ec2Config, Ec2Provider};
+use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
-use berth::store::status::StatusSnapshot;
 use berth::store::Store;
 
 use crate::support::until_within;

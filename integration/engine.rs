@@ -21,11 +21,11 @@ use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
 use berth::metrics::Metrics;
 use berth::providers::sim::{SimConfig, SimProvider};
+use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
 use berth::store::records::MachineRecord;
-use berth::store::status::StatusSnapshot;
 use berth::store::Store;
 
 use crate::support::until;

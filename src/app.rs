@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use actix_web::dev::Server;
 
-use crate::api::status_cache::StatusCache;
 use crate::api::{self, ApiState, Limits, ProviderInfo};
 use crate::config::{Config, ProviderKind};
 use crate::contracts::provider::Provider;
@@ -20,6 +19,7 @@ use crate::engine::broker::RateLimits;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::providers::sim::SimProvider;
+use crate::status::cache::StatusCache;
 use crate::store::db::DatabaseUrl;
 use crate::store::{Store, StoreError};
 

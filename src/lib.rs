@@ -5,13 +5,18 @@
 //! instances. The modules, innermost first:
 //!
 //! - [`domain`]: pure types and decisions (constraints, bases, placement,
-//!   names, charms, instance-type choice, zone choice, machine lifecycle).
+//!   names, charms, instance-type choice, zone choice, machine lifecycle,
+//!   reconciliation planning), and the macros that declare word enums and
+//!   checked names once.
 //! - [`contracts`]: what the layers share: the provider trait and its
 //!   types, the link from providers back to the controller, secrets.
 //! - [`charms`]: loading charms from disk (`deploy ./wordpress`) and
 //!   resolving a `deploy` argument to a charm.
 //! - [`providers`]: the clouds, behind one trait.
 //! - [`store`]: the state, in SQLite or PostgreSQL, and its change log.
+//! - [`status`]: the one status view: its read of the store, the document
+//!   kept from the change log, the cache the API serves, and the renderers
+//!   (JSON, YAML, Juju's tables).
 //! - [`engine`]: the provisioning engine's actors (provisioner, machine
 //!   actors, zone tracker, provider broker, container provisioner).
 //! - [`config`]: the configuration file and `BERTH_*` environment.
@@ -19,10 +24,10 @@
 //! - [`metrics`]: the engine's counters, gauges and histograms, rendered
 //!   for Prometheus.
 //! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
-//!   auth and the OpenAPI document.
+//!   auth and the OpenAPI document; `GET /v1/status` serves [`status`].
 //! - [`cli`]: the `berth` command line (an HTTP client of the API with
-//!   Juju's command names), the machine agent, and `berth serve`'s
-//!   arguments.
+//!   Juju's command names; `berth status` prints with [`status`]), the
+//!   machine agent, and `berth serve`'s arguments.
 
 pub mod api;
 pub mod app;
@@ -34,4 +39,5 @@ pub mod domain;
 pub mod engine;
 pub mod metrics;
 pub mod providers;
+pub mod status;
 pub mod store;

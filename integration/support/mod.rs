@@ -68,8 +68,8 @@ pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 pub async fn until(
     store: &Store,
     what: &str,
-    done: impl Fn(&berth::store::status::StatusSnapshot) -> bool,
-) -> berth::store::status::StatusSnapshot {
+    done: impl Fn(&berth::status::snapshot::StatusSnapshot) -> bool,
+) -> berth::status::snapshot::StatusSnapshot {
     until_within(PATIENCE, store, what, done).await
 }
 
@@ -78,8 +78,8 @@ pub async fn until_within(
     patience: std::time::Duration,
     store: &Store,
     what: &str,
-    done: impl Fn(&berth::store::status::StatusSnapshot) -> bool,
-) -> berth::store::status::StatusSnapshot {
+    done: impl Fn(&berth::status::snapshot::StatusSnapshot) -> bool,
+) -> berth::status::snapshot::StatusSnapshot {
     let mut head = store.watch_revision();
     let deadline = tokio::time::Instant::now() + patience;
     loop {

@@ -5,15 +5,13 @@
 //! credential it got in exchange. A machine whose heartbeats stop is shown
 //! `down` by the engine; a heartbeat brings it back to `started`.
 
-use std::fmt;
-
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::auth::{bearer_token, AuthError};
-use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::contracts::secrets::Secret;
@@ -57,25 +55,11 @@ pub enum AgentError {
     Store(#[from] StoreError),
 }
 
-impl fmt::Debug for AgentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for AgentError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            AgentError::Input(_) => StatusCode::BAD_REQUEST,
-            AgentError::Auth(_) => StatusCode::UNAUTHORIZED,
-            AgentError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+route_error!(AgentError {
+    AgentError::Input(_) => StatusCode::BAD_REQUEST,
+    AgentError::Auth(_) => StatusCode::UNAUTHORIZED,
+    AgentError::Store(e) => store_status(e),
+});
 
 /// Exchanges a machine's one-time password for its credential; the
 /// machine is then started. The password works once.

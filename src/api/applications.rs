@@ -2,21 +2,19 @@
 //! and an application's constraints.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError, PlacementList};
 use crate::api::Shared;
 use crate::charms;
 use crate::domain::charm::ParsedCharm;
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
-use crate::store::StoreError;
+use crate::store::{blocking, StoreError};
 
 /// `POST /v1/applications`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -122,32 +120,9 @@ pub struct ConstraintsResponse {
     pub warnings: Vec<String>,
 }
 
-/// Why an application request failed.
-#[derive(thiserror::Error)]
-pub enum ApplicationError {
-    #[error(transparent)]
-    Input(#[from] InputError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl fmt::Debug for ApplicationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for ApplicationError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ApplicationError::Input(_) => StatusCode::BAD_REQUEST,
-            ApplicationError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
+input_or_store_error! {
+    /// Why an application request failed.
+    pub enum ApplicationError;
 }
 
 pub(crate) fn placed_views(placed: &[PlacedUnit]) -> (Vec<PlacedUnitView>, Vec<String>) {

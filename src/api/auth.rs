@@ -7,16 +7,14 @@
 //! in constant time ([`secret_matches`]); the admin token's hash is read
 //! from the store once, when the server starts.
 
-use std::fmt;
-
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::web;
 
-use crate::api::errors::{error_chain_fmt, error_response, RequestError};
+use crate::api::errors::{route_error, RequestError};
 use crate::api::Shared;
 use crate::contracts::secrets::secret_matches;
 
@@ -31,25 +29,11 @@ pub enum AuthError {
     Invalid,
 }
 
-impl fmt::Debug for AuthError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
+route_error!(AuthError {
+    AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
+        StatusCode::UNAUTHORIZED
     }
-}
-
-impl ResponseError for AuthError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
-                StatusCode::UNAUTHORIZED
-            }
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+});
 
 /// The token of an `Authorization: Bearer <token>` header.
 ///
@@ -68,14 +52,19 @@ pub fn bearer_token(headers: &actix_web::http::header::HeaderMap) -> Result<&str
     Ok(token)
 }
 
+/// The server's shared state, which every app the server builds holds.
+fn shared_state(req: &ServiceRequest) -> Result<web::Data<Shared>, actix_web::Error> {
+    req.app_data::<web::Data<Shared>>()
+        .cloned()
+        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))
+}
+
 /// Middleware: the request must carry the admin token.
 pub async fn require_admin(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let shared = req
-        .app_data::<web::Data<Shared>>()
-        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))?;
+    let shared = shared_state(&req)?;
     let token = bearer_token(req.headers())?;
     if !secret_matches(token, &shared.admin_token_hash) {
         return Err(AuthError::Invalid.into());
@@ -91,9 +80,7 @@ pub async fn limit_concurrency(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let shared = req
-        .app_data::<web::Data<Shared>>()
-        .ok_or_else(|| actix_web::error::ErrorInternalServerError("API state missing"))?;
+    let shared = shared_state(&req)?;
     let Ok(_permit) = shared.requests.clone().try_acquire_owned() else {
         shared.state.metrics.api_overloaded();
         return Err(RequestError::Overloaded("too many requests in flight").into());
@@ -104,6 +91,7 @@ pub async fn limit_concurrency(
 #[cfg(test)]
 mod tests {
     use actix_web::http::header::{HeaderMap, HeaderValue};
+    use actix_web::ResponseError;
 
     use super::*;
 

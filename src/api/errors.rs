@@ -114,26 +114,70 @@ pub fn error_chain_fmt(e: &impl std::error::Error, f: &mut fmt::Formatter<'_>) -
     Ok(())
 }
 
-/// Runs a blocking store read off the event loop.
+/// Gives a route error enum the `Debug` that prints its whole `source()`
+/// chain ([`error_chain_fmt`]) and the [`ResponseError`] that answers with
+/// [`error_response`]; the status each variant answers with is given as
+/// the arms of a match on the error:
 ///
-/// # Errors
-///
-/// The read's own error; a read whose thread panicked is
-/// [`StoreError::Invariant`] (a bug), and one that could not be scheduled
-/// is [`StoreError::Connect`] (overloaded).
-pub async fn blocking<T, F>(f: F) -> Result<T, StoreError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
-{
-    actix_web::rt::task::spawn_blocking(f).await.map_err(|e| {
-        if e.is_panic() {
-            StoreError::Invariant("a store read panicked".into())
-        } else {
-            StoreError::Connect("the store read was cancelled".into())
+/// ```text
+/// route_error!(ZoneError {
+///     ZoneError::Store(e) => store_status(e),
+/// });
+/// ```
+macro_rules! route_error {
+    ($name:ident { $($arms:tt)+ }) => {
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                $crate::api::errors::error_chain_fmt(self, f)
+            }
         }
-    })?
+
+        impl ::actix_web::ResponseError for $name {
+            fn status_code(&self) -> ::actix_web::http::StatusCode {
+                match self {
+                    $($arms)+
+                }
+            }
+
+            fn error_response(&self) -> ::actix_web::HttpResponse {
+                $crate::api::errors::error_response(self)
+            }
+        }
+    };
 }
+
+pub(crate) use route_error;
+
+/// Declares the error enum of routes that parse their input and then ask
+/// the store, the most common shape: input that does not parse
+/// ([`InputError`](crate::api::input::InputError)) is 400, and the store's
+/// errors answer as [`store_status`] says.
+///
+/// ```text
+/// input_or_store_error! {
+///     /// Why a model request failed.
+///     pub enum ModelError;
+/// }
+/// ```
+macro_rules! input_or_store_error {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident;) => {
+        $(#[$meta])*
+        #[derive(::thiserror::Error)]
+        $vis enum $name {
+            #[error(transparent)]
+            Input(#[from] $crate::api::input::InputError),
+            #[error(transparent)]
+            Store(#[from] $crate::store::StoreError),
+        }
+
+        $crate::api::errors::route_error!($name {
+            $name::Input(_) => ::actix_web::http::StatusCode::BAD_REQUEST,
+            $name::Store(e) => $crate::api::errors::store_status(e),
+        });
+    };
+}
+
+pub(crate) use input_or_store_error;
 
 /// A request refused before its handler ran.
 #[derive(thiserror::Error)]
@@ -157,29 +201,15 @@ pub enum RequestError {
     Overloaded(&'static str),
 }
 
-impl fmt::Debug for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
+route_error!(RequestError {
+    RequestError::Body(_) | RequestError::Query(_) | RequestError::Path(_) => {
+        StatusCode::BAD_REQUEST
     }
-}
-
-impl ResponseError for RequestError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            RequestError::Body(_) | RequestError::Query(_) | RequestError::Path(_) => {
-                StatusCode::BAD_REQUEST
-            }
-            RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            RequestError::NoRoute { .. } => StatusCode::NOT_FOUND,
-            RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            RequestError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+    RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+    RequestError::NoRoute { .. } => StatusCode::NOT_FOUND,
+    RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+    RequestError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+});
 
 /// `web::JsonConfig`'s error handler: every body error is the client's.
 pub fn json_body_error(

@@ -1,19 +1,15 @@
 //! Machine routes: add-machine, remove-machine and retry-provisioning.
 
-use std::fmt;
-
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::domain::names::MachineId;
 use crate::domain::placement::Placement;
 use crate::store::machines::AddMachines;
-use crate::store::StoreError;
 
 /// `POST /v1/machines`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -80,32 +76,9 @@ pub struct RetryResponse {
     pub warnings: Vec<String>,
 }
 
-/// Why a machine request failed.
-#[derive(thiserror::Error)]
-pub enum MachineError {
-    #[error(transparent)]
-    Input(#[from] InputError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl fmt::Debug for MachineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for MachineError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            MachineError::Input(_) => StatusCode::BAD_REQUEST,
-            MachineError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
+input_or_store_error! {
+    /// Why a machine request failed.
+    pub enum MachineError;
 }
 
 fn ids(machines: &[MachineId]) -> Vec<String> {

@@ -10,14 +10,11 @@
 //!
 //! - [`errors`]: the JSON error body and the status each error maps to.
 //! - [`auth`]: the admin token, and the concurrency guard.
-//! - [`status`]: the status view, `juju status --format=json`'s shape.
-//! - [`status_document`]: that view kept as rendered pieces, brought
-//!   forward from the change log; [`status_cache`] keeps it fresh in the
-//!   background and shares each rendering among concurrent readers (and
-//!   gives `/metrics` its machine counts).
 //! - [`applications`], [`machines`], [`model`], [`relations`], [`zones`]:
 //!   the user's operations.
-//! - [`observe`]: status, the event stream, healthz, metrics, OpenAPI.
+//! - [`observe`]: status (served from [`crate::status`]'s cache), the
+//!   event stream, healthz, metrics (machine counts from the same cache),
+//!   OpenAPI.
 //! - [`webhooks`], [`agents`]: what providers and machine agents call.
 //! - [`openapi`]: the OpenAPI 3 document.
 
@@ -31,9 +28,6 @@ pub mod model;
 pub mod observe;
 pub mod openapi;
 pub mod relations;
-pub mod status;
-pub mod status_cache;
-pub mod status_document;
 pub mod webhooks;
 pub mod zones;
 
@@ -50,6 +44,7 @@ use crate::contracts::provider::ControllerLink;
 use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::metrics::Metrics;
+use crate::status::cache::{self, StatusCache};
 use crate::store::Store;
 
 /// The largest request body accepted, JSON or webhook: far more than any
@@ -143,7 +138,16 @@ pub struct Shared {
     /// The OpenAPI document, rendered once.
     pub openapi_json: String,
     /// The status document, kept up to date, and its latest rendering.
-    pub status: status_cache::StatusCache,
+    pub status: StatusCache,
+}
+
+/// Where the status cache, the store it reads and the cloud it names are.
+fn status_parts(shared: &Shared) -> cache::Fresh<'_> {
+    cache::Fresh {
+        cache: &shared.status,
+        store: &shared.state.store,
+        cloud: &shared.state.provider.name,
+    }
 }
 
 /// A resource whose unsupported methods get a JSON 405.
@@ -188,7 +192,7 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
 ///
 /// When the store has no admin token (call
 /// [`Store::ensure_admin_token`] first) or cannot be read.
-fn shared(state: ApiState, status: status_cache::StatusCache) -> std::io::Result<Shared> {
+fn shared(state: ApiState, status: StatusCache) -> std::io::Result<Shared> {
     let admin_token_hash = state
         .store
         .admin_token_hash()
@@ -216,11 +220,11 @@ fn shared(state: ApiState, status: status_cache::StatusCache) -> std::io::Result
 /// When the store has no admin token yet ([`Store::ensure_admin_token`]
 /// makes one), or the listener cannot be used.
 pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
-    server_with_status(listener, state, status_cache::StatusCache::default())
+    server_with_status(listener, state, StatusCache::default())
 }
 
 /// Like [`server`], with a status cache prepared beforehand
-/// ([`status_cache::StatusCache::prepared`]) so that the first status
+/// ([`StatusCache::prepared`]) so that the first status
 /// request is answered without reading the whole state.
 ///
 /// # Errors
@@ -229,13 +233,14 @@ pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server>
 pub fn server_with_status(
     listener: TcpListener,
     state: ApiState,
-    status: status_cache::StatusCache,
+    status: StatusCache,
 ) -> std::io::Result<Server> {
     let body_limit = state.limits.body_bytes;
     let shared = web::Data::new(shared(state, status)?);
-    tokio::spawn(status_cache::keep_fresh(Arc::downgrade(
-        &shared.clone().into_inner(),
-    )));
+    tokio::spawn(cache::keep_fresh(
+        Arc::downgrade(&shared.clone().into_inner()),
+        status_parts,
+    ));
     let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())

@@ -1,43 +1,17 @@
 //! Model routes: the model constraints, which every new unit and every
 //! machine made without a unit inherits from.
 
-use std::fmt;
-
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpResponse};
 
 use crate::api::applications::{ConstraintsRequest, ConstraintsResponse};
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
-use crate::api::input::{self, InputError};
+use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::input::{self};
 use crate::api::Shared;
-use crate::store::StoreError;
+use crate::store::blocking;
 
-/// Why a model request failed.
-#[derive(thiserror::Error)]
-pub enum ModelError {
-    #[error(transparent)]
-    Input(#[from] InputError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl fmt::Debug for ModelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for ModelError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ModelError::Input(_) => StatusCode::BAD_REQUEST,
-            ModelError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
+input_or_store_error! {
+    /// Why a model request failed.
+    pub enum ModelError;
 }
 
 /// The model constraints.

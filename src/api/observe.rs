@@ -2,22 +2,21 @@
 //! Server-Sent Events, `/healthz`, `/metrics` and the OpenAPI document.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
-use crate::api::status::Status;
+use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::Shared;
-use crate::store::{Change, Store, StoreError};
+use crate::status::view::Status;
+use crate::store::{blocking, Change, Store, StoreError};
 
 /// How many change-log entries one read of the event stream takes.
 pub const EVENT_BATCH: i64 = 256;
@@ -36,25 +35,11 @@ pub enum ObserveError {
     Store(#[from] StoreError),
 }
 
-impl fmt::Debug for ObserveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for ObserveError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ObserveError::BadLastEventId(_) => StatusCode::BAD_REQUEST,
-            ObserveError::TooManyStreams(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ObserveError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+route_error!(ObserveError {
+    ObserveError::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+    ObserveError::TooManyStreams(_) => StatusCode::SERVICE_UNAVAILABLE,
+    ObserveError::Store(e) => store_status(e),
+});
 
 /// The whole state, as `juju status --format=json` shapes it.
 #[utoipa::path(
@@ -376,9 +361,11 @@ pub async fn get_events(
 
 #[cfg(test)]
 mod tests {
+    use actix_web::body::{BodySize, MessageBody};
+    use actix_web::ResponseError;
+
     use super::*;
     use crate::store::{ChangeKind, Entity, Origin};
-    use actix_web::body::{BodySize, MessageBody};
 
     #[actix_web::test]
     async fn a_body_in_slices_is_handed_over_whole_in_bounded_pieces() {

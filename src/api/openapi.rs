@@ -6,9 +6,9 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    agents, applications, errors, input, machines, model, observe, relations, status, webhooks,
-    zones,
+    agents, applications, errors, input, machines, model, observe, relations, webhooks, zones,
 };
+use crate::status::view;
 
 /// The security schemes: the admin token (the default for every route),
 /// the agent credential, and the webhook signature.
@@ -86,7 +86,7 @@ impl Modify for SecuritySchemes {
         errors::ErrorBody,
         errors::ErrorDetail,
         input::PlacementList,
-        status::Status,
+        view::Status,
         webhooks::InstanceChangeBody,
     )),
     tags(

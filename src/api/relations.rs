@@ -1,17 +1,13 @@
 //! Relation routes: integrate and remove-relation.
 
-use std::fmt;
-
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::domain::charm::EndpointSpec;
-use crate::store::StoreError;
 
 /// Two applications, each optionally with an endpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -37,32 +33,9 @@ pub struct RelationResponse {
     pub scope: String,
 }
 
-/// Why a relation request failed.
-#[derive(thiserror::Error)]
-pub enum RelationError {
-    #[error(transparent)]
-    Input(#[from] InputError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl fmt::Debug for RelationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for RelationError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            RelationError::Input(_) => StatusCode::BAD_REQUEST,
-            RelationError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
+input_or_store_error! {
+    /// Why a relation request failed.
+    pub enum RelationError;
 }
 
 fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputError> {

@@ -19,24 +19,24 @@
 //! [`ControllerLink::instance_changed`]: crate::contracts::provider::ControllerLink::instance_changed
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header::HeaderMap;
 use actix_web::http::StatusCode;
 use actix_web::web::{Bytes, BytesMut};
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt as _;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use utoipa::ToSchema;
 
-use crate::api::errors::{error_chain_fmt, error_response, ErrorBody};
+use crate::api::errors::{route_error, ErrorBody};
 use crate::api::Shared;
 use crate::contracts::provider::InstanceStateChange;
 use crate::domain::instance::InstanceState;
+use crate::domain::words::word_enum;
 
 pub const TIMESTAMP_HEADER: &str = "X-Berth-Timestamp";
 pub const SIGNATURE_HEADER: &str = "X-Berth-Signature";
@@ -58,22 +58,14 @@ pub const REPLAY_CACHE_CAPACITY: usize = 65_536;
 /// The EventBridge `detail-type` of EC2 state changes.
 pub const EC2_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 
-/// The webhook formats berth understands, by the path's `{provider}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WebhookKind {
-    /// Amazon EventBridge events, as an API destination delivers them.
-    Ec2,
-    /// berth's own [`InstanceStateChange`] JSON.
-    Sim,
-}
-
-impl WebhookKind {
-    pub fn parse(provider: &str) -> Option<WebhookKind> {
-        match provider {
-            "ec2" => Some(WebhookKind::Ec2),
-            "sim" => Some(WebhookKind::Sim),
-            _ => None,
-        }
+word_enum! {
+    /// The webhook formats berth understands, by the path's `{provider}`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum WebhookKind {
+        /// Amazon EventBridge events, as an API destination delivers them.
+        Ec2 => "ec2",
+        /// berth's own [`InstanceStateChange`] JSON.
+        Sim => "sim",
     }
 }
 
@@ -108,34 +100,20 @@ pub enum WebhookError {
     Body(String),
 }
 
-impl fmt::Debug for WebhookError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
+route_error!(WebhookError {
+    WebhookError::NotConfigured | WebhookError::ReplayCacheFull => {
+        StatusCode::SERVICE_UNAVAILABLE
     }
-}
-
-impl ResponseError for WebhookError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            WebhookError::NotConfigured | WebhookError::ReplayCacheFull => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            WebhookError::UnknownProvider(_) => StatusCode::NOT_FOUND,
-            WebhookError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            WebhookError::Unreadable(_) | WebhookError::Body(_) => StatusCode::BAD_REQUEST,
-            WebhookError::BadTimestamp
-            | WebhookError::BadSignatureHeader
-            | WebhookError::Forged
-            | WebhookError::Stale { .. }
-            | WebhookError::Future { .. } => StatusCode::UNAUTHORIZED,
-            WebhookError::Replayed => StatusCode::CONFLICT,
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+    WebhookError::UnknownProvider(_) => StatusCode::NOT_FOUND,
+    WebhookError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+    WebhookError::Unreadable(_) | WebhookError::Body(_) => StatusCode::BAD_REQUEST,
+    WebhookError::BadTimestamp
+    | WebhookError::BadSignatureHeader
+    | WebhookError::Forged
+    | WebhookError::Stale { .. }
+    | WebhookError::Future { .. } => StatusCode::UNAUTHORIZED,
+    WebhookError::Replayed => StatusCode::CONFLICT,
+});
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -1,16 +1,13 @@
 //! Zone routes: list the availability zones, enable and disable one.
 
-use std::fmt;
-
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse, ResponseError};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{blocking, error_chain_fmt, error_response, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::Shared;
 use crate::store::zones::ZoneRecord;
-use crate::store::StoreError;
+use crate::store::{blocking, StoreError};
 
 /// An availability zone.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -47,23 +44,9 @@ pub enum ZoneError {
     Store(#[from] StoreError),
 }
 
-impl fmt::Debug for ZoneError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        error_chain_fmt(self, f)
-    }
-}
-
-impl ResponseError for ZoneError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ZoneError::Store(e) => store_status(e),
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        error_response(self)
-    }
-}
+route_error!(ZoneError {
+    ZoneError::Store(e) => store_status(e),
+});
 
 /// Every zone the provider reported, by name.
 #[utoipa::path(

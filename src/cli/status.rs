@@ -1,42 +1,21 @@
 //! `berth status`: the model as `juju status` shows it.
 //!
-//! `--format json` prints the API's status (`juju status --format=json`'s
-//! shape: `model`, `machines`, `applications`); `--format yaml` the same
-//! data as YAML; the default, tabular, has Juju's sections:
-//!
-//! ```text
-//! Model    Controller  Cloud/Region  Version  Timestamp
-//! default  0f3c9a2e    sim           0.1.0    06:21:51Z
-//!
-//! App        Version  Status   Scale  Charm      Base          Rev  Message
-//! wordpress           waiting      2  wordpress  ubuntu@22.04    0
-//!
-//! Unit         Workload  Agent       Machine  Message
-//! wordpress/0  waiting   allocating  0
-//! wordpress/1  waiting   allocating  1
-//!
-//! Machine  State    Inst id  Base          AZ     Message
-//! 0        started  i-0      ubuntu@22.04  sim-a  running
-//! 1        pending  pending  ubuntu@22.04         allocating
-//! ```
-//!
-//! berth's machines have no addresses and its units no ports, so Juju's
-//! `Public address`, `Ports` and `Address` columns are left out.
-//! Subordinate units are indented under their principal; containers follow
-//! their host. `--watch` reprints the status after every change, following
-//! the change log.
+//! The status is read from the API (`GET /v1/status`) and printed by
+//! [`crate::status::text`]: Juju's tables by default, `--format json` the
+//! API's JSON on one line, `--format yaml` the same data as YAML.
+//! `--watch` reprints the status after every change, following the change
+//! log.
 
-use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use clap::{Args, ValueEnum};
 
-use crate::api::status::{BaseView, MachineView, Status, UnitView};
 use crate::cli::client::Client;
 use crate::cli::error::CliError;
 use crate::cli::follow::Follower;
 use crate::cli::{Io, Session};
-use crate::domain::names::{MachineId, UnitName};
+use crate::status::text;
+use crate::status::view::Status;
 
 /// The status route.
 pub const PATH: &str = "/v1/status";
@@ -63,233 +42,6 @@ pub struct StatusArgs {
     pub watch: bool,
 }
 
-/// Text laid out in columns two spaces apart, as Juju's tab writer does;
-/// the last column is not padded and no line ends in spaces.
-#[derive(Clone, Debug, Default)]
-pub struct Table {
-    rows: Vec<Vec<String>>,
-    /// Columns whose cells are aligned right (numbers).
-    right: Vec<usize>,
-}
-
-impl Table {
-    /// A table with a header row.
-    pub fn new(headers: &[&str]) -> Table {
-        Table {
-            rows: vec![headers.iter().map(|h| h.to_string()).collect()],
-            right: Vec::new(),
-        }
-    }
-
-    /// Aligns column `index` (from 0) to the right.
-    pub fn align_right(&mut self, index: usize) {
-        self.right.push(index);
-    }
-
-    pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    /// The table, one line per row.
-    pub fn render(&self) -> String {
-        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let mut widths = vec![0; columns];
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let mut text = String::new();
-        for row in &self.rows {
-            let mut line = String::new();
-            for (i, cell) in row.iter().enumerate() {
-                let pad = widths[i] - cell.chars().count();
-                let last = i + 1 == row.len();
-                if self.right.contains(&i) {
-                    line.push_str(&" ".repeat(pad));
-                    line.push_str(cell);
-                } else {
-                    line.push_str(cell);
-                    if !last {
-                        line.push_str(&" ".repeat(pad));
-                    }
-                }
-                if !last {
-                    line.push_str("  ");
-                }
-            }
-            text.push_str(line.trim_end());
-            text.push('\n');
-        }
-        text
-    }
-}
-
-/// `ubuntu@22.04`.
-fn base_text(base: &BaseView) -> String {
-    if base.channel.is_empty() {
-        base.name.clone()
-    } else {
-        format!("{}@{}", base.name, base.channel)
-    }
-}
-
-/// The availability zone out of a hardware description
-/// (`arch=amd64 ... availability-zone=sim-a`).
-pub fn availability_zone(hardware: Option<&str>) -> &str {
-    hardware
-        .unwrap_or_default()
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("availability-zone="))
-        .unwrap_or_default()
-}
-
-/// How many units of each application there are, subordinates included.
-fn scales(status: &Status) -> BTreeMap<String, usize> {
-    fn walk(units: &BTreeMap<UnitName, UnitView>, counts: &mut BTreeMap<String, usize>) {
-        for (name, unit) in units {
-            *counts
-                .entry(name.application().as_str().to_string())
-                .or_default() += 1;
-            walk(&unit.subordinates, counts);
-        }
-    }
-    let mut counts = BTreeMap::new();
-    for app in status.applications.values() {
-        walk(&app.units, &mut counts);
-    }
-    counts
-}
-
-fn unit_rows(table: &mut Table, name: &UnitName, unit: &UnitView, level: usize) {
-    let mut message = unit.workload_status.message.clone().unwrap_or_default();
-    if message.is_empty() && unit.juju_status.current == "allocating" {
-        message = unit.juju_status.message.clone().unwrap_or_default();
-    }
-    table.row(vec![
-        format!("{}{name}", "  ".repeat(level)),
-        unit.workload_status.current.clone(),
-        unit.juju_status.current.clone(),
-        unit.machine.map(|m| m.to_string()).unwrap_or_default(),
-        message,
-    ]);
-    for (sub_name, sub) in &unit.subordinates {
-        unit_rows(table, sub_name, sub, level + 1);
-    }
-}
-
-fn machine_row(table: &mut Table, id: &MachineId, machine: &MachineView) {
-    let message = machine
-        .machine_status
-        .message
-        .clone()
-        .unwrap_or_else(|| machine.machine_status.current.clone());
-    table.row(vec![
-        id.to_string(),
-        machine.juju_status.current.clone(),
-        machine.instance_id.clone(),
-        base_text(&machine.base),
-        availability_zone(machine.hardware.as_deref()).to_string(),
-        message,
-    ]);
-    for (container_id, container) in &machine.containers {
-        machine_row(table, container_id, container);
-    }
-}
-
-/// The status as Juju's tables: the model, then applications, units and
-/// machines (each section only when it has rows). `version` and
-/// `timestamp` fill the model section's columns of those names.
-pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
-    let model = &status.model;
-    let mut head = Table::new(&[
-        "Model",
-        "Controller",
-        "Cloud/Region",
-        "Version",
-        "Timestamp",
-    ]);
-    head.row(vec![
-        model.name.clone(),
-        model.controller.clone(),
-        model.cloud.clone(),
-        version.to_string(),
-        timestamp.to_string(),
-    ]);
-    let mut text = head.render();
-    if status.applications.is_empty() && status.machines.is_empty() {
-        text.push_str(&format!("\nModel {:?} is empty.\n", model.name));
-        return text;
-    }
-
-    if !status.applications.is_empty() {
-        let scales = scales(status);
-        let mut apps = Table::new(&[
-            "App", "Version", "Status", "Scale", "Charm", "Base", "Rev", "Message",
-        ]);
-        apps.align_right(3);
-        apps.align_right(6);
-        for (name, app) in &status.applications {
-            apps.row(vec![
-                name.to_string(),
-                String::new(),
-                app.application_status.current.clone(),
-                scales
-                    .get(name.as_str())
-                    .copied()
-                    .unwrap_or_default()
-                    .to_string(),
-                app.charm_name.clone(),
-                base_text(&app.base),
-                app.charm_rev.to_string(),
-                app.application_status.message.clone().unwrap_or_default(),
-            ]);
-        }
-        text.push('\n');
-        text.push_str(&apps.render());
-
-        let mut principals: Vec<(&UnitName, &UnitView)> = status
-            .applications
-            .values()
-            .flat_map(|app| app.units.iter())
-            .collect();
-        principals.sort_by(|a, b| a.0.cmp(b.0));
-        if !principals.is_empty() {
-            let mut units = Table::new(&["Unit", "Workload", "Agent", "Machine", "Message"]);
-            for (name, unit) in principals {
-                unit_rows(&mut units, name, unit, 0);
-            }
-            text.push('\n');
-            text.push_str(&units.render());
-        }
-    }
-
-    if !status.machines.is_empty() {
-        let mut machines = Table::new(&["Machine", "State", "Inst id", "Base", "AZ", "Message"]);
-        for (id, machine) in &status.machines {
-            machine_row(&mut machines, id, machine);
-        }
-        text.push('\n');
-        text.push_str(&machines.render());
-    }
-    text
-}
-
-/// The time of day in UTC as Juju's status shows it, `06:21:51Z`.
-pub fn utc_clock(now: SystemTime) -> String {
-    let secs = now
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-        % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        (secs % 3600) / 60,
-        secs % 60
-    )
-}
-
 /// The status in `format`, ending in a newline.
 ///
 /// # Errors
@@ -302,15 +54,13 @@ pub fn render(status: &Status, format: Format) -> Result<String, CliError> {
         reason: format!("cannot encode the status: {e}"),
     };
     match format {
-        Format::Tabular => Ok(tabular(
+        Format::Tabular => Ok(text::tabular(
             status,
             env!("CARGO_PKG_VERSION"),
-            &utc_clock(SystemTime::now()),
+            &text::utc_clock(SystemTime::now()),
         )),
-        Format::Json => serde_json::to_string(status)
-            .map(|s| s + "\n")
-            .map_err(|e| encoding(e.to_string())),
-        Format::Yaml => serde_yaml_ng::to_string(status).map_err(|e| encoding(e.to_string())),
+        Format::Json => text::json(status).map_err(|e| encoding(e.to_string())),
+        Format::Yaml => text::yaml(status).map_err(|e| encoding(e.to_string())),
     }
 }
 
@@ -367,239 +117,36 @@ pub fn watch(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::api::status::{ApplicationView, ModelView, StatusInfo};
     use crate::cli::tests::{command, parse};
     use crate::cli::Command;
 
-    fn info(current: &str, message: Option<&str>) -> StatusInfo {
-        StatusInfo {
-            current: current.into(),
-            message: message.map(str::to_string),
-        }
-    }
-
-    fn base() -> BaseView {
-        BaseView {
-            name: "ubuntu".into(),
-            channel: "22.04".into(),
-        }
-    }
-
-    fn machine(agent: &str, instance: &str, message: Option<&str>) -> MachineView {
-        MachineView {
-            juju_status: info(agent, None),
-            machine_status: info(instance, message),
-            instance_id: "pending".into(),
-            instance_type: None,
-            base: base(),
-            constraints: String::new(),
-            hardware: None,
-            life: None,
-            containers: BTreeMap::new(),
-        }
-    }
-
-    fn unit(machine: Option<&str>, workload: &str) -> UnitView {
-        UnitView {
-            machine: machine.map(|m| m.parse().unwrap()),
-            juju_status: info("allocating", None),
-            workload_status: info(workload, None),
-            subordinates: BTreeMap::new(),
-        }
-    }
-
-    fn app(charm: &str, rev: u32, status: &str) -> ApplicationView {
-        ApplicationView {
-            charm: charm.into(),
-            charm_origin: "charmhub".into(),
-            charm_name: charm.into(),
-            charm_rev: rev,
-            base: base(),
-            application_status: info(status, None),
-            subordinate_to: Vec::new(),
-            relations: BTreeMap::new(),
-            life: None,
-            units: BTreeMap::new(),
-        }
-    }
-
-    fn model() -> ModelView {
-        ModelView {
-            name: "default".into(),
-            uuid: "model-uuid".into(),
-            model_type: "iaas".into(),
-            controller: "0f3c9a2e".into(),
-            cloud: "sim".into(),
-            constraints: String::new(),
-            revision: 42,
-        }
-    }
-
-    /// mysql with two units (one with an ntp subordinate), ntp, and four
-    /// machines: started, a pending container, one in error, machine 10.
-    fn status() -> Status {
-        let mut started = machine("started", "running", None);
-        started.instance_id = "i-0abc".into();
-        started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
-        started.containers.insert(
-            "0/lxd/1".parse().unwrap(),
-            machine("pending", "pending", None),
-        );
-        let mut mysql = app("mysql", 0, "blocked");
-        let mut first = unit(Some("0"), "waiting");
-        first
-            .subordinates
-            .insert("ntp/0".parse().unwrap(), unit(None, "waiting"));
-        mysql.units.insert("mysql/0".parse().unwrap(), first);
-        let mut second = unit(Some("0/lxd/1"), "blocked");
-        second.workload_status.message = Some("needs a database".into());
-        mysql.units.insert("mysql/1".parse().unwrap(), second);
-        let mut ntp = app("ntp", 3, "waiting");
-        ntp.subordinate_to = vec!["mysql".into()];
-        Status {
-            model: model(),
-            machines: BTreeMap::from([
-                ("0".parse().unwrap(), started),
-                (
-                    "2".parse().unwrap(),
-                    machine("error", "provisioning error", Some("no capacity in sim-b")),
-                ),
-                (
-                    "10".parse().unwrap(),
-                    machine("pending", "allocating", None),
-                ),
-            ]),
-            applications: BTreeMap::from([
-                ("mysql".parse().unwrap(), mysql),
-                ("ntp".parse().unwrap(), ntp),
-            ]),
-        }
+    fn empty() -> Status {
+        serde_json::from_value(serde_json::json!({
+            "model": {
+                "name": "default", "uuid": "model-uuid", "type": "iaas",
+                "controller": "0f3c9a2e", "cloud": "sim", "revision": 42,
+            },
+            "machines": {},
+            "applications": {},
+        }))
+        .unwrap()
     }
 
     #[test]
-    fn tabular_status_has_juju_sections_with_subordinates_and_containers_under_their_hosts() {
+    fn each_format_prints_through_its_status_renderer() {
+        let status = empty();
         assert_eq!(
-            tabular(&status(), "0.1.0", "06:21:51Z"),
-            "\
-Model    Controller  Cloud/Region  Version  Timestamp
-default  0f3c9a2e    sim           0.1.0    06:21:51Z
-
-App    Version  Status   Scale  Charm  Base          Rev  Message
-mysql           blocked      2  mysql  ubuntu@22.04    0
-ntp             waiting      1  ntp    ubuntu@22.04    3
-
-Unit     Workload  Agent       Machine  Message
-mysql/0  waiting   allocating  0
-  ntp/0  waiting   allocating
-mysql/1  blocked   allocating  0/lxd/1  needs a database
-
-Machine  State    Inst id  Base          AZ     Message
-0        started  i-0abc   ubuntu@22.04  sim-a  running
-0/lxd/1  pending  pending  ubuntu@22.04         pending
-2        error    pending  ubuntu@22.04         no capacity in sim-b
-10       pending  pending  ubuntu@22.04         allocating
-"
-        );
-    }
-
-    #[test]
-    fn an_empty_model_says_so() {
-        let empty = Status {
-            model: model(),
-            machines: BTreeMap::new(),
-            applications: BTreeMap::new(),
-        };
-        assert_eq!(
-            tabular(&empty, "0.1.0", "00:00:00Z"),
-            "\
-Model    Controller  Cloud/Region  Version  Timestamp
-default  0f3c9a2e    sim           0.1.0    00:00:00Z
-
-Model \"default\" is empty.
-"
-        );
-    }
-
-    #[test]
-    fn machines_without_applications_show_only_the_machine_section() {
-        let mut only = status();
-        only.applications.clear();
-        let text = tabular(&only, "0.1.0", "00:00:00Z");
-        assert!(!text.contains("App "), "{text}");
-        assert!(!text.contains("Unit "), "{text}");
-        assert!(text.contains("\nMachine  State"), "{text}");
-    }
-
-    #[test]
-    fn an_allocating_unit_without_a_workload_message_shows_its_agent_message() {
-        let mut s = status();
-        let mysql = s.applications.get_mut(&"mysql".parse().unwrap()).unwrap();
-        let unit = mysql.units.values_mut().next().unwrap();
-        unit.juju_status.message = Some("waiting for machine".into());
-        let text = tabular(&s, "v", "t");
-        assert!(
-            text.contains("mysql/0  waiting   allocating  0        waiting for machine\n"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn the_availability_zone_comes_from_the_hardware() {
-        assert_eq!(
-            availability_zone(Some("arch=amd64 availability-zone=us-east-1a")),
-            "us-east-1a"
-        );
-        assert_eq!(availability_zone(Some("arch=amd64")), "");
-        assert_eq!(availability_zone(None), "");
-    }
-
-    #[test]
-    fn a_table_aligns_numbers_right_and_ends_no_line_in_spaces() {
-        let mut table = Table::new(&["Name", "Count", "Note"]);
-        table.align_right(1);
-        table.row(vec!["a".into(), "7".into(), String::new()]);
-        table.row(vec!["long-name".into(), "12345".into(), "x".into()]);
-        assert_eq!(
-            table.render(),
-            "Name       Count  Note\na              7\nlong-name  12345  x\n"
-        );
-    }
-
-    #[test]
-    fn the_clock_is_utc_time_of_day() {
-        let t = UNIX_EPOCH + Duration::from_secs(86_400 * 3 + 6 * 3600 + 21 * 60 + 51);
-        assert_eq!(utc_clock(t), "06:21:51Z");
-    }
-
-    #[test]
-    fn json_is_the_apis_shape_on_one_line() {
-        let text = render(&status(), Format::Json).unwrap();
-        assert!(text.ends_with("}\n"));
-        assert_eq!(text.lines().count(), 1);
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(value["model"]["revision"], 42);
-        assert_eq!(
-            value["machines"]["2"]["machine-status"]["message"],
-            "no capacity in sim-b"
+            render(&status, Format::Json).unwrap(),
+            text::json(&status).unwrap()
         );
         assert_eq!(
-            value["applications"]["mysql"]["units"]["mysql/0"]["subordinates"]["ntp/0"]
-                ["workload-status"]["current"],
-            "waiting"
+            render(&status, Format::Yaml).unwrap(),
+            text::yaml(&status).unwrap()
         );
-        let back: Status = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, status());
-    }
-
-    #[test]
-    fn yaml_is_the_same_data() {
-        let text = render(&status(), Format::Yaml).unwrap();
-        assert!(text.starts_with("model:\n  name: default\n"), "{text}");
-        let back: Status = serde_yaml_ng::from_str(&text).unwrap();
-        assert_eq!(back, status());
+        let table = render(&status, Format::Tabular).unwrap();
+        assert!(table.starts_with("Model    Controller"), "{table}");
+        assert!(table.ends_with("Model \"default\" is empty.\n"), "{table}");
     }
 
     #[test]

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::api::status::{MachineView, Status};
 use crate::cli::error::CliError;
 use crate::cli::follow::{Follower, Woke};
 use crate::cli::status::PATH;
 use crate::cli::{Io, Session};
 use crate::domain::names::MachineId;
+use crate::status::view::{MachineView, Status};
 
 /// How long `wait` waits by default, as `juju wait-for` does.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
@@ -205,9 +205,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::api::status::{BaseView, ModelView, StatusInfo};
     use crate::cli::tests::{command, parse};
     use crate::cli::Command;
+    use crate::status::view::{BaseView, ModelView, StatusInfo};
 
     fn machine(agent: &str, instance: &str, message: Option<&str>) -> MachineView {
         MachineView {

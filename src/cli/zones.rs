@@ -5,8 +5,8 @@ use clap::Args;
 use crate::api::zones::ZoneView;
 use crate::cli::client::segment;
 use crate::cli::error::CliError;
-use crate::cli::status::Table;
 use crate::cli::{Io, Session};
+use crate::status::text::Table;
 
 /// `berth enable-zone ZONE`, `berth disable-zone ZONE`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]

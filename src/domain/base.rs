@@ -13,70 +13,29 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// An operating system berth can deploy. Only Ubuntu, for now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Os {
-    Ubuntu,
-}
+use crate::domain::words::{text_conversions, word_enum};
 
-impl Os {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Os::Ubuntu => "ubuntu",
-        }
+word_enum! {
+    /// An operating system berth can deploy. Only Ubuntu, for now.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Os {
+        Ubuntu => "ubuntu",
     }
 }
 
-impl fmt::Display for Os {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+word_enum! {
+    /// How much risk the images of a release may carry, from most to least
+    /// tested. The default, and what a base without one means, is `stable`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Risk {
+        #[default]
+        Stable => "stable",
+        Candidate => "candidate",
+        Beta => "beta",
+        Edge => "edge",
     }
-}
-
-/// How much risk the images of a release may carry, from most to least
-/// tested. The default, and what a base without one means, is `stable`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Risk {
-    #[default]
-    Stable,
-    Candidate,
-    Beta,
-    Edge,
-}
-
-impl Risk {
-    pub const ALL: [Risk; 4] = [Risk::Stable, Risk::Candidate, Risk::Beta, Risk::Edge];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Risk::Stable => "stable",
-            Risk::Candidate => "candidate",
-            Risk::Beta => "beta",
-            Risk::Edge => "edge",
-        }
-    }
-}
-
-impl fmt::Display for Risk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A word that is not a risk level.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown risk {0:?}: expected stable, candidate, beta or edge")]
-pub struct UnknownRisk(pub String);
-
-impl FromStr for Risk {
-    type Err = UnknownRisk;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Risk::ALL
-            .into_iter()
-            .find(|risk| risk.as_str() == s)
-            .ok_or_else(|| UnknownRisk(s.to_string()))
-    }
+    /// A word that is not a risk level.
+    error UnknownRisk("unknown risk {0:?}: expected stable, candidate, beta or edge");
 }
 
 /// A release of an operating system, `22.04`. Only releases berth knows can
@@ -340,19 +299,7 @@ impl FromStr for Base {
     }
 }
 
-impl TryFrom<String> for Base {
-    type Error = BaseError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Base> for String {
-    fn from(base: Base) -> String {
-        base.to_string()
-    }
-}
+text_conversions!(Base);
 
 #[cfg(test)]
 mod tests {

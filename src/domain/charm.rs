@@ -33,6 +33,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::base::{Base, BaseError};
 use crate::domain::names::{ApplicationName, InvalidApplicationName};
+use crate::domain::words::{checked_name, text_conversions, word_enum};
 
 /// The endpoint (and interface) every charm provides without declaring it.
 pub const JUJU_INFO: &str = "juju-info";
@@ -177,104 +178,42 @@ impl EndpointName {
         s.starts_with(|c: char| c.is_ascii_lowercase()) && s.split(['-', '_']).all(lower_alnum)
     }
 
-    /// Parses an endpoint name.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidEndpointName`] when `name` breaks Juju's rule.
-    pub fn parse(name: String) -> Result<EndpointName, InvalidEndpointName> {
-        if EndpointName::is_valid(&name) {
-            Ok(EndpointName(name))
-        } else {
-            Err(InvalidEndpointName(name))
-        }
-    }
-
     /// `juju-info`, the endpoint every charm provides.
     pub fn juju_info() -> EndpointName {
         EndpointName(JUJU_INFO.to_string())
     }
+}
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+checked_name!(EndpointName, InvalidEndpointName);
+
+word_enum! {
+    /// Which units of two related applications see each other.
+    #[derive(
+        Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    )]
+    #[serde(rename_all = "lowercase")]
+    pub enum Scope {
+        /// Every unit of one side with every unit of the other.
+        #[default]
+        Global => "global",
+        /// Only units in the same container (on the same machine): how a
+        /// subordinate joins its principal.
+        Container => "container",
     }
 }
 
-impl fmt::Display for EndpointName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+word_enum! {
+    /// Which side of a relation an endpoint is on.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Role {
+        Provider => "provider",
+        Requirer => "requirer",
+        Peer => "peer",
     }
-}
-
-impl FromStr for EndpointName {
-    type Err = InvalidEndpointName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EndpointName::parse(s.to_string())
-    }
-}
-
-impl TryFrom<String> for EndpointName {
-    type Error = InvalidEndpointName;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        EndpointName::parse(s)
-    }
-}
-
-impl From<EndpointName> for String {
-    fn from(name: EndpointName) -> String {
-        name.0
-    }
-}
-
-/// Which units of two related applications see each other.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Every unit of one side with every unit of the other.
-    #[default]
-    Global,
-    /// Only units in the same container (on the same machine): how a
-    /// subordinate joins its principal.
-    Container,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Global => "global",
-            Scope::Container => "container",
-        }
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Which side of a relation an endpoint is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Provider,
-    Requirer,
-    Peer,
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Provider => "provider",
-            Role::Requirer => "requirer",
-            Role::Peer => "peer",
-        }
-    }
-
     /// The metadata.yaml key that declares endpoints of this role.
     fn metadata_key(self) -> &'static str {
         match self {
@@ -282,12 +221,6 @@ impl Role {
             Role::Requirer => "requires",
             Role::Peer => "peers",
         }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -834,43 +767,27 @@ impl From<CharmMeta> for Value {
 // ---------------------------------------------------------------------------
 // config.yaml
 
-/// The type of a charm config option, as written in config.yaml.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OptionType {
-    String,
-    Int,
-    Float,
-    Boolean,
-    /// A reference to a Juju secret: a `secret:` URI, or empty.
-    Secret,
+word_enum! {
+    /// The type of a charm config option, as written in config.yaml.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum OptionType {
+        String => "string",
+        Int => "int",
+        Float => "float",
+        Boolean => "boolean",
+        /// A reference to a Juju secret: a `secret:` URI, or empty.
+        Secret => "secret",
+    }
 }
 
 impl OptionType {
-    pub const ALL: [OptionType; 5] = [
-        OptionType::String,
-        OptionType::Int,
-        OptionType::Float,
-        OptionType::Boolean,
-        OptionType::Secret,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OptionType::String => "string",
-            OptionType::Int => "int",
-            OptionType::Float => "float",
-            OptionType::Boolean => "boolean",
-            OptionType::Secret => "secret",
-        }
-    }
-
     /// The typed value of `text` as given on the command line
     /// (`--config port=8080`), or `None` if it is not one of this type.
     ///
     /// Booleans take Go's words, as Juju does: `true`, `True`, `TRUE`, `t`,
     /// `T`, `1` and their `false` counterparts. Floats must be finite.
-    fn parse(self, text: &str) -> Option<Value> {
+    fn value_of(self, text: &str) -> Option<Value> {
         match self {
             OptionType::String => Some(Value::from(text)),
             OptionType::Secret => is_secret_uri(text).then(|| Value::from(text)),
@@ -909,12 +826,6 @@ fn is_secret_uri(s: &str) -> bool {
     s.is_empty()
         || s.strip_prefix("secret:")
             .is_some_and(|rest| !rest.is_empty())
-}
-
-impl fmt::Display for OptionType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// One option a charm accepts.
@@ -1002,13 +913,12 @@ impl CharmConfig {
             let option = Fields::config(map, format!("{path}."));
             let kind = match option.string("type")? {
                 None => OptionType::String,
-                Some(kind) => OptionType::ALL
-                    .into_iter()
-                    .find(|known| known.as_str() == kind)
-                    .ok_or_else(|| CharmError::UnknownOptionType {
+                Some(kind) => {
+                    OptionType::parse(&kind).ok_or_else(|| CharmError::UnknownOptionType {
                         option: name.clone(),
                         kind,
-                    })?,
+                    })?
+                }
             };
             let default = match option.get("default") {
                 None => None,
@@ -1068,7 +978,7 @@ impl CharmConfig {
                     .ok_or_else(|| CharmError::UnknownOption(name.clone()))?;
                 let value = option
                     .kind
-                    .parse(text)
+                    .value_of(text)
                     .ok_or_else(|| CharmError::WrongType {
                         option: name.clone(),
                         expected: option.kind,
@@ -1120,29 +1030,16 @@ impl From<CharmConfig> for Value {
 // ---------------------------------------------------------------------------
 // Charm identity.
 
-/// Where a charm came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Namespace {
-    /// A charm directory on the deployer's disk: `local:`.
-    Local,
-    /// A charm named on the command line, as if from Charmhub: `ch:`.
-    #[serde(rename = "ch")]
-    Charmhub,
-}
-
-impl Namespace {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Namespace::Local => "local",
-            Namespace::Charmhub => "ch",
-        }
-    }
-}
-
-impl fmt::Display for Namespace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+word_enum! {
+    /// Where a charm came from.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Namespace {
+        /// A charm directory on the deployer's disk: `local:`.
+        Local => "local",
+        /// A charm named on the command line, as if from Charmhub: `ch:`.
+        #[serde(rename = "ch")]
+        Charmhub => "ch",
     }
 }
 
@@ -1211,11 +1108,7 @@ impl FromStr for CharmUrl {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let invalid = || InvalidCharmUrl(s.to_string());
         let (namespace, rest) = s.split_once(':').ok_or_else(invalid)?;
-        let namespace = match namespace {
-            "local" => Namespace::Local,
-            "ch" => Namespace::Charmhub,
-            _ => return Err(invalid()),
-        };
+        let namespace = Namespace::parse(namespace).ok_or_else(invalid)?;
         let (name, revision) = rest.rsplit_once('-').ok_or_else(invalid)?;
         let digits = !revision.is_empty() && revision.bytes().all(|b| b.is_ascii_digit());
         if !digits || (revision.len() > 1 && revision.starts_with('0')) {
@@ -1227,19 +1120,7 @@ impl FromStr for CharmUrl {
     }
 }
 
-impl TryFrom<String> for CharmUrl {
-    type Error = InvalidCharmUrl;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<CharmUrl> for String {
-    fn from(url: CharmUrl) -> String {
-        url.to_string()
-    }
-}
+text_conversions!(CharmUrl);
 
 /// A parsed charm and the digest the store keeps with it: what a deploy
 /// records, whether the charm came from a directory or by name.

@@ -31,6 +31,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::names::ContainerType;
+use crate::domain::words::{text_conversions, word_enum};
 
 /// How one constraint key is set. The seeds give each state its own meaning.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -76,44 +77,16 @@ pub enum Amount {
     Max,
 }
 
-/// A processor architecture, in Juju's vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    Amd64,
-    Arm64,
-    Ppc64el,
-    S390x,
-    Riscv64,
-}
-
-impl Arch {
-    pub const ALL: [Arch; 5] = [
-        Arch::Amd64,
-        Arch::Arm64,
-        Arch::Ppc64el,
-        Arch::S390x,
-        Arch::Riscv64,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arch::Amd64 => "amd64",
-            Arch::Arm64 => "arm64",
-            Arch::Ppc64el => "ppc64el",
-            Arch::S390x => "s390x",
-            Arch::Riscv64 => "riscv64",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Arch> {
-        Arch::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+word_enum! {
+    /// A processor architecture, in Juju's vocabulary.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Arch {
+        Amd64 => "amd64",
+        Arm64 => "arm64",
+        Ppc64el => "ppc64el",
+        S390x => "s390x",
+        Riscv64 => "riscv64",
     }
 }
 
@@ -149,64 +122,30 @@ pub struct Constraints {
     pub image_id: Setting<String>,
 }
 
-/// A constraint key, in canonical order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Key {
-    Arch,
-    Container,
-    Mem,
-    Cores,
-    CpuPower,
-    RootDisk,
-    RootDiskSource,
-    InstanceType,
-    VirtType,
-    Tags,
-    Zones,
-    Spaces,
-    AllocatePublicIp,
-    ImageId,
+word_enum! {
+    /// A constraint key, declared (and so in [`Key::ALL`]) in the order the
+    /// canonical form prints them.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum Key {
+        Arch => "arch",
+        Container => "container",
+        Mem => "mem",
+        Cores => "cores",
+        CpuPower => "cpu-power",
+        RootDisk => "root-disk",
+        RootDiskSource => "root-disk-source",
+        InstanceType => "instance-type",
+        VirtType => "virt-type",
+        Tags => "tags",
+        Zones => "zones",
+        Spaces => "spaces",
+        AllocatePublicIp => "allocate-public-ip",
+        ImageId => "image-id",
+    }
 }
 
 impl Key {
-    /// Every key, in the order the canonical form prints them.
-    pub const ALL: [Key; 14] = [
-        Key::Arch,
-        Key::Container,
-        Key::Mem,
-        Key::Cores,
-        Key::CpuPower,
-        Key::RootDisk,
-        Key::RootDiskSource,
-        Key::InstanceType,
-        Key::VirtType,
-        Key::Tags,
-        Key::Zones,
-        Key::Spaces,
-        Key::AllocatePublicIp,
-        Key::ImageId,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Key::Arch => "arch",
-            Key::Container => "container",
-            Key::Mem => "mem",
-            Key::Cores => "cores",
-            Key::CpuPower => "cpu-power",
-            Key::RootDisk => "root-disk",
-            Key::RootDiskSource => "root-disk-source",
-            Key::InstanceType => "instance-type",
-            Key::VirtType => "virt-type",
-            Key::Tags => "tags",
-            Key::Zones => "zones",
-            Key::Spaces => "spaces",
-            Key::AllocatePublicIp => "allocate-public-ip",
-            Key::ImageId => "image-id",
-        }
-    }
-
     /// The key a name (canonical or alias) stands for, and how its value is
     /// read.
     fn lookup(name: &str) -> Option<(Key, ValueForm)> {
@@ -215,15 +154,9 @@ impl Key {
             "cpu" => return Some((Key::CpuPower, ValueForm::Ecu)),
             "ec2-instance-type" => Key::InstanceType,
             "ec2-zone" => Key::Zones,
-            other => Key::ALL.into_iter().find(|k| k.as_str() == other)?,
+            other => Key::parse(other)?,
         };
         Some((key, ValueForm::Native))
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -654,19 +587,7 @@ impl std::str::FromStr for Constraints {
     }
 }
 
-impl TryFrom<String> for Constraints {
-    type Error = ConstraintsError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Constraints::parse(&s)
-    }
-}
-
-impl From<Constraints> for String {
-    fn from(c: Constraints) -> String {
-        c.to_string()
-    }
-}
+text_conversions!(Constraints);
 
 #[cfg(test)]
 mod tests {

@@ -6,31 +6,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::hardware::Hardware;
 use crate::domain::names::MachineId;
+use crate::domain::words::word_enum;
 
-/// The provider's state of an instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InstanceState {
-    Pending,
-    Running,
-    Stopping,
-    Stopped,
-    ShuttingDown,
-    Terminated,
+word_enum! {
+    /// The provider's state of an instance.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum InstanceState {
+        Pending => "pending",
+        Running => "running",
+        Stopping => "stopping",
+        Stopped => "stopped",
+        ShuttingDown => "shutting-down",
+        Terminated => "terminated",
+    }
 }
 
 impl InstanceState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InstanceState::Pending => "pending",
-            InstanceState::Running => "running",
-            InstanceState::Stopping => "stopping",
-            InstanceState::Stopped => "stopped",
-            InstanceState::ShuttingDown => "shutting-down",
-            InstanceState::Terminated => "terminated",
-        }
-    }
-
     /// Whether the instance is gone or going (it will not run again).
     pub fn is_gone(self) -> bool {
         matches!(

@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 use crate::domain::constraints::{Amount, Arch, Constraints, ListItem, Setting};
 use crate::domain::machine::MachineRole;
 use crate::domain::names::ContainerType;
+use crate::domain::words::word_enum;
 
 pub mod defaults {
     //! Berth's defaults for instance-type choice. They are applied by
@@ -151,48 +152,24 @@ fn parse_fixed_point(s: &str, decimals: u32) -> Option<u64> {
 // Tags
 // ---------------------------------------------------------------------------
 
-/// A tag a catalogue type can carry, matched by the `tags` constraint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tag {
-    /// A burstable-performance type (t2, t3, ...).
-    Burstable,
-    /// A type EC2 lists as current generation.
-    CurrentGeneration,
-    /// A bare-metal type.
-    BareMetal,
-    /// A type with at least one GPU.
-    Gpu,
+word_enum! {
+    /// A tag a catalogue type can carry, matched by the `tags` constraint.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Tag {
+        /// A burstable-performance type (t2, t3, ...).
+        Burstable => "burstable",
+        /// A type EC2 lists as current generation.
+        CurrentGeneration => "current-generation",
+        /// A bare-metal type.
+        BareMetal => "bare-metal",
+        /// A type with at least one GPU.
+        Gpu => "gpu",
+    }
 }
 
 impl Tag {
-    pub const ALL: [Tag; 4] = [
-        Tag::Burstable,
-        Tag::CurrentGeneration,
-        Tag::BareMetal,
-        Tag::Gpu,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tag::Burstable => "burstable",
-            Tag::CurrentGeneration => "current-generation",
-            Tag::BareMetal => "bare-metal",
-            Tag::Gpu => "gpu",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Tag> {
-        Tag::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
     fn bit(self) -> u8 {
         1 << (self as u8)
-    }
-}
-
-impl fmt::Display for Tag {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

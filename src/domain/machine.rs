@@ -69,201 +69,106 @@
 //! ¹ pending, allocating, retrying, provisioning-error.
 //! ² awaiting-agent, started, down.
 
-use std::fmt;
 use std::num::NonZeroU32;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::domain::constraints::Constraints;
+use crate::domain::words::word_enum;
 
-/// Whether a machine is a controller (Juju's `manage-model` job) or hosts
-/// workloads. Controllers form their own distribution group and get a
-/// larger default memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MachineRole {
-    Controller,
-    Workload,
-}
-
-impl MachineRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MachineRole::Controller => "controller",
-            MachineRole::Workload => "workload",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<MachineRole> {
-        match s {
-            "controller" => Some(MachineRole::Controller),
-            "workload" => Some(MachineRole::Workload),
-            _ => None,
-        }
+word_enum! {
+    /// Whether a machine is a controller (Juju's `manage-model` job) or hosts
+    /// workloads. Controllers form their own distribution group and get a
+    /// larger default memory.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum MachineRole {
+        Controller => "controller",
+        Workload => "workload",
     }
 }
 
-/// Where a machine is in its life, as berth stores it and as the engine
-/// drives it. The words of [`MachineState::as_str`] are what the store
-/// persists; they are stable.
-///
-/// What each state means to someone reading `status` (the two status words
-/// come from [`machine_status`]):
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum MachineState {
-    /// Recorded and waiting for the provisioner to take it up; no instance
-    /// has been asked for yet. Shows `pending` / `pending`.
-    #[default]
-    Pending,
-    /// The provisioner is choosing an availability zone for it (after a
-    /// zone refused it, the next one). Shows `allocating` / `pending`.
-    Allocating,
-    /// The cloud has been asked for an instance in the chosen zone and has
-    /// not answered yet. Shows `allocating` / `pending`.
-    Starting,
-    /// A launch failed for a reason that may pass (throttling, capacity,
-    /// a network error); berth waits a backoff delay and tries again by
-    /// itself. The message says what failed. Shows `allocating` / `pending`.
-    Retrying,
-    /// The instance is running; berth is waiting for its agent to check in.
-    /// If it does not within the bootstrap timeout, the instance is replaced.
-    /// Shows `running` / `pending`.
-    AwaitingAgent,
-    /// The agent did not check in in time: its instance is being terminated
-    /// so that a fresh one can be launched (or, past the bootstrap attempt
-    /// limit, so the machine can be marked in error). Shows `allocating` /
-    /// `pending`.
-    Relaunching,
-    /// The agent has checked in: the machine is up and hosting its units.
-    /// Shows `running` / `started`.
-    Started,
-    /// The agent checked in once but its heartbeats have stopped. berth
-    /// leaves the instance alone; the state returns to started when the
-    /// agent reconnects. Shows `running` / `down`.
-    Down,
-    /// berth gave up starting an instance: the message is the cloud's
-    /// reason. The machine has no instance. Run `retry-provisioning` (after
-    /// fixing the cause, or with new constraints) to try again. Shows
-    /// `provisioning error` / `error`.
-    ProvisioningError,
-    /// Removed while its instance was being launched. When the launch
-    /// answers, the new instance is stopped and the machine removed. Shows
-    /// `stopping` / `stopped`.
-    Dying,
-    /// Removed; its instance is being terminated, then the machine goes.
-    /// Shows `stopping` / `stopped`.
-    Stopping,
-    /// Gone: no instance, and the record is being deleted. A status taken at
-    /// the wrong moment may show it as `stopped` / `stopped`.
-    Dead,
-}
-
-impl MachineState {
-    /// Every state, in the order of the lifecycle.
-    pub const ALL: [MachineState; 12] = [
-        MachineState::Pending,
-        MachineState::Allocating,
-        MachineState::Starting,
-        MachineState::Retrying,
-        MachineState::AwaitingAgent,
-        MachineState::Relaunching,
-        MachineState::Started,
-        MachineState::Down,
-        MachineState::ProvisioningError,
-        MachineState::Dying,
-        MachineState::Stopping,
-        MachineState::Dead,
-    ];
-
-    /// The stable word the store persists (and serde writes).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MachineState::Pending => "pending",
-            MachineState::Allocating => "allocating",
-            MachineState::Starting => "starting",
-            MachineState::Retrying => "retrying",
-            MachineState::AwaitingAgent => "awaiting-agent",
-            MachineState::Relaunching => "relaunching",
-            MachineState::Started => "started",
-            MachineState::Down => "down",
-            MachineState::ProvisioningError => "provisioning-error",
-            MachineState::Dying => "dying",
-            MachineState::Stopping => "stopping",
-            MachineState::Dead => "dead",
-        }
+word_enum! {
+    /// Where a machine is in its life, as berth stores it and as the engine
+    /// drives it. The words of [`MachineState::as_str`] are what the store
+    /// persists (and serde writes); they are stable. The states are
+    /// declared, and so listed in [`MachineState::ALL`], in the order of the
+    /// lifecycle.
+    ///
+    /// What each state means to someone reading `status` (the two status words
+    /// come from [`machine_status`]):
+    #[derive(
+        Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    )]
+    #[serde(rename_all = "kebab-case")]
+    pub enum MachineState {
+        /// Recorded and waiting for the provisioner to take it up; no instance
+        /// has been asked for yet. Shows `pending` / `pending`.
+        #[default]
+        Pending => "pending",
+        /// The provisioner is choosing an availability zone for it (after a
+        /// zone refused it, the next one). Shows `allocating` / `pending`.
+        Allocating => "allocating",
+        /// The cloud has been asked for an instance in the chosen zone and has
+        /// not answered yet. Shows `allocating` / `pending`.
+        Starting => "starting",
+        /// A launch failed for a reason that may pass (throttling, capacity,
+        /// a network error); berth waits a backoff delay and tries again by
+        /// itself. The message says what failed. Shows `allocating` / `pending`.
+        Retrying => "retrying",
+        /// The instance is running; berth is waiting for its agent to check in.
+        /// If it does not within the bootstrap timeout, the instance is replaced.
+        /// Shows `running` / `pending`.
+        AwaitingAgent => "awaiting-agent",
+        /// The agent did not check in in time: its instance is being terminated
+        /// so that a fresh one can be launched (or, past the bootstrap attempt
+        /// limit, so the machine can be marked in error). Shows `allocating` /
+        /// `pending`.
+        Relaunching => "relaunching",
+        /// The agent has checked in: the machine is up and hosting its units.
+        /// Shows `running` / `started`.
+        Started => "started",
+        /// The agent checked in once but its heartbeats have stopped. berth
+        /// leaves the instance alone; the state returns to started when the
+        /// agent reconnects. Shows `running` / `down`.
+        Down => "down",
+        /// berth gave up starting an instance: the message is the cloud's
+        /// reason. The machine has no instance. Run `retry-provisioning` (after
+        /// fixing the cause, or with new constraints) to try again. Shows
+        /// `provisioning error` / `error`.
+        ProvisioningError => "provisioning-error",
+        /// Removed while its instance was being launched. When the launch
+        /// answers, the new instance is stopped and the machine removed. Shows
+        /// `stopping` / `stopped`.
+        Dying => "dying",
+        /// Removed; its instance is being terminated, then the machine goes.
+        /// Shows `stopping` / `stopped`.
+        Stopping => "stopping",
+        /// Gone: no instance, and the record is being deleted. A status taken at
+        /// the wrong moment may show it as `stopped` / `stopped`.
+        Dead => "dead",
     }
+    /// A stored machine state that berth does not know.
+    error InvalidMachineState(
+        "unknown machine state {0:?} (expected one of {list})",
+        list = join(MachineState::ALL.iter().map(|s| s.as_str()))
+    );
 }
 
-impl fmt::Display for MachineState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+word_enum! {
+    /// Juju's life of an entity: alive until someone asks for its removal,
+    /// dying while it is being taken apart, dead when nothing is left to do but
+    /// delete the record.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Life {
+        Alive => "alive",
+        Dying => "dying",
+        Dead => "dead",
     }
-}
-
-/// A stored machine state that berth does not know.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown machine state {0:?} (expected one of {list})", list = join(MachineState::ALL.iter().map(|s| s.as_str())))]
-pub struct InvalidMachineState(pub String);
-
-impl FromStr for MachineState {
-    type Err = InvalidMachineState;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MachineState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| InvalidMachineState(s.to_string()))
-    }
-}
-
-/// Juju's life of an entity: alive until someone asks for its removal,
-/// dying while it is being taken apart, dead when nothing is left to do but
-/// delete the record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Life {
-    Alive,
-    Dying,
-    Dead,
-}
-
-impl Life {
-    pub const ALL: [Life; 3] = [Life::Alive, Life::Dying, Life::Dead];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Life::Alive => "alive",
-            Life::Dying => "dying",
-            Life::Dead => "dead",
-        }
-    }
-}
-
-impl fmt::Display for Life {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A life word that is not `alive`, `dying` or `dead`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown life {0:?} (expected alive, dying or dead)")]
-pub struct InvalidLife(pub String);
-
-impl FromStr for Life {
-    type Err = InvalidLife;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Life::ALL
-            .into_iter()
-            .find(|life| life.as_str() == s)
-            .ok_or_else(|| InvalidLife(s.to_string()))
-    }
+    /// A life word that is not `alive`, `dying` or `dead`.
+    error InvalidLife("unknown life {0:?} (expected alive, dying or dead)");
 }
 
 /// The life of a machine in `state`: dying once it has been destroyed and
@@ -395,66 +300,24 @@ pub enum Event {
     Resume,
 }
 
-/// An [`Event`] without its data: what error messages and the table name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EventKind {
-    StartInstance,
-    ZoneChosen,
-    NoZoneAvailable,
-    InstanceStarted,
-    InstanceFailed,
-    AgentConnected,
-    AgentLost,
-    BootstrapTimedOut,
-    RetryDue,
-    Retry,
-    Destroy,
-    InstanceStopped,
-    StopFailed,
-    Resume,
-}
-
-impl EventKind {
-    pub const ALL: [EventKind; 14] = [
-        EventKind::StartInstance,
-        EventKind::ZoneChosen,
-        EventKind::NoZoneAvailable,
-        EventKind::InstanceStarted,
-        EventKind::InstanceFailed,
-        EventKind::AgentConnected,
-        EventKind::AgentLost,
-        EventKind::BootstrapTimedOut,
-        EventKind::RetryDue,
-        EventKind::Retry,
-        EventKind::Destroy,
-        EventKind::InstanceStopped,
-        EventKind::StopFailed,
-        EventKind::Resume,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::StartInstance => "start-instance",
-            EventKind::ZoneChosen => "zone-chosen",
-            EventKind::NoZoneAvailable => "no-zone-available",
-            EventKind::InstanceStarted => "instance-started",
-            EventKind::InstanceFailed => "instance-failed",
-            EventKind::AgentConnected => "agent-connected",
-            EventKind::AgentLost => "agent-lost",
-            EventKind::BootstrapTimedOut => "bootstrap-timed-out",
-            EventKind::RetryDue => "retry-due",
-            EventKind::Retry => "retry-provisioning",
-            EventKind::Destroy => "destroy",
-            EventKind::InstanceStopped => "instance-stopped",
-            EventKind::StopFailed => "stop-failed",
-            EventKind::Resume => "resume",
-        }
-    }
-}
-
-impl fmt::Display for EventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+word_enum! {
+    /// An [`Event`] without its data: what error messages and the table name.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum EventKind {
+        StartInstance => "start-instance",
+        ZoneChosen => "zone-chosen",
+        NoZoneAvailable => "no-zone-available",
+        InstanceStarted => "instance-started",
+        InstanceFailed => "instance-failed",
+        AgentConnected => "agent-connected",
+        AgentLost => "agent-lost",
+        BootstrapTimedOut => "bootstrap-timed-out",
+        RetryDue => "retry-due",
+        Retry => "retry-provisioning",
+        Destroy => "destroy",
+        InstanceStopped => "instance-stopped",
+        StopFailed => "stop-failed",
+        Resume => "resume",
     }
 }
 

@@ -16,4 +16,5 @@ pub mod machine;
 pub mod names;
 pub mod placement;
 pub mod reconcile;
+pub mod words;
 pub mod zones;

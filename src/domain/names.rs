@@ -13,48 +13,22 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// The kind of container a machine can be, or host.
-///
-/// `None` is only meaningful in the `container` constraint (`container=none`
-/// asks for a machine that is not a container); machine ids and placement
-/// directives only ever name `lxd`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ContainerType {
-    None,
-    Lxd,
-}
+use crate::domain::words::{checked_name, text_conversions, word_enum};
 
-impl ContainerType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerType::None => "none",
-            ContainerType::Lxd => "lxd",
-        }
+word_enum! {
+    /// The kind of container a machine can be, or host.
+    ///
+    /// `None` is only meaningful in the `container` constraint (`container=none`
+    /// asks for a machine that is not a container); machine ids and placement
+    /// directives only ever name `lxd`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ContainerType {
+        None => "none",
+        Lxd => "lxd",
     }
-}
-
-impl fmt::Display for ContainerType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A container type that berth does not know, in Juju's words.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid container type {0:?}")]
-pub struct InvalidContainerType(pub String);
-
-impl FromStr for ContainerType {
-    type Err = InvalidContainerType;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(ContainerType::None),
-            "lxd" => Ok(ContainerType::Lxd),
-            other => Err(InvalidContainerType(other.to_string())),
-        }
-    }
+    /// A container type that berth does not know, in Juju's words.
+    error InvalidContainerType("invalid container type {0:?}");
 }
 
 /// Whether `s` is a decimal number in Juju's form: `0`, or digits without a
@@ -202,19 +176,7 @@ impl FromStr for MachineId {
     }
 }
 
-impl TryFrom<String> for MachineId {
-    type Error = MachineIdError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<MachineId> for String {
-    fn from(id: MachineId) -> String {
-        id.to_string()
-    }
-}
+text_conversions!(MachineId);
 
 /// The name of an application, valid by Juju's rules: lowercase letters,
 /// digits and hyphens, starting with a letter, and every hyphen-separated
@@ -247,62 +209,13 @@ impl ApplicationName {
             })
     }
 
-    /// Parses an application name.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidApplicationName`] when `name` breaks Juju's rules.
-    pub fn parse(name: String) -> Result<ApplicationName, InvalidApplicationName> {
-        if ApplicationName::is_valid(&name) {
-            Ok(ApplicationName(name))
-        } else {
-            Err(InvalidApplicationName(name))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// The name of this application's unit number `number`.
     pub fn unit(&self, number: u64) -> UnitName {
         UnitName::new(self.clone(), number)
     }
 }
 
-impl fmt::Display for ApplicationName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl AsRef<str> for ApplicationName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl FromStr for ApplicationName {
-    type Err = InvalidApplicationName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ApplicationName::parse(s.to_string())
-    }
-}
-
-impl TryFrom<String> for ApplicationName {
-    type Error = InvalidApplicationName;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        ApplicationName::parse(s)
-    }
-}
-
-impl From<ApplicationName> for String {
-    fn from(name: ApplicationName) -> String {
-        name.0
-    }
-}
+checked_name!(ApplicationName, InvalidApplicationName);
 
 /// The name of a unit: its application and its number, `wordpress/7`.
 ///
@@ -361,19 +274,7 @@ impl FromStr for UnitName {
     }
 }
 
-impl TryFrom<String> for UnitName {
-    type Error = InvalidUnitName;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<UnitName> for String {
-    fn from(name: UnitName) -> String {
-        name.to_string()
-    }
-}
+text_conversions!(UnitName);
 
 #[cfg(test)]
 mod tests {

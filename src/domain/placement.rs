@@ -25,6 +25,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::names::{ContainerType, MachineId, MachineIdError};
+use crate::domain::words::text_conversions;
 
 /// Container types Juju knows that berth does not support, so that asking
 /// for one gets a clearer answer than "unknown scope".
@@ -436,19 +437,7 @@ impl FromStr for Hostname {
     }
 }
 
-impl TryFrom<String> for Placement {
-    type Error = PlacementError;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Placement> for String {
-    fn from(placement: Placement) -> String {
-        placement.to_string()
-    }
-}
+text_conversions!(Placement);
 
 #[cfg(test)]
 mod tests {

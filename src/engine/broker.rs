@@ -26,11 +26,11 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::contracts::provider::{
     FailureClass, LaunchRequest, Provider, ProviderError, ProviderZone,
 };
+use crate::domain::instance::Instance;
+use crate::domain::words::word_enum;
 use crate::engine::protocol::{
     InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
 };
-
-use crate::domain::instance::Instance;
 
 /// Throttled calls are tried this many more times before the error is
 /// passed on.
@@ -115,20 +115,13 @@ impl TokenBucket {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CallKind {
-    Launch,
-    Terminate,
-    Describe,
-}
-
-impl CallKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallKind::Launch => "launch",
-            CallKind::Terminate => "terminate",
-            CallKind::Describe => "describe",
-        }
+word_enum! {
+    /// A kind of provider call, each rate-limited on its own.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum CallKind {
+        Launch => "launch",
+        Terminate => "terminate",
+        Describe => "describe",
     }
 }
 

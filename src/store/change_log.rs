@@ -7,110 +7,48 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The kinds of thing the change log speaks of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Entity {
-    Model,
-    Charm,
-    Application,
-    Unit,
-    Machine,
-    Relation,
-    Zone,
-}
+use crate::domain::words::word_enum;
 
-impl Entity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Entity::Model => "model",
-            Entity::Charm => "charm",
-            Entity::Application => "application",
-            Entity::Unit => "unit",
-            Entity::Machine => "machine",
-            Entity::Relation => "relation",
-            Entity::Zone => "zone",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<Entity> {
-        [
-            Entity::Model,
-            Entity::Charm,
-            Entity::Application,
-            Entity::Unit,
-            Entity::Machine,
-            Entity::Relation,
-            Entity::Zone,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == s)
+word_enum! {
+    /// The kinds of thing the change log speaks of.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Entity {
+        Model => "model",
+        Charm => "charm",
+        Application => "application",
+        Unit => "unit",
+        Machine => "machine",
+        Relation => "relation",
+        Zone => "zone",
     }
 }
 
-/// What happened to an entity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChangeKind {
-    Created,
-    Updated,
-    Removed,
-}
-
-impl ChangeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeKind::Created => "created",
-            ChangeKind::Updated => "updated",
-            ChangeKind::Removed => "removed",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<ChangeKind> {
-        [
-            ChangeKind::Created,
-            ChangeKind::Updated,
-            ChangeKind::Removed,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+word_enum! {
+    /// What happened to an entity.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ChangeKind {
+        Created => "created",
+        Updated => "updated",
+        Removed => "removed",
     }
 }
 
-/// Who made a change. The engine follows the log for changes it did not
-/// make itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Origin {
-    /// A user, through the API or the command line.
-    User,
-    /// The provisioning engine.
-    Engine,
-    /// A machine agent (check-in, heartbeats).
-    Agent,
-    /// A provider's report (webhooks, reconciliation).
-    Provider,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::User => "user",
-            Origin::Engine => "engine",
-            Origin::Agent => "agent",
-            Origin::Provider => "provider",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<Origin> {
-        [
-            Origin::User,
-            Origin::Engine,
-            Origin::Agent,
-            Origin::Provider,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
+word_enum! {
+    /// Who made a change. The engine follows the log for changes it did not
+    /// make itself.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Origin {
+        /// A user, through the API or the command line.
+        User => "user",
+        /// The provisioning engine.
+        Engine => "engine",
+        /// A machine agent (check-in, heartbeats).
+        Agent => "agent",
+        /// A provider's report (webhooks, reconciliation).
+        Provider => "provider",
     }
 }
 

@@ -17,7 +17,8 @@
 //! - [`machines`], [`units`], [`applications`], [`model`], [`zones`]: the
 //!   user's operations, each one transaction.
 //! - [`credentials`]: the admin token's hash.
-//! - [`status`]: the status snapshot and its incremental deltas.
+//! - the status snapshot and delta reads are written in
+//!   [`crate::status::snapshot`], beside the rest of status.
 //! - [`change_log`], [`writer`]: the change log's vocabulary and the single
 //!   writer with group commit; [`error`]: [`StoreError`].
 //! - [`db`], [`schema`], [`records`]: connections, the diesel schema and
@@ -33,7 +34,6 @@ pub mod machines;
 pub mod model;
 pub mod records;
 pub mod schema;
-pub mod status;
 pub mod units;
 pub mod writer;
 pub mod zones;
@@ -54,6 +54,28 @@ use crate::store::writer::{Tx, Writer};
 
 /// Connections kept for readers (status, the event stream, the engine).
 pub const READ_POOL_SIZE: u32 = 8;
+
+/// Runs a blocking store read (and whatever is done with what it read) off
+/// the event loop. Unlike [`Store::blocking`], a failure to run says why.
+///
+/// # Errors
+///
+/// The read's own error; a read whose thread panicked is
+/// [`StoreError::Invariant`] (a bug), and one that could not be scheduled
+/// is [`StoreError::Connect`] (overloaded).
+pub async fn blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        if e.is_panic() {
+            StoreError::Invariant("a store read panicked".into())
+        } else {
+            StoreError::Connect("the store read was cancelled".into())
+        }
+    })?
+}
 
 /// The store: a writer for changes and a pool for reads.
 #[derive(Clone)]

@@ -12,7 +12,7 @@ use crate::domain::constraints::Constraints;
 use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
-use crate::store::schema::{applications, machines, model, units};
+use crate::store::schema::{applications, machines, model, relations, units};
 use crate::store::StoreError;
 
 /// Parses a stored string, naming the column if it does not parse.
@@ -260,4 +260,19 @@ pub(crate) fn split_list(s: &str) -> Vec<String> {
         .filter(|z| !z.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// A relation as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Queryable, Selectable)]
+#[diesel(table_name = relations)]
+pub struct RelationRecord {
+    /// Juju's relation key, requirer first: `"wordpress:db mysql:db"`.
+    pub key: String,
+    pub app1: String,
+    pub endpoint1: String,
+    pub app2: String,
+    pub endpoint2: String,
+    pub interface: String,
+    /// `global` or `container`.
+    pub scope: String,
 }

@@ -19,9 +19,10 @@ use diesel::SqliteConnection;
 
 use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
+use crate::domain::instance::InstanceState;
 use crate::providers::sim::error::SimError;
 use crate::providers::sim::records::{
-    parse_state, tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
+    tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
 };
 
 diesel::table! {
@@ -264,7 +265,7 @@ impl Row {
             .into();
         let hardware: Hardware =
             serde_json::from_str(&self.hardware).map_err(|_| bad("hardware", &self.hardware))?;
-        let state = parse_state(&self.state).ok_or_else(|| bad("state", &self.state))?;
+        let state = InstanceState::parse(&self.state).ok_or_else(|| bad("state", &self.state))?;
         let agent =
             AgentState::parse(&self.agent).ok_or_else(|| bad("agent state", &self.agent))?;
         let agent_machine = match &self.agent_machine {

@@ -171,9 +171,7 @@ mod tests {
     use crate::domain::instance::InstanceState;
     use std::collections::BTreeMap;
 
-    use crate::providers::sim::records::{
-        parse_state, tagged_machine, AgentState, LedgerEntry, Tags, INSTANCE_STATES,
-    };
+    use crate::providers::sim::records::{tagged_machine, AgentState, LedgerEntry, Tags};
 
     fn record(seq: u64, id: &str, zone: &str, host: Option<&str>) -> Record {
         Record {
@@ -236,10 +234,10 @@ mod tests {
         for a in AgentState::ALL {
             assert_eq!(AgentState::parse(a.as_str()), Some(a));
         }
-        for s in INSTANCE_STATES {
-            assert_eq!(parse_state(s.as_str()), Some(s));
+        for s in InstanceState::ALL {
+            assert_eq!(InstanceState::parse(s.as_str()), Some(s));
         }
-        assert_eq!(parse_state("exploded"), None);
+        assert_eq!(InstanceState::parse("exploded"), None);
         assert_eq!(AgentState::parse("asleep"), None);
     }
 

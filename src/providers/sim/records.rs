@@ -11,55 +11,22 @@ use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
 use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::names::MachineId;
+use crate::domain::words::word_enum;
 
-/// Where an instance's simulated machine agent stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AgentState {
-    /// No agent: an instance created behind berth's back.
-    None,
-    /// The agent has not checked in yet.
-    Waiting,
-    /// The controller accepted the agent's one-time password.
-    Connected,
-    /// The controller refused the agent every time it tried.
-    Refused,
-}
-
-impl AgentState {
-    pub const ALL: [AgentState; 4] = [
-        AgentState::None,
-        AgentState::Waiting,
-        AgentState::Connected,
-        AgentState::Refused,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentState::None => "none",
-            AgentState::Waiting => "waiting",
-            AgentState::Connected => "connected",
-            AgentState::Refused => "refused",
-        }
+word_enum! {
+    /// Where an instance's simulated machine agent stands.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum AgentState {
+        /// No agent: an instance created behind berth's back.
+        None => "none",
+        /// The agent has not checked in yet.
+        Waiting => "waiting",
+        /// The controller accepted the agent's one-time password.
+        Connected => "connected",
+        /// The controller refused the agent every time it tried.
+        Refused => "refused",
     }
-
-    pub fn parse(s: &str) -> Option<AgentState> {
-        AgentState::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-}
-
-/// Every state an instance can be in, for parsing the ledger file.
-pub(super) const INSTANCE_STATES: [InstanceState; 6] = [
-    InstanceState::Pending,
-    InstanceState::Running,
-    InstanceState::Stopping,
-    InstanceState::Stopped,
-    InstanceState::ShuttingDown,
-    InstanceState::Terminated,
-];
-
-pub(super) fn parse_state(s: &str) -> Option<InstanceState> {
-    INSTANCE_STATES.into_iter().find(|st| st.as_str() == s)
 }
 
 /// An instance's tags, as a list sorted by key: instances carry two or

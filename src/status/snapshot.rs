@@ -1,5 +1,11 @@
 //! The status snapshot: everything `status` shows, read in one transaction
-//! so that it is consistent with one revision of the change log.
+//! so that it is consistent with one revision of the change log; and the
+//! lighter reads the status document is kept by ([`StatusDelta`]: the whole
+//! state once, then what changed after a revision).
+//!
+//! The reads are [`Store`] methods written here, beside the types they
+//! return, so that the store itself knows nothing of status: this module
+//! reads the store's tables, never the reverse.
 
 use diesel::prelude::*;
 use serde::Serialize;
@@ -10,7 +16,7 @@ use crate::store::db::Conn;
 use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
     ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
-    UnitRecord, UnitRow,
+    RelationRecord, UnitRecord, UnitRow,
 };
 use crate::store::schema::{
     applications, changes, log_head, machines, model, relations, units, zones,
@@ -20,21 +26,6 @@ use crate::store::{Entity, Store, StoreError};
 
 /// Ids per `IN (...)` list, well under SQLite's bound-parameter limit.
 const IDS_PER_READ: usize = 500;
-
-/// A relation as stored.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Queryable, Selectable)]
-#[diesel(table_name = relations)]
-pub struct RelationRecord {
-    /// Juju's relation key, requirer first: `"wordpress:db mysql:db"`.
-    pub key: String,
-    pub app1: String,
-    pub endpoint1: String,
-    pub app2: String,
-    pub endpoint2: String,
-    pub interface: String,
-    /// `global` or `container`.
-    pub scope: String,
-}
 
 /// The whole state at one revision.
 #[derive(Clone, Debug, PartialEq, Serialize)]

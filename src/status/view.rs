@@ -2,7 +2,10 @@
 //! `juju status --format=json`, as `GET /v1/status` serves it.
 //!
 //! These are plain types and functions, so that the command line can read
-//! the same JSON back into the same types and print it as a table or YAML.
+//! the same JSON back into the same types and print it as a table or YAML
+//! ([`crate::status::text`]). The pieces the status document is kept in
+//! ([`crate::status::document`]) are rendered by the same functions
+//! ([`machine_view`], [`unit_view`], [`application_headers`]).
 //! Keys are kebab-case, as Juju's are. Maps are keyed by berth's own name
 //! types, so machines come out in numeric order (`2` before `10`) and
 //! containers follow their host.
@@ -15,8 +18,10 @@ use utoipa::ToSchema;
 use crate::domain::charm::{CharmUrl, Namespace};
 use crate::domain::machine::{life, machine_status, Life, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::store::records::{ApplicationRecord, MachineRecord, ModelRecord, UnitRecord};
-use crate::store::status::{MachineShown, RelationRecord, StatusSnapshot, UnitShown};
+use crate::status::snapshot::{MachineShown, StatusSnapshot, UnitShown};
+use crate::store::records::{
+    ApplicationRecord, MachineRecord, ModelRecord, RelationRecord, UnitRecord,
+};
 
 /// What Juju shows as a machine's instance id before it has one.
 pub const NO_INSTANCE: &str = "pending";

@@ -23,15 +23,14 @@
 //! arrived, so a client sees its own acknowledged writes (the head moves
 //! before a write is acknowledged).
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
 
-use crate::api::errors::blocking;
-use crate::api::status_document::StatusDocument;
 use crate::domain::machine::MachineState;
-use crate::store::{Store, StoreError};
+use crate::status::document::StatusDocument;
+use crate::store::{blocking, Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
 /// refresh covers a burst of writes.
@@ -41,6 +40,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// than entity by entity.
 const WHOLE_READ_AT_LEAST: usize = 4096;
 
+/// The status document and its newest rendering, shared by every request.
 #[derive(Default)]
 pub struct StatusCache {
     /// `None` until first read.
@@ -195,27 +195,39 @@ impl StatusCache {
     }
 }
 
+/// What [`keep_fresh`] needs of the server's shared state: the cache, the
+/// store it reads and the cloud it names.
+pub struct Fresh<'a> {
+    pub cache: &'a StatusCache,
+    pub store: &'a Store,
+    pub cloud: &'a str,
+}
+
 /// Keeps `shared`'s status document fresh: reads it at once, brings it
 /// forward a moment after the change log grows, and renders it once the
 /// log has been quiet for that moment, so that the next request finds it
-/// ready. Ends when the server has let go of `shared` or the store has
-/// stopped.
-pub async fn keep_fresh(shared: std::sync::Weak<crate::api::Shared>) {
-    let Some(mut head) = shared.upgrade().map(|s| s.state.store.watch_revision()) else {
+/// ready. `parts` says where in `shared` the cache, store and cloud are.
+/// Ends when the server has let go of `shared` or the store has stopped.
+pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
+    let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {
         return;
     };
     loop {
         let Some(current) = shared.upgrade() else {
             return;
         };
-        let (store, cloud) = (&current.state.store, &current.state.provider.name);
-        current.status.refresh(store, cloud).await;
+        let Fresh {
+            cache,
+            store,
+            cloud,
+        } = parts(&current);
+        cache.refresh(store, cloud).await;
         let quiet = tokio::time::timeout(SETTLE, head.changed()).await;
         match quiet {
             Ok(Err(_)) => return,
             Ok(Ok(())) => {}
             Err(_) => {
-                if let Err(e) = current.status.get(store, cloud).await {
+                if let Err(e) = cache.get(store, cloud).await {
                     log::warn!("cannot render the status: {e}");
                 }
                 drop(current);

@@ -12,7 +12,7 @@
 //! # Guarantees
 //!
 //! [`StatusDocument::render`] is the same JSON value as
-//! [`status_view`](crate::api::status::status_view) of a snapshot at the
+//! [`status_view`](crate::status::view::status_view) of a snapshot at the
 //! document's revision (only the order of keys within an object may
 //! differ). A unit's piece depends on its machine's state, so when a
 //! machine's state changes, the pieces of the units on it are rendered
@@ -21,13 +21,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use crate::api::status::{
-    application_headers, fold_application_status, machine_view, model_view, unit_view, StatusInfo,
-};
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::store::records::{ApplicationRecord, ModelRecord};
-use crate::store::status::{MachineShown, RelationRecord, StatusDelta, StatusSnapshot, UnitShown};
+use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
+use crate::status::view::{
+    application_headers, fold_application_status, machine_view, model_view, unit_view, StatusInfo,
+};
+use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
 /// A rendered object member, `"key":{...}`, kept whole so that joining
 /// members costs a copy and nothing more.
@@ -426,9 +426,9 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::api::status::status_view;
     use crate::domain::constraints::Constraints;
     use crate::domain::machine::{Lifecycle, Machine, MachineRole};
+    use crate::status::view::status_view;
     use crate::store::records::{MachineRecord, UnitRecord};
 
     /// A small deterministic generator (xorshift), so every case can be

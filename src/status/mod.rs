@@ -1,0 +1,25 @@
+//! Status: the one view of the whole model that `berth status` prints and
+//! `GET /v1/status` serves, from the store's read to the text.
+//!
+//! - [`snapshot`]: what status reads from the store, at one revision: the
+//!   whole state ([`snapshot::StatusSnapshot`]), or only what status shows
+//!   that changed after a revision ([`snapshot::StatusDelta`]).
+//! - [`view`]: the view itself, `juju status --format=json`'s shape, made
+//!   from a snapshot.
+//! - [`document`]: the same view kept as rendered pieces and brought
+//!   forward by deltas, so that a request costs what changed since the last
+//!   one; it renders the same JSON as [`view`].
+//! - [`cache`]: the document kept fresh in the background and its newest
+//!   rendering shared by concurrent requests (and the machine counts
+//!   `/metrics` shows).
+//! - [`text`]: the view as text: Juju's tables, JSON on one line, YAML.
+//!
+//! Status depends on the store and the domain only. The API's route and
+//! the command line call into it; nothing here knows of HTTP routes or
+//! command-line arguments.
+
+pub mod cache;
+pub mod document;
+pub mod snapshot;
+pub mod text;
+pub mod view;
