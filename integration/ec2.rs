@@ -314,10 +314,10 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
     let (store, engine) = (app.store(), app.engine());
     let controller = store.model().unwrap().controller_uuid;
 
-    deploy(&store, "wordpress", 6, "mem=4G").await;
+    deploy(store, "wordpress", 6, "mem=4G").await;
     let status = until_within(
         PATIENCE,
-        &store,
+        store,
         "6 awaiting their agents",
         all_in(6, MachineState::AwaitingAgent),
     )
@@ -380,7 +380,7 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
     assert_eq!(volumes.volumes().len(), 6);
 
     // The agents check in with the passwords from the user data.
-    check_in_until_started(&client, &engine, &store, 6).await;
+    check_in_until_started(&client, engine, store, 6).await;
 }
 
 #[actix_web::test]
@@ -400,12 +400,12 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         .unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "2 awaiting",
         all_in(2, MachineState::AwaitingAgent),
     )
     .await;
-    let status = check_in_until_started(&client, &engine, &store, 2).await;
+    let status = check_in_until_started(&client, engine, store, 2).await;
     let removed = status
         .machines
         .iter()
@@ -417,7 +417,7 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until_within(PATIENCE, &store, "machine 0 removed", |s| {
+    until_within(PATIENCE, store, "machine 0 removed", |s| {
         s.machines.len() == 1 && s.machines[0].id.to_string() == "1"
     })
     .await;
@@ -470,12 +470,12 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
     store.add_machines(AddMachines::default()).await.unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "awaiting",
         all_in(1, MachineState::AwaitingAgent),
     )
     .await;
-    let status = check_in_until_started(&client, &engine, &store, 1).await;
+    let status = check_in_until_started(&client, engine, store, 1).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
 
     client
@@ -485,7 +485,7 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
         .await
         .unwrap();
     engine.reconcile_now();
-    let status = until_within(PATIENCE, &store, "down", all_in(1, MachineState::Down)).await;
+    let status = until_within(PATIENCE, store, "down", all_in(1, MachineState::Down)).await;
     assert_eq!(
         status.machines[0].machine.lifecycle.last_error.as_deref(),
         Some(format!("instance {instance} was terminated by the provider").as_str())
@@ -513,17 +513,17 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
         let app = spawn_ec2(provider, Some(first_site)).await;
         let (store, engine) = (app.store(), app.engine());
         let controller = store.model().unwrap().controller_uuid;
-        deploy(&store, "mysql", 3, "").await;
+        deploy(store, "mysql", 3, "").await;
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "3 awaiting",
             all_in(3, MachineState::AwaitingAgent),
         )
         .await;
         let first = &status.machines[0];
-        check_in(&client, &engine, first.id, first.instance_id().unwrap()).await;
-        until_within(PATIENCE, &store, "one started", |s| {
+        check_in(&client, engine, first.id, first.instance_id().unwrap()).await;
+        until_within(PATIENCE, store, "one started", |s| {
             s.machines
                 .iter()
                 .filter(|m| m.state() == MachineState::Started)
@@ -547,7 +547,7 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
         let (store, engine) = (app.store(), app.engine());
         let controller = store.model().unwrap().controller_uuid;
         engine.reconcile_now();
-        let status = check_in_until_started(&client, &engine, &store, 3).await;
+        let status = check_in_until_started(&client, engine, store, 3).await;
         let after: Vec<(String, String)> = moto_instances(&client, &controller)
             .await
             .into_iter()
@@ -593,7 +593,7 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
         .unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "awaiting",
         all_in(1, MachineState::AwaitingAgent),
     )
@@ -637,7 +637,7 @@ async fn a_missing_image_id_puts_the_machine_in_error_without_an_instance() {
         .unwrap();
     let status = until_within(
         PATIENCE,
-        &store,
+        store,
         "error",
         all_in(1, MachineState::ProvisioningError),
     )
@@ -761,10 +761,10 @@ mod scripted {
 
         // The first machine goes to the emptiest zone, zone-a, which is
         // full: it moves on to zone-b at once.
-        deploy(&store, "wordpress", 1, "mem=4G").await;
+        deploy(store, "wordpress", 1, "mem=4G").await;
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "1 awaiting",
             all_in(1, MachineState::AwaitingAgent),
         )
@@ -785,7 +785,7 @@ mod scripted {
             .unwrap();
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "2 awaiting",
             all_in(2, MachineState::AwaitingAgent),
         )

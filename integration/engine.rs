@@ -51,7 +51,9 @@ async fn spawn_engine(backend: Backend, sim: SimConfig, config: ProvisionerConfi
 async fn spawn_engine_on(site: &Site, sim: SimConfig) -> TestApp {
     spawn_app_with(Options {
         site: Some(site.clone()),
-        ..Options::engine(Backend::Sqlite, sim, fast_provisioner())
+        cloud: Cloud::Sim(sim),
+        engine: Some(fast_provisioner()),
+        ..Options::default()
     })
     .await
 }
@@ -121,16 +123,16 @@ fn live_instances(sim: &SimProvider) -> Vec<String> {
 async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone(
     backend: Backend,
 ) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 9, "", "").await;
-    let status = until(h.store(), "9 started", all_started(9)).await;
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 9, "", "").await;
+    let status = until(app.store(), "9 started", all_started(9)).await;
     let expected: BTreeMap<String, usize> = [("sim-a", 3), ("sim-b", 3), ("sim-c", 3)]
         .into_iter()
         .map(|(z, n)| (z.to_string(), n))
         .collect();
     assert_eq!(zones_of(&status, "wordpress"), expected);
-    deploy(h.store(), "mysql", 3, "", "").await;
-    let status = until(h.store(), "12 started", all_started(12)).await;
+    deploy(app.store(), "mysql", 3, "", "").await;
+    let status = until(app.store(), "12 started", all_started(12)).await;
     let one_each: BTreeMap<String, usize> = [("sim-a", 1), ("sim-b", 1), ("sim-c", 1)]
         .into_iter()
         .map(|(z, n)| (z.to_string(), n))
@@ -142,7 +144,7 @@ async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_pe
         .iter()
         .filter_map(|m| m.instance_id().map(str::to_string))
         .collect();
-    let live: BTreeSet<String> = live_instances(h.sim()).into_iter().collect();
+    let live: BTreeSet<String> = live_instances(app.sim()).into_iter().collect();
     assert_eq!(recorded, live);
     assert!(status
         .machines
@@ -155,11 +157,11 @@ async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_pe
 }
 
 async fn settled_machines_keep_no_actor_alive(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 5, "", "").await;
-    until(h.store(), "5 started", all_started(5)).await;
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 5, "", "").await;
+    until(app.store(), "5 started", all_started(5)).await;
     eventually("every machine actor to stop", PATIENCE, || async {
-        match h.engine().live_actors().await {
+        match app.engine().live_actors().await {
             0 => Ok(()),
             alive => Err(format!("{alive} actors alive")),
         }
@@ -176,9 +178,9 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: 
         max_machine_actors: 3,
         ..fast_provisioner()
     };
-    let h = spawn_engine(backend, sim, config).await;
-    deploy(h.store(), "wordpress", 12, "", "").await;
-    let engine = h.engine().clone();
+    let app = spawn_engine(backend, sim, config).await;
+    deploy(app.store(), "wordpress", 12, "", "").await;
+    let engine = app.engine().clone();
     let watcher = actix_web::rt::spawn(async move {
         let mut most = 0;
         loop {
@@ -189,7 +191,7 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: 
             }
         }
     });
-    let status = until(h.store(), "12 started", all_started(12)).await;
+    let status = until(app.store(), "12 started", all_started(12)).await;
     assert!(
         !watcher.is_finished(),
         "more than 3 machine actors were alive at once"
@@ -207,16 +209,16 @@ async fn zones_known(store: &Store) {
 }
 
 async fn a_zone_disabled_by_an_administrator_gets_no_new_machines(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    zones_known(h.store()).await;
-    h.store()
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    zones_known(app.store()).await;
+    app.store()
         .set_zone_enabled("sim-c".into(), false)
         .await
         .unwrap();
     // The engine hears of it through the change log before the deploy's
     // machines (a later revision).
-    deploy(h.store(), "wordpress", 6, "", "").await;
-    let status = until(h.store(), "6 started", all_started(6)).await;
+    deploy(app.store(), "wordpress", 6, "", "").await;
+    let status = until(app.store(), "6 started", all_started(6)).await;
     let zones = zones_of(&status, "wordpress");
     assert_eq!(zones.get("sim-c"), None, "{zones:?}");
     assert_eq!(zones.get("sim-a"), Some(&3));
@@ -226,9 +228,9 @@ async fn a_zone_disabled_by_an_administrator_gets_no_new_machines(backend: Backe
 async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone(backend: Backend) {
     let mut sim = SimConfig::default();
     sim.capacity.insert("sim-a".into(), 1);
-    let h = spawn_engine(backend, sim, fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 6, "", "").await;
-    let status = until(h.store(), "6 started", all_started(6)).await;
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 6, "", "").await;
+    let status = until(app.store(), "6 started", all_started(6)).await;
     let zones = zones_of(&status, "wordpress");
     assert_eq!(zones.get("sim-a"), Some(&1), "{zones:?}");
     assert_eq!(zones.values().sum::<usize>(), 6);
@@ -240,25 +242,25 @@ async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone(backend: Backend
 }
 
 async fn an_explicit_zone_placement_is_honoured(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
     deploy(
-        h.store(),
+        app.store(),
         "wordpress",
         3,
         "",
         "zone=sim-b,zone=sim-b,zone=sim-b",
     )
     .await;
-    let status = until(h.store(), "3 started", all_started(3)).await;
+    let status = until(app.store(), "3 started", all_started(3)).await;
     assert_eq!(zones_of(&status, "wordpress").get("sim-b"), Some(&3));
 }
 
 async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine(
     backend: Backend,
 ) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 1, "mem=100000G", "").await;
-    let status = until(h.store(), "provisioning error", |s| {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "mem=100000G", "").await;
+    let status = until(app.store(), "provisioning error", |s| {
         s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -270,22 +272,22 @@ async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraint
         "{message}"
     );
     assert!(message.contains("mem=102400000M"), "{message}");
-    assert!(live_instances(h.sim()).is_empty());
-    h.store()
+    assert!(live_instances(app.sim()).is_empty());
+    app.store()
         .retry(
             vec![machine.id],
             Some(Constraints::parse("mem=2G").unwrap()),
         )
         .await
         .unwrap();
-    let status = until(h.store(), "started after retry", all_started(1)).await;
+    let status = until(app.store(), "started after retry", all_started(1)).await;
     assert_eq!(status.machines[0].constraints.to_string(), "mem=2048M");
 }
 
 async fn a_missing_image_is_a_permanent_failure_and_is_not_retried(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 1, "image-id=ami-missing-123", "").await;
-    let status = until(h.store(), "provisioning error", |s| {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "image-id=ami-missing-123", "").await;
+    let status = until(app.store(), "provisioning error", |s| {
         s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -306,9 +308,9 @@ async fn with_thirty_percent_transient_failures_every_machine_ends_started(backe
         seed: 7,
         ..SimConfig::default()
     };
-    let h = spawn_engine(backend, sim, fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 30, "", "").await;
-    let status = until(h.store(), "30 started", all_started(30)).await;
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 30, "", "").await;
+    let status = until(app.store(), "30 started", all_started(30)).await;
     let attempts: u32 = status
         .machines
         .iter()
@@ -318,7 +320,7 @@ async fn with_thirty_percent_transient_failures_every_machine_ends_started(backe
         attempts > 0,
         "some launches should have failed and been counted"
     );
-    assert_eq!(live_instances(h.sim()).len(), 30);
+    assert_eq!(live_instances(app.sim()).len(), 30);
 }
 
 async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone(backend: Backend) {
@@ -326,25 +328,25 @@ async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone(
         reconcile_interval_s: 0,
         ..fast_provisioner()
     };
-    let h = spawn_engine(backend, SimConfig::default(), config).await;
-    let controller = h.store().model().unwrap().controller_uuid;
+    let app = spawn_engine(backend, SimConfig::default(), config).await;
+    let controller = app.store().model().unwrap().controller_uuid;
     let mut ours = BTreeMap::new();
     ours.insert(tags::CONTROLLER.to_string(), controller);
     ours.insert(tags::MACHINE.to_string(), "42".to_string());
-    let stray = h
+    let stray = app
         .sim()
         .create_untracked_instance(ours, "sim-a", "t3a.small")
         .await
         .unwrap();
-    let foreign = h
+    let foreign = app
         .sim()
         .create_untracked_instance(BTreeMap::new(), "sim-a", "t3a.small")
         .await
         .unwrap();
-    zones_known(h.store()).await;
-    h.engine().reconcile_now();
+    zones_known(app.store()).await;
+    app.engine().reconcile_now();
     eventually("the stray instance to stop", PATIENCE, || async {
-        let live = live_instances(h.sim());
+        let live = live_instances(app.sim());
         if live.contains(&stray.id) {
             Err(live)
         } else {
@@ -352,16 +354,16 @@ async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone(
         }
     })
     .await;
-    assert!(live_instances(h.sim()).contains(&foreign.id));
+    assert!(live_instances(app.sim()).contains(&foreign.id));
 }
 
 async fn an_instance_terminated_behind_berths_back_shows_the_machine_down(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 1, "", "").await;
-    let status = until(h.store(), "started", all_started(1)).await;
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "", "").await;
+    let status = until(app.store(), "started", all_started(1)).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
-    h.sim().stop_behind_back(&instance).await.unwrap();
-    let status = until(h.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
+    app.sim().stop_behind_back(&instance).await.unwrap();
+    let status = until(app.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
     let message = last_error(&status.machines[0]);
     assert!(
         message.contains(&instance) && message.contains("terminated"),
@@ -370,9 +372,9 @@ async fn an_instance_terminated_behind_berths_back_shows_the_machine_down(backen
 }
 
 async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(h.store(), "wordpress", 2, "", "lxd").await;
-    let status = until(h.store(), "host and container started", |s| {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 2, "", "lxd").await;
+    let status = until(app.store(), "host and container started", |s| {
         s.machines.len() == 3 && all_in(s, &[MachineState::Started])
     })
     .await;
@@ -384,7 +386,7 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend
         container.machine.lifecycle.zone,
         host.machine.lifecycle.zone
     );
-    let entry = h
+    let entry = app
         .sim()
         .ledger()
         .into_iter()
@@ -394,18 +396,18 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend
 }
 
 async fn removing_a_started_machine_stops_its_instance_and_removes_it(backend: Backend) {
-    let h = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    h.store()
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    app.store()
         .add_machines(AddMachines::default())
         .await
         .unwrap();
-    until(h.store(), "started", all_started(1)).await;
-    h.store()
+    until(app.store(), "started", all_started(1)).await;
+    app.store()
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until(h.store(), "removed", |s| s.machines.is_empty()).await;
-    assert!(live_instances(h.sim()).is_empty());
+    until(app.store(), "removed", |s| s.machines.is_empty()).await;
+    assert!(live_instances(app.sim()).is_empty());
 }
 
 async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_error(
@@ -420,12 +422,12 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
         bootstrap_attempts: 2,
         ..fast_provisioner()
     };
-    let h = spawn_engine(backend, sim, config).await;
-    h.store()
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
         .add_machines(AddMachines::default())
         .await
         .unwrap();
-    let status = until(h.store(), "provisioning error", |s| {
+    let status = until(app.store(), "provisioning error", |s| {
         all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -435,8 +437,8 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
     let message = last_error(machine);
     assert!(message.contains("did not check in"), "{message}");
     // Two instances were launched, and both are gone.
-    assert_eq!(h.sim().ledger().len(), 2);
-    assert!(live_instances(h.sim()).is_empty());
+    assert_eq!(app.sim().ledger().len(), 2);
+    assert!(live_instances(app.sim()).is_empty());
 }
 
 /// A provider that misbehaves for one machine and is the simulated cloud
@@ -614,7 +616,7 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
     };
     let sim_config = &sim_config;
     in_a_system_then_kill(move || async move {
-        let app = spawn_engine_on(&site, sim_config.clone()).await;
+        let app = spawn_engine_on(site, sim_config.clone()).await;
         deploy(app.store(), "wordpress", 40, "", "").await;
         until(app.store(), "some started", |s| {
             let started = s
@@ -628,7 +630,7 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
     });
     // Second life: same store, same cloud ledger.
     in_a_system_then_kill(move || async move {
-        let app = spawn_engine_on(&site, sim_config.clone()).await;
+        let app = spawn_engine_on(site, sim_config.clone()).await;
         let status = until(app.store(), "40 started", all_started(40)).await;
         let recorded: Vec<String> = status
             .machines
@@ -675,7 +677,7 @@ fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at
     let mut instance = String::new();
     let found = &mut instance;
     in_a_system_then_kill(move || async move {
-        let app = spawn_engine_on(&site, SimConfig::default()).await;
+        let app = spawn_engine_on(site, SimConfig::default()).await;
         deploy(app.store(), "wordpress", 2, "", "").await;
         let status = until(app.store(), "started", all_started(2)).await;
         *found = status.machines[0].instance_id().unwrap().to_string();
@@ -687,7 +689,7 @@ fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at
         sim.stop_behind_back(instance).await.unwrap();
     });
     in_a_system_then_kill(move || async move {
-        let app = spawn_engine_on(&site, SimConfig::default()).await;
+        let app = spawn_engine_on(site, SimConfig::default()).await;
         let status = until(app.store(), "one down, one started", |s| {
             s.machines.iter().map(|m| m.state()).collect::<Vec<_>>()
                 == vec![MachineState::Down, MachineState::Started]
@@ -710,22 +712,22 @@ async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings
         agent_down_after_s: 1,
         ..fast_provisioner()
     };
-    let h = spawn_engine(backend, sim, config).await;
-    h.store()
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
         .add_machines(AddMachines::default())
         .await
         .unwrap();
-    until(h.store(), "started", all_started(1)).await;
-    let status = until(h.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
+    until(app.store(), "started", all_started(1)).await;
+    let status = until(app.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
     assert_eq!(
         status.machines[0].machine.lifecycle.last_error.as_deref(),
         Some("agent is not responding")
     );
-    h.store()
+    app.store()
         .agents_alive(vec!["0".parse().unwrap()])
         .await
         .unwrap();
-    until(h.store(), "started again", all_started(1)).await;
+    until(app.store(), "started again", all_started(1)).await;
 }
 
 async fn the_simulated_agents_heartbeats_keep_their_machines_started(backend: Backend) {
@@ -737,19 +739,19 @@ async fn the_simulated_agents_heartbeats_keep_their_machines_started(backend: Ba
         agent_down_after_s: 1,
         ..fast_provisioner()
     };
-    let h = spawn_engine(backend, sim, config).await;
-    h.store()
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
         .add_machines(AddMachines {
             count: 3,
             ..AddMachines::default()
         })
         .await
         .unwrap();
-    until(h.store(), "started", all_started(3)).await;
+    until(app.store(), "started", all_started(3)).await;
     // Three times the down threshold: without heartbeats they would be down.
     throughout(
         Duration::from_secs(3),
-        h.store(),
+        app.store(),
         "every machine started",
         all_started(3),
     )

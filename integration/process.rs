@@ -6,11 +6,17 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::support::app::{berth_command, spawn_app_with, Launch, Options, TestApp};
+use crate::support::app::{berth_command, spawn_app_with, Backend, Launch, Options, TestApp};
 
 /// `berth serve` as a child process, on a fresh SQLite store.
 async fn start_controller() -> TestApp {
+    start_controller_on(Backend::Sqlite).await
+}
+
+/// `berth serve` as a child process, on a fresh store on `backend`.
+async fn start_controller_on(backend: Backend) -> TestApp {
     spawn_app_with(Options {
+        backend,
         launch: Launch::Process,
         ..Options::default()
     })
@@ -52,7 +58,18 @@ fn machine_constraints(status: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_scenario_through_the_command_line_gives_one_2g_and_two_3g_machines_all_started() {
-    let c = start_controller().await;
+    the_seed_scenario_through_the_command_line(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_scenario_through_the_command_line_works_the_same_on_postgresql() {
+    the_seed_scenario_through_the_command_line(Backend::Postgres).await;
+}
+
+/// One 2G and two 3G machines, all started, through `berth serve` and the
+/// command line as processes.
+async fn the_seed_scenario_through_the_command_line(backend: Backend) {
+    let c = start_controller_on(backend).await;
     ok(&c, &["deploy", "--constraints", "mem=2G", "wordpress"]);
     ok(&c, &["set-constraints", "wordpress", "mem=3G"]);
     ok(&c, &["add-unit", "wordpress", "-n", "2"]);
