@@ -158,6 +158,9 @@ async fn status_always_shows_the_callers_own_writes_even_when_kept_between_reque
         );
     }
     // Concurrent readers with no write between them see one revision.
+    // The engine writes as it starts the machines, so wait until it is
+    // done.
+    all_started(&c, 5).await;
     let reads = futures_util::future::join_all((0..8).map(|_| c.status_json())).await;
     let revisions: std::collections::BTreeSet<i64> = reads
         .iter()

@@ -268,7 +268,15 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     match options.launch {
         Launch::Parts => assemble(options, site).await,
         Launch::Application => application(options, site).await,
-        Launch::Process => process(site).await,
+        Launch::Process => {
+            assert!(
+                matches!(&options.cloud, Cloud::Sim(sim) if *sim == SimConfig::default())
+                    && options.engine.is_none()
+                    && !options.gated_link,
+                "a berth serve process runs with its default provider and provisioner settings"
+            );
+            process(site).await
+        }
     }
 }
 
@@ -380,6 +388,10 @@ pub fn config_for(site: &Site) -> Config {
 }
 
 async fn application(options: Options, site: Site) -> TestApp {
+    assert!(
+        !options.gated_link,
+        "an Application forwards to its own engine: there is no link to hold"
+    );
     let mut config = config_for(&site);
     match options.cloud {
         Cloud::Sim(sim) => config.provider.sim = sim,
