@@ -1,386 +1,30 @@
 //! The API over HTTP: every route, every class of error, auth, webhooks,
 //! agents, the event stream and the OpenAPI document.
 //!
-//! [`spawn_app`] starts the server on a random port over a fresh SQLite
-//! store, with a recording [`ControllerLink`] in place of the engine, and
-//! returns a [`TestApp`] with one method per endpoint.
+//! Each test starts the API with the harness's [`spawn_app`]: a random
+//! port, a fresh SQLite store, and a
+//! [`RecordingLink`](crate::support::app::RecordingLink) in place of the
+//! engine, so that what the API forwards can be read back.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
-use async_trait::async_trait;
-use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
-use berth::api::{server, ApiState, Limits, ProviderInfo};
+use berth::api::webhooks::sign;
+use berth::api::Limits;
+use berth::contracts::provider::InstanceStateChange;
 use berth::contracts::provider::ProviderZone;
-use berth::contracts::provider::{ControllerLink, InstanceStateChange};
-use berth::contracts::secrets::Secret;
-use berth::domain::constraints::Key;
 use berth::domain::instance::InstanceState;
-use berth::domain::names::MachineId;
-use berth::metrics::Metrics;
 use berth::status::view::Status;
-use berth::store::Store;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::{Notify, Semaphore};
 
-use crate::support::controller::launch_as_the_engine;
-use crate::support::{charm_dir, engine_steps, sqlite_store};
-
-const WEBHOOK_SECRET: &str = "test-webhook-secret";
+use crate::support::app::{now_secs, spawn_app, spawn_app_with, Options, WEBHOOK_SECRET};
+use crate::support::charm_dir;
 
 /// How long a test waits for an event before it fails (a bound, not a
 /// timing assertion).
 const EVENT_WAIT: Duration = Duration::from_secs(30);
-
-/// Holds a webhook's forwarding until the test lets it go, so a request
-/// can be kept in flight.
-struct Gate {
-    entered: Notify,
-    release: Semaphore,
-}
-
-/// The engine's side of the link, as a test sees it: it records every
-/// instance change it is given.
-#[derive(Default)]
-struct RecordingLink {
-    changes: Mutex<Vec<InstanceStateChange>>,
-    gate: Option<Gate>,
-}
-
-#[async_trait]
-impl ControllerLink for RecordingLink {
-    async fn instance_changed(&self, change: InstanceStateChange) {
-        self.changes.lock().unwrap().push(change);
-        if let Some(gate) = &self.gate {
-            gate.entered.notify_one();
-            let _ = gate.release.acquire().await.unwrap();
-        }
-    }
-
-    async fn agent_connect(&self, _machine: MachineId, _otp: Secret) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-impl RecordingLink {
-    fn changes(&self) -> Vec<InstanceStateChange> {
-        self.changes.lock().unwrap().clone()
-    }
-}
-
-struct TestApp {
-    address: String,
-    client: reqwest::Client,
-    token: String,
-    store: Store,
-    link: Arc<RecordingLink>,
-    metrics: Arc<Metrics>,
-    _dir: tempfile::TempDir,
-}
-
-/// What a test may change about the app it starts.
-struct Options {
-    limits: Limits,
-    webhook_secret: Option<&'static str>,
-    gated_link: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            limits: Limits::default(),
-            webhook_secret: Some(WEBHOOK_SECRET),
-            gated_link: false,
-        }
-    }
-}
-
-async fn spawn_app() -> TestApp {
-    spawn_app_with(Options::default()).await
-}
-
-async fn spawn_app_with(options: Options) -> TestApp {
-    let (store, dir) = sqlite_store();
-    let token = store.rotate_admin_token().await.unwrap();
-    let link = Arc::new(RecordingLink {
-        changes: Mutex::new(Vec::new()),
-        gate: options.gated_link.then(|| Gate {
-            entered: Notify::new(),
-            release: Semaphore::new(0),
-        }),
-    });
-    let metrics = Arc::new(Metrics::new());
-    let state = ApiState {
-        store: store.clone(),
-        link: link.clone(),
-        provider: ProviderInfo {
-            name: "sim".to_string(),
-            supported_constraints: vec![
-                Key::Arch,
-                Key::Mem,
-                Key::Cores,
-                Key::RootDisk,
-                Key::InstanceType,
-                Key::Zones,
-            ],
-        },
-        metrics: metrics.clone(),
-        webhook_secret: options.webhook_secret.map(Secret::new),
-        limits: options.limits,
-    };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server = server(listener, state).unwrap();
-    tokio::spawn(server);
-    TestApp {
-        address: format!("http://127.0.0.1:{port}"),
-        client: reqwest::Client::new(),
-        token: token.expose().to_string(),
-        store,
-        link,
-        metrics,
-        _dir: dir,
-    }
-}
-
-fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-impl TestApp {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.address)
-    }
-
-    /// A request with the admin token.
-    fn admin(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, self.url(path))
-            .bearer_auth(&self.token)
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Response {
-        let mut request = self.admin(method, path);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        request.send().await.unwrap()
-    }
-
-    /// A request with the admin token and a raw body.
-    async fn send_raw(&self, method: Method, path: &str, body: impl Into<String>) -> Response {
-        self.admin(method, path)
-            .header("Content-Type", "application/json")
-            .body(body.into())
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn healthz(&self) -> Response {
-        self.client.get(self.url("/healthz")).send().await.unwrap()
-    }
-
-    async fn metrics(&self) -> Response {
-        self.send(Method::GET, "/metrics", None).await
-    }
-
-    async fn status(&self) -> Response {
-        self.send(Method::GET, "/v1/status", None).await
-    }
-
-    async fn openapi(&self) -> Response {
-        self.send(Method::GET, "/v1/openapi.json", None).await
-    }
-
-    /// Opens the event stream.
-    async fn events(&self, since: Option<i64>, last_event_id: Option<&str>) -> Response {
-        let path = match since {
-            Some(n) => format!("/v1/events?since={n}"),
-            None => "/v1/events".to_string(),
-        };
-        let mut request = self.admin(Method::GET, &path);
-        if let Some(id) = last_event_id {
-            request = request.header("Last-Event-ID", id);
-        }
-        request.send().await.unwrap()
-    }
-
-    async fn deploy(&self, body: &Value) -> Response {
-        self.send(Method::POST, "/v1/applications", Some(body))
-            .await
-    }
-
-    async fn add_units(&self, app: &str, body: &Value) -> Response {
-        self.send(
-            Method::POST,
-            &format!("/v1/applications/{app}/units"),
-            Some(body),
-        )
-        .await
-    }
-
-    async fn remove_units(&self, body: &Value) -> Response {
-        self.send(Method::POST, "/v1/units/remove", Some(body))
-            .await
-    }
-
-    async fn remove_application(&self, app: &str) -> Response {
-        self.send(Method::DELETE, &format!("/v1/applications/{app}"), None)
-            .await
-    }
-
-    async fn application_constraints(&self, app: &str) -> Response {
-        self.send(
-            Method::GET,
-            &format!("/v1/applications/{app}/constraints"),
-            None,
-        )
-        .await
-    }
-
-    async fn set_application_constraints(&self, app: &str, constraints: &str) -> Response {
-        self.send(
-            Method::PUT,
-            &format!("/v1/applications/{app}/constraints"),
-            Some(&json!({ "constraints": constraints })),
-        )
-        .await
-    }
-
-    async fn model_constraints(&self) -> Response {
-        self.send(Method::GET, "/v1/model/constraints", None).await
-    }
-
-    async fn set_model_constraints(&self, constraints: &str) -> Response {
-        self.send(
-            Method::PUT,
-            "/v1/model/constraints",
-            Some(&json!({ "constraints": constraints })),
-        )
-        .await
-    }
-
-    async fn add_machines(&self, body: &Value) -> Response {
-        self.send(Method::POST, "/v1/machines", Some(body)).await
-    }
-
-    async fn remove_machine(&self, id: &str, force: bool) -> Response {
-        let query = if force { "?force=true" } else { "" };
-        self.send(Method::DELETE, &format!("/v1/machines/{id}{query}"), None)
-            .await
-    }
-
-    async fn retry(&self, body: &Value) -> Response {
-        self.send(Method::POST, "/v1/machines/retry", Some(body))
-            .await
-    }
-
-    async fn integrate(&self, a: &str, b: &str) -> Response {
-        self.send(
-            Method::POST,
-            "/v1/relations",
-            Some(&json!({ "endpoints": [a, b] })),
-        )
-        .await
-    }
-
-    async fn remove_relation(&self, a: &str, b: &str) -> Response {
-        self.send(
-            Method::POST,
-            "/v1/relations/remove",
-            Some(&json!({ "endpoints": [a, b] })),
-        )
-        .await
-    }
-
-    async fn zones(&self) -> Response {
-        self.send(Method::GET, "/v1/zones", None).await
-    }
-
-    async fn enable_zone(&self, zone: &str) -> Response {
-        self.send(Method::POST, &format!("/v1/zones/{zone}/enable"), None)
-            .await
-    }
-
-    async fn disable_zone(&self, zone: &str) -> Response {
-        self.send(Method::POST, &format!("/v1/zones/{zone}/disable"), None)
-            .await
-    }
-
-    async fn agent_connect(&self, machine: &str, password: &str) -> Response {
-        self.client
-            .post(self.url(&format!("/v1/agents/{machine}/connect")))
-            .json(&json!({ "password": password }))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn agent_heartbeat(&self, machine: &str, credential: &str) -> Response {
-        self.client
-            .post(self.url(&format!("/v1/agents/{machine}/heartbeat")))
-            .bearer_auth(credential)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// A webhook delivery with the given headers (none when `None`).
-    async fn webhook(
-        &self,
-        provider: &str,
-        body: &str,
-        timestamp: Option<&str>,
-        signature: Option<&str>,
-    ) -> Response {
-        let mut request = self
-            .client
-            .post(self.url(&format!("/v1/webhooks/{provider}")))
-            .header("Content-Type", "application/json")
-            .body(body.to_string());
-        if let Some(t) = timestamp {
-            request = request.header(TIMESTAMP_HEADER, t);
-        }
-        if let Some(s) = signature {
-            request = request.header(SIGNATURE_HEADER, s);
-        }
-        request.send().await.unwrap()
-    }
-
-    /// A webhook delivery signed with the test secret at `timestamp`.
-    async fn signed_webhook_at(&self, provider: &str, body: &str, timestamp: i64) -> Response {
-        let signature = sign(WEBHOOK_SECRET, timestamp, body.as_bytes());
-        self.webhook(
-            provider,
-            body,
-            Some(&timestamp.to_string()),
-            Some(&signature),
-        )
-        .await
-    }
-
-    async fn signed_webhook(&self, provider: &str, body: &str) -> Response {
-        self.signed_webhook_at(provider, body, now_secs()).await
-    }
-
-    /// Puts a machine into provisioning error, as the engine would.
-    async fn fail_provisioning(&self, id: &str, message: &str) {
-        let id: MachineId = id.parse().unwrap();
-        engine_steps::fail_provisioning(&self.store, id, message).await;
-    }
-
-    /// Launches a machine's instance, as the engine would, and returns the
-    /// one-time password its agent was given.
-    async fn launch(&self, id: &str) -> Secret {
-        launch_as_the_engine(&self.store, id).await
-    }
-}
 
 async fn json_of(response: Response) -> Value {
     response.json().await.unwrap()
@@ -431,7 +75,7 @@ async fn every_other_route_refuses_a_missing_or_wrong_token() {
         (Method::POST, "/v1/zones/a/disable"),
         (Method::GET, "/v1/no-such-route"),
     ];
-    let before = app.store.revision();
+    let before = app.store().revision();
     for (method, path) in routes {
         let missing = app
             .client
@@ -463,7 +107,7 @@ async fn every_other_route_refuses_a_missing_or_wrong_token() {
         let message = error_of(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
         assert_eq!(message, "invalid token", "{method} {path}");
     }
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
@@ -580,7 +224,7 @@ async fn deploy_warns_of_constraints_the_provider_ignores() {
 #[tokio::test]
 async fn a_bad_constraint_is_refused_with_the_domains_message_and_changes_nothing() {
     let app = spawn_app().await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let response = app
         .deploy(&json!({"charm": "wordpress", "constraints": "mem=lots"}))
         .await;
@@ -599,13 +243,13 @@ async fn a_bad_constraint_is_refused_with_the_domains_message_and_changes_nothin
         message,
         "bad \"cores\" constraint: must be a non-negative integer"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
 async fn bad_bases_placements_names_and_counts_are_400() {
     let app = spawn_app().await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let cases = [
         json!({"charm": "wordpress", "base": "windows@11"}),
         json!({"charm": "wordpress", "to": "kvm:1"}),
@@ -628,13 +272,13 @@ async fn bad_bases_placements_names_and_counts_are_400() {
     )
     .await;
     assert_eq!(message, "invalid --to parameter \"4,5,,\"");
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
 async fn malformed_json_wrong_types_and_unknown_fields_are_400_and_change_nothing() {
     let app = spawn_app().await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let bodies = [
         ("/v1/applications", "{\"charm\": "),
         ("/v1/applications", "not json"),
@@ -678,24 +322,24 @@ async fn malformed_json_wrong_types_and_unknown_fields_are_400_and_change_nothin
     error_of(query, StatusCode::BAD_REQUEST, "bad-request").await;
     let query = app.send(Method::GET, "/v1/events?since=-1", None).await;
     error_of(query, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
 async fn an_oversized_body_is_413_and_changes_nothing() {
     let app = spawn_app().await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let huge = format!("{{\"charm\": \"{}\"}}", "a".repeat(300 * 1024));
     let response = app.send_raw(Method::POST, "/v1/applications", huge).await;
     let message = error_of(response, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
     assert_eq!(message, "request body too large: the limit is 262144 bytes");
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
 async fn unknown_applications_units_machines_and_routes_are_404() {
     let app = spawn_app().await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.add_units("ghost", &json!({})).await,
         StatusCode::NOT_FOUND,
@@ -748,14 +392,14 @@ async fn unknown_applications_units_machines_and_routes_are_404() {
     )
     .await;
     assert_eq!(message, "PATCH is not allowed on /v1/status");
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
 async fn a_unit_placed_on_a_machine_of_another_base_is_a_conflict_and_changes_nothing() {
     let app = spawn_app().await;
     app.add_machines(&json!({"base": "ubuntu@20.04"})).await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let response = app
         .deploy(&json!({"charm": "wordpress", "base": "ubuntu@22.04", "to": "0"}))
         .await;
@@ -764,7 +408,7 @@ async fn a_unit_placed_on_a_machine_of_another_base_is_a_conflict_and_changes_no
         message,
         "cannot place a unit of base ubuntu@22.04 on machine 0: the machine's base is ubuntu@20.04"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
     let status = json_of(app.status().await).await;
     assert_eq!(status["applications"], json!({}));
 }
@@ -773,7 +417,7 @@ async fn a_unit_placed_on_a_machine_of_another_base_is_a_conflict_and_changes_no
 async fn deploying_an_existing_application_is_a_conflict() {
     let app = spawn_app().await;
     app.deploy(&json!({"charm": "wordpress"})).await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.deploy(&json!({"charm": "wordpress"})).await,
         StatusCode::CONFLICT,
@@ -781,7 +425,7 @@ async fn deploying_an_existing_application_is_a_conflict() {
     )
     .await;
     assert_eq!(message, "application \"wordpress\" already exists");
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]
@@ -938,7 +582,7 @@ async fn a_container_is_removed_by_its_id_with_slashes_or_percent_encoded() {
 async fn removing_a_machine_that_hosts_units_needs_force() {
     let app = spawn_app().await;
     app.deploy(&json!({"charm": "wordpress"})).await;
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.remove_machine("0", false).await,
         StatusCode::CONFLICT,
@@ -949,7 +593,7 @@ async fn removing_a_machine_that_hosts_units_needs_force() {
         message,
         "machine 0 is hosting units wordpress/0: remove them first, or use --force"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
     let forced = app.remove_machine("0", true).await;
     assert_eq!(forced.status(), StatusCode::NO_CONTENT);
     let status = json_of(app.status().await).await;
@@ -969,7 +613,7 @@ async fn retry_makes_machines_in_error_pending_and_refuses_others() {
         json!({"current": "provisioning error", "message": "no capacity in sim-a"})
     );
 
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.retry(&json!({"machines": ["0", "1"]})).await,
         StatusCode::CONFLICT,
@@ -980,7 +624,7 @@ async fn retry_makes_machines_in_error_pending_and_refuses_others() {
         message,
         "machine 1 is not in provisioning error (it is pending): only machines in error can be retried"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 
     let retried = app
         .retry(&json!({"machines": ["0"], "constraints": "mem=8G"}))
@@ -1068,7 +712,7 @@ async fn a_subordinate_joins_only_principals_of_its_base_and_shows_under_them() 
     )
     .await;
     assert_eq!(deployed["units"], json!([]));
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.integrate("ntp", "mysql").await,
         StatusCode::CONFLICT,
@@ -1079,7 +723,7 @@ async fn a_subordinate_joins_only_principals_of_its_base_and_shows_under_them() 
         message.contains("needs applications of the same base"),
         "{message}"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 
     app.remove_application("ntp").await;
     app.deploy(&json!({"charm": ntp.path().to_str().unwrap(), "base": "ubuntu@22.04"}))
@@ -1101,7 +745,7 @@ async fn a_subordinate_joins_only_principals_of_its_base_and_shows_under_them() 
 #[tokio::test]
 async fn zones_are_listed_disabled_and_enabled() {
     let app = spawn_app().await;
-    app.store
+    app.store()
         .set_provider_zones(vec![
             ProviderZone {
                 name: "sim-a".into(),
@@ -1130,7 +774,7 @@ async fn zones_are_listed_disabled_and_enabled() {
     );
     let enabled = json_of(app.enable_zone("sim-a").await).await;
     assert_eq!(enabled["available"], true);
-    let before = app.store.revision();
+    let before = app.store().revision();
     let message = error_of(
         app.enable_zone("sim-z").await,
         StatusCode::NOT_FOUND,
@@ -1138,7 +782,7 @@ async fn zones_are_listed_disabled_and_enabled() {
     )
     .await;
     assert_eq!(message, "zone \"sim-z\" not found; zones: sim-a, sim-b");
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 }
 
 // ---------------------------------------------------------------------------
@@ -1157,7 +801,7 @@ async fn status_has_the_shape_of_juju_status_json() {
     assert_eq!(model["name"], "default");
     assert_eq!(model["type"], "iaas");
     assert_eq!(model["cloud"], "sim");
-    assert_eq!(model["revision"], app.store.revision());
+    assert_eq!(model["revision"], app.store().revision());
     assert!(!model["uuid"].as_str().unwrap().is_empty());
     assert!(!model["controller"].as_str().unwrap().is_empty());
     assert_eq!(
@@ -1207,14 +851,14 @@ async fn an_agent_exchanges_its_one_time_password_once_and_then_heartbeats() {
     let status = json_of(app.status().await).await;
     assert_eq!(status["machines"]["0"]["juju-status"]["current"], "started");
 
-    let before = app.store.revision();
+    let before = app.store().revision();
     let reused = app.agent_connect("0", otp.expose()).await;
     let message = error_of(reused, StatusCode::UNAUTHORIZED, "unauthorized").await;
     assert_eq!(
         message,
         "machine 0: the one-time password is wrong or was already used"
     );
-    assert_eq!(app.store.revision(), before);
+    assert_eq!(app.store().revision(), before);
 
     let beat = app.agent_heartbeat("0", &credential).await;
     assert_eq!(beat.status(), StatusCode::OK);
@@ -1513,7 +1157,7 @@ async fn the_event_stream_resumes_from_a_revision_without_loss() {
     let app = spawn_app().await;
     // More changes than one read of the log takes, to cross batches.
     app.add_machines(&json!({"count": 300})).await;
-    let head = app.store.revision();
+    let head = app.store().revision();
     let since = 7;
     let mut events = EventReader::new(app.events(Some(since), None).await);
     let expected: Vec<i64> = (since + 1..=head).collect();
@@ -1534,7 +1178,7 @@ async fn the_event_stream_resumes_from_a_revision_without_loss() {
 async fn the_event_stream_honours_last_event_id_over_since() {
     let app = spawn_app().await;
     app.add_machines(&json!({"count": 5})).await;
-    let head = app.store.revision();
+    let head = app.store().revision();
     let mut events = EventReader::new(app.events(Some(0), Some(&(head - 2).to_string())).await);
     assert_eq!(events.revisions(2).await, [head - 1, head]);
     let bad = app.events(None, Some("yesterday")).await;
@@ -1552,7 +1196,7 @@ async fn without_since_the_event_stream_starts_now_and_keeps_alive_when_idle() {
     })
     .await;
     app.add_machines(&json!({})).await;
-    let head = app.store.revision();
+    let head = app.store().revision();
     let mut events = EventReader::new(app.events(None, None).await);
     assert_eq!(
         events.next_frame().await,

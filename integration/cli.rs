@@ -1,7 +1,8 @@
 //! The command line against a real API: the requests each command makes,
 //! what it prints, and how it fails.
 //!
-//! Each test starts a controller ([`start_controller`]) without an engine,
+//! Each test starts an app ([`start_controller`], the harness's
+//! [`crate::support::app::spawn_app`] on a runtime of its own) without an engine,
 //! so machines stay pending unless the test moves them, and runs the
 //! command line in-process with [`berth::cli::run_args`], capturing what it
 //! writes to standard output and error.
@@ -37,7 +38,7 @@ fn berth(controller: &TestController, args: &[&str]) -> Output {
     let mut full = vec![
         "berth",
         "--url",
-        controller.url.as_str(),
+        controller.address.as_str(),
         "--token",
         controller.token.as_str(),
     ];
@@ -186,7 +187,7 @@ fn constraint_warnings_go_to_standard_error() {
 #[test]
 fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
     let controller = start_controller();
-    let before = controller.store.revision();
+    let before = controller.store().revision();
     let cases: [(&[&str], &str); 4] = [
         (
             &["deploy", "wordpress", "--to", "4,5,,"],
@@ -211,7 +212,7 @@ fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
         assert_eq!(output.out, "", "{args:?}");
         assert_eq!(output.err, err, "{args:?}");
     }
-    assert_eq!(controller.store.revision(), before);
+    assert_eq!(controller.store().revision(), before);
 }
 
 #[test]
@@ -247,7 +248,7 @@ fn a_wrong_token_is_refused_by_the_controller() {
     let output = run(&[
         "berth",
         "--url",
-        &controller.url,
+        &controller.address,
         "--token",
         "guess",
         "status",
@@ -261,8 +262,8 @@ fn without_a_token_the_data_directorys_admin_token_is_used() {
     let controller = start_controller();
     let data_dir = tempfile::tempdir().unwrap();
     let run_zones = |data_dir: PathBuf| {
-        let cli =
-            berth::cli::Cli::try_parse_from(["berth", "--url", &controller.url, "zones"]).unwrap();
+        let cli = berth::cli::Cli::try_parse_from(["berth", "--url", &controller.address, "zones"])
+            .unwrap();
         let mut session = Session::new(&cli.url, None, data_dir);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let result = dispatch(
@@ -520,7 +521,7 @@ fn zones_are_listed_disabled_and_enabled() {
     let controller = start_controller();
     controller
         .runtime
-        .block_on(controller.store.set_provider_zones(vec![
+        .block_on(controller.store().set_provider_zones(vec![
             ProviderZone {
                 name: "sim-a".into(),
                 available: true,
@@ -620,7 +621,7 @@ fn wait_wakes_on_the_change_that_settles_the_last_machine() {
     let controller = start_controller();
     ok(&controller, &["add-machine"]);
     let (sender, chunks) = mpsc::channel();
-    let (url, token) = (controller.url.clone(), controller.token.clone());
+    let (url, token) = (controller.address.clone(), controller.token.clone());
     let waiter = std::thread::spawn(move || {
         let (mut out, mut err) = (Chunks(sender), Vec::new());
         let code = run_args(
@@ -654,7 +655,7 @@ fn wait_wakes_on_the_change_that_settles_the_last_machine() {
 fn status_watch_prints_again_after_a_change() {
     let controller = start_controller();
     let (sender, chunks) = mpsc::channel();
-    let client = Client::new(&controller.url, Some(controller.token.clone())).unwrap();
+    let client = Client::new(&controller.address, Some(controller.token.clone())).unwrap();
     let watcher = std::thread::spawn(move || {
         let (mut out, mut err) = (Chunks(sender), Vec::new());
         watch(
@@ -712,7 +713,7 @@ fn run_agent(
     Vec<Duration>,
 ) {
     let args = agent_args(args);
-    let mut session = Session::new(&controller.url, None, PathBuf::from("/nonexistent"));
+    let mut session = Session::new(&controller.address, None, PathBuf::from("/nonexistent"));
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut clock = CountingClock {
         waits: Vec::new(),

@@ -31,17 +31,14 @@ use berth::domain::names::MachineId;
 use berth::engine::broker::RateLimits;
 use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
-use berth::metrics::Metrics;
 use berth::providers::ec2::{user_data, Ec2Config, Ec2Provider};
 use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
-use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
 use berth::store::Store;
 
-use crate::support::until_within;
-
-use crate::support::moto;
+use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp};
+use crate::support::{eventually, moto, until_within};
 
 const REGION: &str = "ca-central-1";
 /// Long enough for anything these tests wait for; a test that needs it
@@ -110,20 +107,19 @@ async fn open_provider(client: &Client) -> Arc<Ec2Provider> {
     )
 }
 
-fn open_store(dir: &std::path::Path) -> Store {
-    Store::open(&DatabaseUrl::Sqlite(dir.join("berth.db"))).expect("open store")
-}
-
-fn start_engine(store: &Store, provider: Arc<dyn Provider>) -> Engine {
-    Engine::start(
-        store.clone(),
-        provider,
-        &provisioner(),
-        RateLimits::ec2(),
-        "http://127.0.0.1:17070".into(),
-        Arc::new(Metrics::new()),
-    )
-    .expect("start engine")
+/// An app with the engine over `provider`, with AWS's rate limits, on
+/// `site` (an earlier app's) or a new SQLite one.
+async fn spawn_ec2(provider: Arc<dyn Provider>, site: Option<Site>) -> TestApp {
+    spawn_app_with(Options {
+        site,
+        cloud: Cloud::Given {
+            provider,
+            limits: RateLimits::ec2(),
+        },
+        engine: Some(provisioner()),
+        ..Options::default()
+    })
+    .await
 }
 
 async fn deploy(store: &Store, name: &str, units: u32, constraints: &str) {
@@ -216,18 +212,15 @@ async fn until_moto(
     what: &str,
     done: impl Fn(&[MotoInstance]) -> bool,
 ) -> Vec<MotoInstance> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
+    eventually(what, PATIENCE, || async {
         let instances = moto_instances(client, controller).await;
         if done(&instances) {
-            return instances;
+            Ok(instances)
+        } else {
+            Err(instances)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting for {what}: {instances:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Checks in `machine`'s agent with the password from its instance's
@@ -316,17 +309,16 @@ async fn cheapest_4g_per_zone(client: &Client) -> BTreeMap<String, String> {
 
 #[actix_web::test]
 async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
-    let controller = store.model().unwrap().controller_uuid;
     let client = moto_client().await;
     let provider = open_provider(&client).await;
-    let engine = start_engine(&store, provider.clone());
+    let app = spawn_ec2(provider, None).await;
+    let (store, engine) = (app.store(), app.engine());
+    let controller = store.model().unwrap().controller_uuid;
 
-    deploy(&store, "wordpress", 6, "mem=4G").await;
+    deploy(store, "wordpress", 6, "mem=4G").await;
     let status = until_within(
         PATIENCE,
-        &store,
+        store,
         "6 awaiting their agents",
         all_in(6, MachineState::AwaitingAgent),
     )
@@ -389,17 +381,16 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
     assert_eq!(volumes.volumes().len(), 6);
 
     // The agents check in with the passwords from the user data.
-    check_in_until_started(&client, &engine, &store, 6).await;
+    check_in_until_started(&client, engine, store, 6).await;
 }
 
 #[actix_web::test]
 async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
-    let controller = store.model().unwrap().controller_uuid;
     let client = moto_client().await;
     let provider = open_provider(&client).await;
-    let engine = start_engine(&store, provider.clone());
+    let app = spawn_ec2(provider, None).await;
+    let (store, engine) = (app.store(), app.engine());
+    let controller = store.model().unwrap().controller_uuid;
 
     store
         .add_machines(AddMachines {
@@ -410,12 +401,12 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         .unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "2 awaiting",
         all_in(2, MachineState::AwaitingAgent),
     )
     .await;
-    let status = check_in_until_started(&client, &engine, &store, 2).await;
+    let status = check_in_until_started(&client, engine, store, 2).await;
     let removed = status
         .machines
         .iter()
@@ -427,7 +418,7 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until_within(PATIENCE, &store, "machine 0 removed", |s| {
+    until_within(PATIENCE, store, "machine 0 removed", |s| {
         s.machines.len() == 1 && s.machines[0].id.to_string() == "1"
     })
     .await;
@@ -473,20 +464,19 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
 
 #[actix_web::test]
 async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
     let client = moto_client().await;
     let provider = open_provider(&client).await;
-    let engine = start_engine(&store, provider.clone());
+    let app = spawn_ec2(provider, None).await;
+    let (store, engine) = (app.store(), app.engine());
     store.add_machines(AddMachines::default()).await.unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "awaiting",
         all_in(1, MachineState::AwaitingAgent),
     )
     .await;
-    let status = check_in_until_started(&client, &engine, &store, 1).await;
+    let status = check_in_until_started(&client, engine, store, 1).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
 
     client
@@ -496,7 +486,7 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
         .await
         .unwrap();
     engine.reconcile_now();
-    let status = until_within(PATIENCE, &store, "down", all_in(1, MachineState::Down)).await;
+    let status = until_within(PATIENCE, store, "down", all_in(1, MachineState::Down)).await;
     assert_eq!(
         status.machines[0].machine.lifecycle.last_error.as_deref(),
         Some(format!("instance {instance} was terminated by the provider").as_str())
@@ -513,29 +503,28 @@ fn in_a_system<F: std::future::Future<Output = ()>>(work: impl FnOnce() -> F) {
 
 #[test]
 fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let first_path = path.clone();
+    let site = Site::new(Backend::Sqlite);
+    let first_site = site.clone();
     // First life: launch 3 machines, let one agent check in, then stop.
     let before = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = before.clone();
     in_a_system(move || async move {
-        let store = open_store(&first_path);
-        let controller = store.model().unwrap().controller_uuid;
         let client = moto_client().await;
         let provider = open_provider(&client).await;
-        let engine = start_engine(&store, provider);
-        deploy(&store, "mysql", 3, "").await;
+        let app = spawn_ec2(provider, Some(first_site)).await;
+        let (store, engine) = (app.store(), app.engine());
+        let controller = store.model().unwrap().controller_uuid;
+        deploy(store, "mysql", 3, "").await;
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "3 awaiting",
             all_in(3, MachineState::AwaitingAgent),
         )
         .await;
         let first = &status.machines[0];
-        check_in(&client, &engine, first.id, first.instance_id().unwrap()).await;
-        until_within(PATIENCE, &store, "one started", |s| {
+        check_in(&client, engine, first.id, first.instance_id().unwrap()).await;
+        until_within(PATIENCE, store, "one started", |s| {
             s.machines
                 .iter()
                 .filter(|m| m.state() == MachineState::Started)
@@ -553,13 +542,13 @@ fn a_restarted_controller_adopts_its_instances_instead_of_launching_new_ones() {
     assert_eq!(before.len(), 3);
     // Second life: same store, same moto, a new provider and engine.
     in_a_system(move || async move {
-        let store = open_store(&path);
-        let controller = store.model().unwrap().controller_uuid;
         let client = moto_client().await;
         let provider = open_provider(&client).await;
-        let engine = start_engine(&store, provider);
+        let app = spawn_ec2(provider, Some(site)).await;
+        let (store, engine) = (app.store(), app.engine());
+        let controller = store.model().unwrap().controller_uuid;
         engine.reconcile_now();
-        let status = check_in_until_started(&client, &engine, &store, 3).await;
+        let status = check_in_until_started(&client, engine, store, 3).await;
         let after: Vec<(String, String)> = moto_instances(&client, &controller)
             .await
             .into_iter()
@@ -592,10 +581,9 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
             .await
             .unwrap(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let app = spawn_ec2(provider, None).await;
+    let store = app.store();
     let controller = store.model().unwrap().controller_uuid;
-    let _engine = start_engine(&store, provider);
     store
         .add_machines(AddMachines {
             base: Some("ubuntu@16.04".parse().unwrap()),
@@ -606,7 +594,7 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
         .unwrap();
     until_within(
         PATIENCE,
-        &store,
+        store,
         "awaiting",
         all_in(1, MachineState::AwaitingAgent),
     )
@@ -638,10 +626,9 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
 async fn a_missing_image_id_puts_the_machine_in_error_without_an_instance() {
     let client = moto_client().await;
     let provider = open_provider(&client).await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let app = spawn_ec2(provider, None).await;
+    let store = app.store();
     let controller = store.model().unwrap().controller_uuid;
-    let _engine = start_engine(&store, provider);
     store
         .add_machines(AddMachines {
             constraints: Constraints::parse("image-id=ami-0ffffffffffffffff").unwrap(),
@@ -651,7 +638,7 @@ async fn a_missing_image_id_puts_the_machine_in_error_without_an_instance() {
         .unwrap();
     let status = until_within(
         PATIENCE,
-        &store,
+        store,
         "error",
         all_in(1, MachineState::ProvisioningError),
     )
@@ -770,16 +757,15 @@ mod scripted {
             IMAGE.to_string(),
         );
         let provider = Arc::new(Ec2Provider::from_facts(config, client, facts).unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let store = open_store(dir.path());
-        let _engine = start_engine(&store, provider.clone());
+        let app = spawn_ec2(provider.clone(), None).await;
+        let store = app.store();
 
         // The first machine goes to the emptiest zone, zone-a, which is
         // full: it moves on to zone-b at once.
-        deploy(&store, "wordpress", 1, "mem=4G").await;
+        deploy(store, "wordpress", 1, "mem=4G").await;
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "1 awaiting",
             all_in(1, MachineState::AwaitingAgent),
         )
@@ -800,7 +786,7 @@ mod scripted {
             .unwrap();
         let status = until_within(
             PATIENCE,
-            &store,
+            store,
             "2 awaiting",
             all_in(2, MachineState::AwaitingAgent),
         )

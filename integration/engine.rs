@@ -1,8 +1,9 @@
 //! The provisioning engine, through the store, the engine's actors and the
-//! simulated cloud.
+//! simulated cloud, on both backends: each test is a function of the
+//! [`Backend`] it runs on, and [`on_each_backend!`] runs it on SQLite and on
+//! PostgreSQL.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,21 +19,16 @@ use berth::domain::names::{ApplicationName, MachineId};
 use berth::domain::placement::parse_to_list;
 use berth::engine::broker::RateLimits;
 use berth::engine::config::ProvisionerConfig;
-use berth::engine::Engine;
-use berth::metrics::Metrics;
 use berth::providers::sim::{SimConfig, SimProvider};
 use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
-use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
 use berth::store::records::MachineRecord;
 use berth::store::Store;
 
-use crate::support::until;
-
-/// Long enough for anything these tests wait for; a test that needs it
-/// has failed.
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::on_each_backend;
+use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp};
+use crate::support::{eventually, throughout, until, PATIENCE};
 
 fn fast_provisioner() -> ProvisionerConfig {
     ProvisionerConfig {
@@ -44,45 +40,21 @@ fn fast_provisioner() -> ProvisionerConfig {
     }
 }
 
-struct Harness {
-    store: Store,
-    sim: Arc<SimProvider>,
-    engine: Engine,
-    /// Holds the store and ledger files for the test's life.
-    _dir: tempfile::TempDir,
+/// An app with the engine on `config` over the simulated cloud on `sim`.
+async fn spawn_engine(backend: Backend, sim: SimConfig, config: ProvisionerConfig) -> TestApp {
+    spawn_app_with(Options::engine(backend, sim, config)).await
 }
 
-fn open_store(dir: &Path) -> Store {
-    Store::open(&DatabaseUrl::Sqlite(dir.join("berth.db"))).expect("open store")
-}
-
-fn open_sim(dir: &Path, config: SimConfig) -> Arc<SimProvider> {
-    Arc::new(SimProvider::open(config, Some(dir.join("sim-ledger.db"))).expect("open sim"))
-}
-
-fn start_engine(store: &Store, provider: Arc<dyn Provider>, config: &ProvisionerConfig) -> Engine {
-    Engine::start(
-        store.clone(),
-        provider,
-        config,
-        RateLimits::default(),
-        "http://127.0.0.1:17070".into(),
-        Arc::new(Metrics::new()),
-    )
-    .expect("start engine")
-}
-
-fn harness(sim: SimConfig, config: ProvisionerConfig) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
-    let sim = open_sim(dir.path(), sim);
-    let engine = start_engine(&store, sim.clone(), &config);
-    Harness {
-        store,
-        sim,
-        engine,
-        _dir: dir,
-    }
+/// An app with the engine (fast settings) over `site`'s simulated cloud
+/// with `sim`: a later life of an engine that ran there before.
+async fn spawn_engine_on(site: &Site, sim: SimConfig) -> TestApp {
+    spawn_app_with(Options {
+        site: Some(site.clone()),
+        cloud: Cloud::Sim(sim),
+        engine: Some(fast_provisioner()),
+        ..Options::default()
+    })
+    .await
 }
 
 fn app(name: &str) -> ApplicationName {
@@ -147,18 +119,19 @@ fn live_instances(sim: &SimProvider) -> Vec<String> {
         .collect()
 }
 
-#[actix_web::test]
-async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 9, "", "").await;
-    let status = until(&h.store, "9 started", all_started(9)).await;
+async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone(
+    backend: Backend,
+) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 9, "", "").await;
+    let status = until(app.store(), "9 started", all_started(9)).await;
     let expected: BTreeMap<String, usize> = [("sim-a", 3), ("sim-b", 3), ("sim-c", 3)]
         .into_iter()
         .map(|(z, n)| (z.to_string(), n))
         .collect();
     assert_eq!(zones_of(&status, "wordpress"), expected);
-    deploy(&h.store, "mysql", 3, "", "").await;
-    let status = until(&h.store, "12 started", all_started(12)).await;
+    deploy(app.store(), "mysql", 3, "", "").await;
+    let status = until(app.store(), "12 started", all_started(12)).await;
     let one_each: BTreeMap<String, usize> = [("sim-a", 1), ("sim-b", 1), ("sim-c", 1)]
         .into_iter()
         .map(|(z, n)| (z.to_string(), n))
@@ -170,7 +143,7 @@ async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_pe
         .iter()
         .filter_map(|m| m.instance_id().map(str::to_string))
         .collect();
-    let live: BTreeSet<String> = live_instances(&h.sim).into_iter().collect();
+    let live: BTreeSet<String> = live_instances(app.sim()).into_iter().collect();
     assert_eq!(recorded, live);
     assert!(status
         .machines
@@ -182,23 +155,20 @@ async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_pe
         .is_some_and(|h| h.contains("mem=2048M"))));
 }
 
-#[actix_web::test]
-async fn settled_machines_keep_no_actor_alive() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 5, "", "").await;
-    until(&h.store, "5 started", all_started(5)).await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while h.engine.live_actors().await > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "actors stayed alive"
-        );
-        tokio::task::yield_now().await;
-    }
+async fn settled_machines_keep_no_actor_alive(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 5, "", "").await;
+    until(app.store(), "5 started", all_started(5)).await;
+    eventually("every machine actor to stop", PATIENCE, || async {
+        match app.engine().live_actors().await {
+            0 => Ok(()),
+            alive => Err(format!("{alive} actors alive")),
+        }
+    })
+    .await;
 }
 
-#[actix_web::test]
-async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start() {
+async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: Backend) {
     let sim = SimConfig {
         agent_delay_ms: 30,
         ..SimConfig::default()
@@ -207,9 +177,9 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start() {
         max_machine_actors: 3,
         ..fast_provisioner()
     };
-    let h = harness(sim, config);
-    deploy(&h.store, "wordpress", 12, "", "").await;
-    let engine = h.engine.clone();
+    let app = spawn_engine(backend, sim, config).await;
+    deploy(app.store(), "wordpress", 12, "", "").await;
+    let engine = app.engine().clone();
     let watcher = actix_web::rt::spawn(async move {
         let mut most = 0;
         loop {
@@ -220,7 +190,7 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start() {
             }
         }
     });
-    let status = until(&h.store, "12 started", all_started(12)).await;
+    let status = until(app.store(), "12 started", all_started(12)).await;
     assert!(
         !watcher.is_finished(),
         "more than 3 machine actors were alive at once"
@@ -237,31 +207,29 @@ async fn zones_known(store: &Store) {
     until(store, "zones recorded", |s| s.zones.len() == 3).await;
 }
 
-#[actix_web::test]
-async fn a_zone_disabled_by_an_administrator_gets_no_new_machines() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    zones_known(&h.store).await;
-    h.store
+async fn a_zone_disabled_by_an_administrator_gets_no_new_machines(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    zones_known(app.store()).await;
+    app.store()
         .set_zone_enabled("sim-c".into(), false)
         .await
         .unwrap();
     // The engine hears of it through the change log before the deploy's
     // machines (a later revision).
-    deploy(&h.store, "wordpress", 6, "", "").await;
-    let status = until(&h.store, "6 started", all_started(6)).await;
+    deploy(app.store(), "wordpress", 6, "", "").await;
+    let status = until(app.store(), "6 started", all_started(6)).await;
     let zones = zones_of(&status, "wordpress");
     assert_eq!(zones.get("sim-c"), None, "{zones:?}");
     assert_eq!(zones.get("sim-a"), Some(&3));
     assert_eq!(zones.get("sim-b"), Some(&3));
 }
 
-#[actix_web::test]
-async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone() {
+async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone(backend: Backend) {
     let mut sim = SimConfig::default();
     sim.capacity.insert("sim-a".into(), 1);
-    let h = harness(sim, fast_provisioner());
-    deploy(&h.store, "wordpress", 6, "", "").await;
-    let status = until(&h.store, "6 started", all_started(6)).await;
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 6, "", "").await;
+    let status = until(app.store(), "6 started", all_started(6)).await;
     let zones = zones_of(&status, "wordpress");
     assert_eq!(zones.get("sim-a"), Some(&1), "{zones:?}");
     assert_eq!(zones.values().sum::<usize>(), 6);
@@ -272,27 +240,26 @@ async fn a_zone_out_of_capacity_sends_machines_to_the_next_zone() {
         .all(|m| m.machine.lifecycle.attempts_used == 0));
 }
 
-#[actix_web::test]
-async fn an_explicit_zone_placement_is_honoured() {
-    let h = harness(SimConfig::default(), fast_provisioner());
+async fn an_explicit_zone_placement_is_honoured(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
     deploy(
-        &h.store,
+        app.store(),
         "wordpress",
         3,
         "",
         "zone=sim-b,zone=sim-b,zone=sim-b",
     )
     .await;
-    let status = until(&h.store, "3 started", all_started(3)).await;
+    let status = until(app.store(), "3 started", all_started(3)).await;
     assert_eq!(zones_of(&status, "wordpress").get("sim-b"), Some(&3));
 }
 
-#[actix_web::test]
 async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine(
+    backend: Backend,
 ) {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 1, "mem=100000G", "").await;
-    let status = until(&h.store, "provisioning error", |s| {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "mem=100000G", "").await;
+    let status = until(app.store(), "provisioning error", |s| {
         s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -304,23 +271,22 @@ async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraint
         "{message}"
     );
     assert!(message.contains("mem=102400000M"), "{message}");
-    assert!(live_instances(&h.sim).is_empty());
-    h.store
+    assert!(live_instances(app.sim()).is_empty());
+    app.store()
         .retry(
             vec![machine.id],
             Some(Constraints::parse("mem=2G").unwrap()),
         )
         .await
         .unwrap();
-    let status = until(&h.store, "started after retry", all_started(1)).await;
+    let status = until(app.store(), "started after retry", all_started(1)).await;
     assert_eq!(status.machines[0].constraints.to_string(), "mem=2048M");
 }
 
-#[actix_web::test]
-async fn a_missing_image_is_a_permanent_failure_and_is_not_retried() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 1, "image-id=ami-missing-123", "").await;
-    let status = until(&h.store, "provisioning error", |s| {
+async fn a_missing_image_is_a_permanent_failure_and_is_not_retried(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "image-id=ami-missing-123", "").await;
+    let status = until(app.store(), "provisioning error", |s| {
         s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -335,16 +301,15 @@ async fn a_missing_image_is_a_permanent_failure_and_is_not_retried() {
     );
 }
 
-#[actix_web::test]
-async fn with_thirty_percent_transient_failures_every_machine_ends_started() {
+async fn with_thirty_percent_transient_failures_every_machine_ends_started(backend: Backend) {
     let sim = SimConfig {
         failure_rate: 0.3,
         seed: 7,
         ..SimConfig::default()
     };
-    let h = harness(sim, fast_provisioner());
-    deploy(&h.store, "wordpress", 30, "", "").await;
-    let status = until(&h.store, "30 started", all_started(30)).await;
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 30, "", "").await;
+    let status = until(app.store(), "30 started", all_started(30)).await;
     let attempts: u32 = status
         .machines
         .iter()
@@ -354,48 +319,50 @@ async fn with_thirty_percent_transient_failures_every_machine_ends_started() {
         attempts > 0,
         "some launches should have failed and been counted"
     );
-    assert_eq!(live_instances(&h.sim).len(), 30);
+    assert_eq!(live_instances(app.sim()).len(), 30);
 }
 
-#[actix_web::test]
-async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone() {
+async fn a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone(backend: Backend) {
     let config = ProvisionerConfig {
         reconcile_interval_s: 0,
         ..fast_provisioner()
     };
-    let h = harness(SimConfig::default(), config);
-    let controller = h.store.model().unwrap().controller_uuid;
+    let app = spawn_engine(backend, SimConfig::default(), config).await;
+    let controller = app.store().model().unwrap().controller_uuid;
     let mut ours = BTreeMap::new();
     ours.insert(tags::CONTROLLER.to_string(), controller);
     ours.insert(tags::MACHINE.to_string(), "42".to_string());
-    let stray = h
-        .sim
+    let stray = app
+        .sim()
         .create_untracked_instance(ours, "sim-a", "t3a.small")
         .await
         .unwrap();
-    let foreign = h
-        .sim
+    let foreign = app
+        .sim()
         .create_untracked_instance(BTreeMap::new(), "sim-a", "t3a.small")
         .await
         .unwrap();
-    zones_known(&h.store).await;
-    h.engine.reconcile_now();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while live_instances(&h.sim).contains(&stray.id) {
-        assert!(tokio::time::Instant::now() < deadline, "stray not stopped");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(live_instances(&h.sim).contains(&foreign.id));
+    zones_known(app.store()).await;
+    app.engine().reconcile_now();
+    eventually("the stray instance to stop", PATIENCE, || async {
+        let live = live_instances(app.sim());
+        if live.contains(&stray.id) {
+            Err(live)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    assert!(live_instances(app.sim()).contains(&foreign.id));
 }
 
-#[actix_web::test]
-async fn an_instance_terminated_behind_berths_back_shows_the_machine_down() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 1, "", "").await;
-    let status = until(&h.store, "started", all_started(1)).await;
+async fn an_instance_terminated_behind_berths_back_shows_the_machine_down(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 1, "", "").await;
+    let status = until(app.store(), "started", all_started(1)).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
-    h.sim.stop_behind_back(&instance).await.unwrap();
-    let status = until(&h.store, "down", |s| all_in(s, &[MachineState::Down])).await;
+    app.sim().stop_behind_back(&instance).await.unwrap();
+    let status = until(app.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
     let message = last_error(&status.machines[0]);
     assert!(
         message.contains(&instance) && message.contains("terminated"),
@@ -403,11 +370,10 @@ async fn an_instance_terminated_behind_berths_back_shows_the_machine_down() {
     );
 }
 
-#[actix_web::test]
-async fn a_container_is_started_on_its_host_once_the_host_is_up() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    deploy(&h.store, "wordpress", 2, "", "lxd").await;
-    let status = until(&h.store, "host and container started", |s| {
+async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "wordpress", 2, "", "lxd").await;
+    let status = until(app.store(), "host and container started", |s| {
         s.machines.len() == 3 && all_in(s, &[MachineState::Started])
     })
     .await;
@@ -419,8 +385,8 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up() {
         container.machine.lifecycle.zone,
         host.machine.lifecycle.zone
     );
-    let entry = h
-        .sim
+    let entry = app
+        .sim()
         .ledger()
         .into_iter()
         .find(|e| Some(e.id.as_str()) == container.instance_id())
@@ -428,21 +394,24 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up() {
     assert_eq!(entry.host_instance.as_deref(), host.instance_id());
 }
 
-#[actix_web::test]
-async fn removing_a_started_machine_stops_its_instance_and_removes_it() {
-    let h = harness(SimConfig::default(), fast_provisioner());
-    h.store.add_machines(AddMachines::default()).await.unwrap();
-    until(&h.store, "started", all_started(1)).await;
-    h.store
+async fn removing_a_started_machine_stops_its_instance_and_removes_it(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    until(app.store(), "started", all_started(1)).await;
+    app.store()
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until(&h.store, "removed", |s| s.machines.is_empty()).await;
-    assert!(live_instances(&h.sim).is_empty());
+    until(app.store(), "removed", |s| s.machines.is_empty()).await;
+    assert!(live_instances(app.sim()).is_empty());
 }
 
-#[actix_web::test]
-async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_error() {
+async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_error(
+    backend: Backend,
+) {
     let sim = SimConfig {
         agent_delay_ms: 3_600_000,
         ..SimConfig::default()
@@ -452,9 +421,12 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
         bootstrap_attempts: 2,
         ..fast_provisioner()
     };
-    let h = harness(sim, config);
-    h.store.add_machines(AddMachines::default()).await.unwrap();
-    let status = until(&h.store, "provisioning error", |s| {
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    let status = until(app.store(), "provisioning error", |s| {
         all_in(s, &[MachineState::ProvisioningError])
     })
     .await;
@@ -464,8 +436,8 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
     let message = last_error(machine);
     assert!(message.contains("did not check in"), "{message}");
     // Two instances were launched, and both are gone.
-    assert_eq!(h.sim.ledger().len(), 2);
-    assert!(live_instances(&h.sim).is_empty());
+    assert_eq!(app.sim().ledger().len(), 2);
+    assert!(live_instances(app.sim()).is_empty());
 }
 
 /// A provider that misbehaves for one machine and is the simulated cloud
@@ -525,23 +497,44 @@ impl Provider for Misbehaving {
     }
 }
 
-async fn one_bad_machine_does_not_stop_the_others(how: Misbehaviour) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
-    let sim = open_sim(dir.path(), SimConfig::default());
+/// An app with the engine on `config` over a provider that misbehaves as
+/// `how` for machine `victim`; and the simulated cloud behind it.
+async fn spawn_misbehaving(
+    backend: Backend,
+    victim: &str,
+    how: Misbehaviour,
+    config: ProvisionerConfig,
+) -> (TestApp, Arc<SimProvider>) {
+    let site = Site::new(backend);
+    let sim = site.open_sim(SimConfig::default());
     let provider = Arc::new(Misbehaving {
         inner: sim.clone(),
-        victim: "2".parse().unwrap(),
+        victim: victim.parse().unwrap(),
         how,
     });
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        cloud: Cloud::Given {
+            provider,
+            limits: RateLimits::default(),
+        },
+        engine: Some(config),
+        ..Options::default()
+    })
+    .await;
+    (app, sim)
+}
+
+async fn one_bad_machine_does_not_stop_the_others(backend: Backend, how: Misbehaviour) {
     let config = ProvisionerConfig {
         call_timeout_s: 1,
         attempts: 2,
         ..fast_provisioner()
     };
-    let _engine = start_engine(&store, provider, &config);
-    deploy(&store, "wordpress", 6, "", "").await;
-    let status = until(&store, "the others started and the victim in error", |s| {
+    let (app, _sim) = spawn_misbehaving(backend, "2", how, config).await;
+    let store = app.store();
+    deploy(store, "wordpress", 6, "", "").await;
+    let status = until(store, "the others started and the victim in error", |s| {
         s.machines.len() == 6
             && s.machines.iter().all(|m| {
                 if m.id.to_string() == "2" {
@@ -560,29 +553,25 @@ async fn one_bad_machine_does_not_stop_the_others(how: Misbehaviour) {
     assert!(victim.machine.lifecycle.last_error.is_some());
 }
 
-#[actix_web::test]
-async fn a_panicking_provider_call_for_one_machine_lets_the_others_finish() {
-    one_bad_machine_does_not_stop_the_others(Misbehaviour::Panic).await;
+async fn a_panicking_provider_call_for_one_machine_lets_the_others_finish(backend: Backend) {
+    one_bad_machine_does_not_stop_the_others(backend, Misbehaviour::Panic).await;
 }
 
-#[actix_web::test]
-async fn a_hanging_provider_call_for_one_machine_lets_the_others_finish() {
-    one_bad_machine_does_not_stop_the_others(Misbehaviour::Hang).await;
+async fn a_hanging_provider_call_for_one_machine_lets_the_others_finish(backend: Backend) {
+    one_bad_machine_does_not_stop_the_others(backend, Misbehaviour::Hang).await;
 }
 
-#[actix_web::test]
-async fn a_machine_removed_while_its_instance_is_starting_leaks_no_instance() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
-    let sim = open_sim(dir.path(), SimConfig::default());
-    let provider = Arc::new(Misbehaving {
-        inner: sim.clone(),
-        victim: "0".parse().unwrap(),
-        how: Misbehaviour::Slow(Duration::from_millis(300)),
-    });
-    let _engine = start_engine(&store, provider, &fast_provisioner());
+async fn a_machine_removed_while_its_instance_is_starting_leaks_no_instance(backend: Backend) {
+    let (app, sim) = spawn_misbehaving(
+        backend,
+        "0",
+        Misbehaviour::Slow(Duration::from_millis(300)),
+        fast_provisioner(),
+    )
+    .await;
+    let store = app.store();
     store.add_machines(AddMachines::default()).await.unwrap();
-    until(&store, "starting", |s| {
+    until(store, "starting", |s| {
         all_in(s, &[MachineState::Starting]) && !s.machines.is_empty()
     })
     .await;
@@ -590,16 +579,16 @@ async fn a_machine_removed_while_its_instance_is_starting_leaks_no_instance() {
         .remove_machine("0".parse().unwrap(), false)
         .await
         .unwrap();
-    until(&store, "removed", |s| s.machines.is_empty()).await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !live_instances(&sim).is_empty() || sim.ledger().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "instance leaked: {:?}",
-            sim.ledger()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(store, "removed", |s| s.machines.is_empty()).await;
+    eventually("the instance launched to be stopped", PATIENCE, || async {
+        let ledger = sim.ledger();
+        if ledger.is_empty() || !live_instances(&sim).is_empty() {
+            Err(ledger)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     assert_eq!(sim.ledger().len(), 1);
     assert_eq!(sim.ledger()[0].state, InstanceState::Terminated);
 }
@@ -612,10 +601,10 @@ fn in_a_system_then_kill<F: std::future::Future<Output = ()>>(work: impl FnOnce(
     drop(system);
 }
 
-#[test]
-fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine(
+    backend: Backend,
+) {
+    let site = &Site::new(backend);
     // First life: deploy 40 units with slow starts and kill the engine
     // while launches are in flight.
     let sim_config = SimConfig {
@@ -624,54 +613,54 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
         failure_rate: 0.2,
         ..SimConfig::default()
     };
-    {
-        let (path, sim_config) = (path.clone(), sim_config.clone());
-        in_a_system_then_kill(move || async move {
-            let store = open_store(&path);
-            let sim = open_sim(&path, sim_config);
-            let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
-            deploy(&store, "wordpress", 40, "", "").await;
-            until(&store, "some started", |s| {
-                let started = s
-                    .machines
-                    .iter()
-                    .filter(|m| m.state() == MachineState::Started)
-                    .count();
-                (5..40).contains(&started)
-            })
-            .await;
-        });
-    }
-    // Second life: same store file, same cloud ledger.
+    let sim_config = &sim_config;
     in_a_system_then_kill(move || async move {
-        let store = open_store(&path);
-        let sim = open_sim(&path, sim_config);
-        let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
-        let status = until(&store, "40 started", all_started(40)).await;
+        let app = spawn_engine_on(site, sim_config.clone()).await;
+        deploy(app.store(), "wordpress", 40, "", "").await;
+        until(app.store(), "some started", |s| {
+            let started = s
+                .machines
+                .iter()
+                .filter(|m| m.state() == MachineState::Started)
+                .count();
+            (5..40).contains(&started)
+        })
+        .await;
+    });
+    // Second life: same store, same cloud ledger.
+    in_a_system_then_kill(move || async move {
+        let app = spawn_engine_on(site, sim_config.clone()).await;
+        let status = until(app.store(), "40 started", all_started(40)).await;
         let recorded: Vec<String> = status
             .machines
             .iter()
             .filter_map(|m| m.instance_id().map(str::to_string))
             .collect();
-        let unique: BTreeSet<&String> = recorded.iter().collect();
+        let unique: BTreeSet<String> = recorded.iter().cloned().collect();
         assert_eq!(unique.len(), 40, "every machine has its own instance");
         // Strays from the first life are stopped; wait for the last of them.
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let live: BTreeSet<String> = live_instances(&sim).into_iter().collect();
-            if live == unique.iter().map(|s| s.to_string()).collect() {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "live {live:?} != recorded {unique:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(
+            "the live instances to be the recorded ones",
+            PATIENCE,
+            || async {
+                let live: BTreeSet<String> = live_instances(app.sim()).into_iter().collect();
+                if live == unique {
+                    Ok(())
+                } else {
+                    Err(format!("live {live:?} != recorded {unique:?}"))
+                }
+            },
+        )
+        .await;
         // No machine ever had two live instances at once in the ledger's
         // final state.
         let mut per_machine: BTreeMap<String, usize> = BTreeMap::new();
-        for entry in sim.ledger().into_iter().filter(|e| !e.state.is_gone()) {
+        for entry in app
+            .sim()
+            .ledger()
+            .into_iter()
+            .filter(|e| !e.state.is_gone())
+        {
             *per_machine
                 .entry(entry.machine.map(|m| m.to_string()).unwrap_or_default())
                 .or_default() += 1;
@@ -680,49 +669,39 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
     });
 }
 
-#[test]
-fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let instance = {
-        let path = path.clone();
-        let found = Arc::new(std::sync::Mutex::new(String::new()));
-        let seen = Arc::clone(&found);
-        in_a_system_then_kill(move || async move {
-            let store = open_store(&path);
-            let sim = open_sim(&path, SimConfig::default());
-            let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
-            deploy(&store, "wordpress", 2, "", "").await;
-            let status = until(&store, "started", all_started(2)).await;
-            *seen.lock().unwrap() = status.machines[0].instance_id().unwrap().to_string();
-        });
-        let instance = found.lock().unwrap().clone();
-        instance
-    };
-    // While no engine runs, the cloud loses one instance.
-    {
-        let (path, instance) = (path.clone(), instance.clone());
-        in_a_system_then_kill(move || async move {
-            let sim = open_sim(&path, SimConfig::default());
-            sim.stop_behind_back(&instance).await.unwrap();
-        });
-    }
+fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start(
+    backend: Backend,
+) {
+    let site = &Site::new(backend);
+    let mut instance = String::new();
+    let found = &mut instance;
     in_a_system_then_kill(move || async move {
-        let store = open_store(&path);
-        let sim = open_sim(&path, SimConfig::default());
-        let _engine = start_engine(&store, sim.clone(), &fast_provisioner());
-        let status = until(&store, "one down, one started", |s| {
+        let app = spawn_engine_on(site, SimConfig::default()).await;
+        deploy(app.store(), "wordpress", 2, "", "").await;
+        let status = until(app.store(), "started", all_started(2)).await;
+        *found = status.machines[0].instance_id().unwrap().to_string();
+    });
+    let instance = &instance;
+    // While no engine runs, the cloud loses one instance.
+    in_a_system_then_kill(move || async move {
+        let sim = site.open_sim(SimConfig::default());
+        sim.stop_behind_back(instance).await.unwrap();
+    });
+    in_a_system_then_kill(move || async move {
+        let app = spawn_engine_on(site, SimConfig::default()).await;
+        let status = until(app.store(), "one down, one started", |s| {
             s.machines.iter().map(|m| m.state()).collect::<Vec<_>>()
                 == vec![MachineState::Down, MachineState::Started]
         })
         .await;
         let message = last_error(&status.machines[0]);
-        assert!(message.contains(&instance), "{message}");
+        assert!(message.contains(instance.as_str()), "{message}");
     });
 }
 
-#[actix_web::test]
-async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back() {
+async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back(
+    backend: Backend,
+) {
     // The simulated agents report only once an hour here.
     let sim = SimConfig {
         heartbeat_interval_ms: 3_600_000,
@@ -732,23 +711,25 @@ async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings
         agent_down_after_s: 1,
         ..fast_provisioner()
     };
-    let h = harness(sim, config);
-    h.store.add_machines(AddMachines::default()).await.unwrap();
-    until(&h.store, "started", all_started(1)).await;
-    let status = until(&h.store, "down", |s| all_in(s, &[MachineState::Down])).await;
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    until(app.store(), "started", all_started(1)).await;
+    let status = until(app.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
     assert_eq!(
         status.machines[0].machine.lifecycle.last_error.as_deref(),
         Some("agent is not responding")
     );
-    h.store
+    app.store()
         .agents_alive(vec!["0".parse().unwrap()])
         .await
         .unwrap();
-    until(&h.store, "started again", all_started(1)).await;
+    until(app.store(), "started again", all_started(1)).await;
 }
 
-#[actix_web::test]
-async fn the_simulated_agents_heartbeats_keep_their_machines_started() {
+async fn the_simulated_agents_heartbeats_keep_their_machines_started(backend: Backend) {
     let sim = SimConfig {
         heartbeat_interval_ms: 200,
         ..SimConfig::default()
@@ -757,25 +738,49 @@ async fn the_simulated_agents_heartbeats_keep_their_machines_started() {
         agent_down_after_s: 1,
         ..fast_provisioner()
     };
-    let h = harness(sim, config);
-    h.store
+    let app = spawn_engine(backend, sim, config).await;
+    app.store()
         .add_machines(AddMachines {
             count: 3,
             ..AddMachines::default()
         })
         .await
         .unwrap();
-    until(&h.store, "started", all_started(3)).await;
+    until(app.store(), "started", all_started(3)).await;
     // Three times the down threshold: without heartbeats they would be down.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let status = h.store.status().unwrap();
-    assert!(
-        all_in(&status, &[MachineState::Started]),
-        "{:?}",
-        status
-            .machines
-            .iter()
-            .map(|m| m.state())
-            .collect::<Vec<_>>()
-    );
+    throughout(
+        Duration::from_secs(3),
+        app.store(),
+        "every machine started",
+        all_started(3),
+    )
+    .await;
+}
+
+on_each_backend! {
+    actix: [
+        nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone,
+        settled_machines_keep_no_actor_alive,
+        machines_beyond_the_actor_limit_wait_their_turn_and_all_start,
+        a_zone_disabled_by_an_administrator_gets_no_new_machines,
+        a_zone_out_of_capacity_sends_machines_to_the_next_zone,
+        an_explicit_zone_placement_is_honoured,
+        unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine,
+        a_missing_image_is_a_permanent_failure_and_is_not_retried,
+        with_thirty_percent_transient_failures_every_machine_ends_started,
+        a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone,
+        an_instance_terminated_behind_berths_back_shows_the_machine_down,
+        a_container_is_started_on_its_host_once_the_host_is_up,
+        removing_a_started_machine_stops_its_instance_and_removes_it,
+        an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_error,
+        a_panicking_provider_call_for_one_machine_lets_the_others_finish,
+        a_hanging_provider_call_for_one_machine_lets_the_others_finish,
+        a_machine_removed_while_its_instance_is_starting_leaks_no_instance,
+        a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back,
+        the_simulated_agents_heartbeats_keep_their_machines_started,
+    ],
+    plain: [
+        an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine,
+        an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start,
+    ],
 }

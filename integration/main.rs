@@ -1,11 +1,19 @@
 //! berth's integration tests, built as one binary.
 //!
-//! The store tests run every rule on both backends: SQLite in a temporary
-//! directory, and a real PostgreSQL server the harness starts itself (see
-//! [`support::postgres`]). The API tests run the HTTP server over SQLite
-//! (see [`api`]); the command line tests run `berth`'s commands against
-//! it (see [`cli`]). The EC2 tests run the engine against moto's EC2
-//! server, which the harness also starts itself (see [`support::moto`]).
+//! Every test that runs berth starts it with one harness,
+//! [`support::app::spawn_app_with`]: a random loopback port, a data
+//! directory and a database of its own, with options for the store
+//! (SQLite, or a real PostgreSQL server the harness starts itself, see
+//! [`support::postgres`]), the cloud (the simulated cloud, or a provider the
+//! test builds, such as EC2 against moto's server, see [`support::moto`]),
+//! the engine on or off, and how berth runs (wired in this process,
+//! through `berth serve`'s own start-up, or as a `berth serve` process).
+//! Tests wait for conditions with [`support::eventually`], never for a
+//! fixed time.
+//!
+//! The store tests and the engine tests run on both backends; the API
+//! tests (see [`api`]) and the command line tests (see [`cli`]) run the
+//! HTTP server over SQLite without an engine.
 
 mod api;
 mod applications;

@@ -1,92 +1,48 @@
-//! The `berth` binary as people use it: `berth serve` as a process, and the
-//! command line as separate processes talking to it.
+//! The `berth` binary as people use it: `berth serve` as a process (the
+//! harness's [`Launch::Process`]), and the command line as separate
+//! processes talking to it.
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use serde_json::Value;
 
-struct Controller {
-    child: Child,
-    url: String,
-    data_dir: tempfile::TempDir,
+use crate::support::app::{berth_command, spawn_app_with, Backend, Launch, Options, TestApp};
+
+/// `berth serve` as a child process, on a fresh SQLite store.
+async fn start_controller() -> TestApp {
+    start_controller_on(Backend::Sqlite).await
 }
 
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
+/// `berth serve` as a child process, on a fresh store on `backend`.
+async fn start_controller_on(backend: Backend) -> TestApp {
+    spawn_app_with(Options {
+        backend,
+        launch: Launch::Process,
+        ..Options::default()
+    })
+    .await
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Runs a client command the way a user on the same machine would: the
+/// URL and data directory from the environment, the token found there.
+fn run(c: &TestApp, args: &[&str]) -> Output {
+    berth_command()
+        .args(args)
+        .env("BERTH_URL", &c.address)
+        .env("BERTH_DATA_DIR", c.site.dir())
+        .env_remove("BERTH_TOKEN")
+        .output()
+        .expect("berth runs")
 }
 
-fn berth() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-}
-
-fn start_controller() -> Controller {
-    let data_dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = berth()
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data_dir.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("berth serve starts");
-    let url = format!("http://127.0.0.1:{port}");
-    let controller = Controller {
-        child,
-        url,
-        data_dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(controller.data_dir.path().join("admin.token").exists()
-        && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
-    {
-        assert!(Instant::now() < deadline, "berth serve did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    controller
-}
-
-impl Controller {
-    /// Runs a client command the way a user on the same machine would: the
-    /// URL and data directory from the environment, the token found there.
-    fn run(&self, args: &[&str]) -> Output {
-        berth()
-            .args(args)
-            .env("BERTH_URL", &self.url)
-            .env("BERTH_DATA_DIR", self.data_dir.path())
-            .env_remove("BERTH_TOKEN")
-            .output()
-            .expect("berth runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "berth {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+fn ok(c: &TestApp, args: &[&str]) -> String {
+    let out = run(c, args);
+    assert!(
+        out.status.success(),
+        "berth {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn machine_constraints(status: &Value) -> Vec<String> {
@@ -100,14 +56,25 @@ fn machine_constraints(status: &Value) -> Vec<String> {
     all
 }
 
-#[test]
-fn the_seed_scenario_through_the_command_line_gives_one_2g_and_two_3g_machines_all_started() {
-    let c = start_controller();
-    c.ok(&["deploy", "--constraints", "mem=2G", "wordpress"]);
-    c.ok(&["set-constraints", "wordpress", "mem=3G"]);
-    c.ok(&["add-unit", "wordpress", "-n", "2"]);
-    c.ok(&["wait", "--timeout", "60"]);
-    let status: Value = serde_json::from_str(&c.ok(&["status", "--format", "json"])).unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_scenario_through_the_command_line_gives_one_2g_and_two_3g_machines_all_started() {
+    the_seed_scenario_through_the_command_line(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_scenario_through_the_command_line_works_the_same_on_postgresql() {
+    the_seed_scenario_through_the_command_line(Backend::Postgres).await;
+}
+
+/// One 2G and two 3G machines, all started, through `berth serve` and the
+/// command line as processes.
+async fn the_seed_scenario_through_the_command_line(backend: Backend) {
+    let c = start_controller_on(backend).await;
+    ok(&c, &["deploy", "--constraints", "mem=2G", "wordpress"]);
+    ok(&c, &["set-constraints", "wordpress", "mem=3G"]);
+    ok(&c, &["add-unit", "wordpress", "-n", "2"]);
+    ok(&c, &["wait", "--timeout", "60"]);
+    let status: Value = serde_json::from_str(&ok(&c, &["status", "--format", "json"])).unwrap();
     assert_eq!(
         machine_constraints(&status),
         vec!["mem=2048M", "mem=3072M", "mem=3072M"]
@@ -115,21 +82,21 @@ fn the_seed_scenario_through_the_command_line_gives_one_2g_and_two_3g_machines_a
     for machine in status["machines"].as_object().unwrap().values() {
         assert_eq!(machine["juju-status"]["current"], "started", "{machine}");
     }
-    assert_eq!(c.ok(&["constraints", "wordpress"]).trim(), "mem=3072M");
-    let tabular = c.ok(&["status"]);
+    assert_eq!(ok(&c, &["constraints", "wordpress"]).trim(), "mem=3072M");
+    let tabular = ok(&c, &["status"]);
     for heading in ["Model", "App", "Unit", "Machine"] {
         assert!(tabular.contains(heading), "{tabular}");
     }
 }
 
-#[test]
-fn the_seeds_older_command_names_work_too() {
-    let c = start_controller();
-    c.ok(&["deploy", "wordpress"]);
-    c.ok(&["set-constraints", "--service", "wordpress", "mem=3G"]);
-    assert_eq!(c.ok(&["constraints", "wordpress"]).trim(), "mem=3072M");
-    c.ok(&["destroy-unit", "wordpress/0"]);
-    let status: Value = serde_json::from_str(&c.ok(&["status", "--format", "json"])).unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_older_command_names_work_too() {
+    let c = start_controller().await;
+    ok(&c, &["deploy", "wordpress"]);
+    ok(&c, &["set-constraints", "--service", "wordpress", "mem=3G"]);
+    assert_eq!(ok(&c, &["constraints", "wordpress"]).trim(), "mem=3072M");
+    ok(&c, &["destroy-unit", "wordpress/0"]);
+    let status: Value = serde_json::from_str(&ok(&c, &["status", "--format", "json"])).unwrap();
     assert!(
         status["applications"]["wordpress"]["units"]
             .as_object()
@@ -138,33 +105,33 @@ fn the_seeds_older_command_names_work_too() {
     );
 }
 
-#[test]
-fn a_provisioning_error_is_shown_and_resolved_with_new_constraints() {
-    let c = start_controller();
-    c.ok(&["add-machine", "--constraints", "mem=100000G"]);
-    c.ok(&["wait", "--timeout", "60"]);
-    let status: Value = serde_json::from_str(&c.ok(&["status", "--format", "json"])).unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioning_error_is_shown_and_resolved_with_new_constraints() {
+    let c = start_controller().await;
+    ok(&c, &["add-machine", "--constraints", "mem=100000G"]);
+    ok(&c, &["wait", "--timeout", "60"]);
+    let status: Value = serde_json::from_str(&ok(&c, &["status", "--format", "json"])).unwrap();
     assert_eq!(
         status["machines"]["0"]["machine-status"]["current"],
         "provisioning error"
     );
-    c.ok(&["resolved", "0", "--constraints", "mem=4G"]);
-    c.ok(&["wait", "--timeout", "60"]);
-    let status: Value = serde_json::from_str(&c.ok(&["status", "--format", "json"])).unwrap();
+    ok(&c, &["resolved", "0", "--constraints", "mem=4G"]);
+    ok(&c, &["wait", "--timeout", "60"]);
+    let status: Value = serde_json::from_str(&ok(&c, &["status", "--format", "json"])).unwrap();
     assert_eq!(status["machines"]["0"]["juju-status"]["current"], "started");
 }
 
-#[test]
-fn bad_input_prints_one_error_line_and_exits_non_zero() {
-    let c = start_controller();
-    let out = c.run(&["deploy", "wordpress", "--constraints", "mem=lots"]);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_prints_one_error_line_and_exits_non_zero() {
+    let c = start_controller().await;
+    let out = run(&c, &["deploy", "wordpress", "--constraints", "mem=lots"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim(),
         "ERROR bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix"
     );
-    let out = c.run(&["retry-provisioning", "7"]);
+    let out = run(&c, &["retry-provisioning", "7"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).starts_with("ERROR "),
@@ -175,9 +142,13 @@ fn bad_input_prints_one_error_line_and_exits_non_zero() {
 #[test]
 fn a_client_without_a_controller_says_how_to_start_one() {
     let dir = tempfile::tempdir().unwrap();
-    let out = berth()
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let out = berth_command()
         .args(["status"])
-        .env("BERTH_URL", format!("http://127.0.0.1:{}", free_port()))
+        .env("BERTH_URL", format!("http://127.0.0.1:{port}"))
         .env("BERTH_TOKEN", "anything")
         .env("BERTH_DATA_DIR", dir.path())
         .output()

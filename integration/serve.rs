@@ -2,128 +2,68 @@
 //! cloud, API) on a random port and a temporary data directory, driven over
 //! HTTP.
 
-use std::time::Duration;
-
 use berth::app::{Application, ADMIN_TOKEN_FILE};
 use berth::config::Config;
+use reqwest::Response;
 use serde_json::{json, Value};
 
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::support::app::{config_for, spawn_app_with, Backend, Launch, Options, Site, TestApp};
+use crate::support::{eventually, PATIENCE};
 
-struct Controller {
-    url: String,
-    token: String,
-    client: reqwest::Client,
-    data_dir: tempfile::TempDir,
+/// A whole controller, started as `berth serve` starts it.
+async fn spawn_controller() -> TestApp {
+    spawn_app_with(Options {
+        launch: Launch::Application,
+        ..Options::default()
+    })
+    .await
 }
 
-fn config_for(dir: &std::path::Path) -> Config {
-    Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: Some(dir.to_path_buf()),
-        ..Config::default()
-    }
+/// The status code and the JSON answer (null when there is none).
+async fn answer(response: Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn spawn_controller() -> Controller {
-    let data_dir = tempfile::tempdir().unwrap();
-    let app = Application::build(config_for(data_dir.path()))
-        .await
-        .expect("controller starts");
-    let url = format!("http://127.0.0.1:{}", app.port());
-    actix_web::rt::spawn(app.run_until_stopped());
-    let token = std::fs::read_to_string(data_dir.path().join(ADMIN_TOKEN_FILE))
-        .unwrap()
-        .trim()
-        .to_string();
-    Controller {
-        url,
-        token,
-        client: reqwest::Client::new(),
-        data_dir,
-    }
-}
-
-impl Controller {
-    /// Sends `body` as JSON with the admin token; the status and the JSON
-    /// answer (null when there is none).
-    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .client
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(reqwest::Method::POST, path, body).await
-    }
-
-    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(reqwest::Method::PUT, path, body).await
-    }
-
-    async fn status(&self) -> Value {
-        self.client
-            .get(format!("{}/v1/status", self.url))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    /// Waits until every one of `count` machines shows `started`.
-    async fn all_started(&self, count: usize) -> Value {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let status = self.status().await;
-            let machines = status["machines"].as_object().cloned().unwrap_or_default();
-            if machines.len() == count
-                && machines
-                    .values()
-                    .all(|m| m["juju-status"]["current"] == "started")
-            {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not all started: {status:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// Waits until the status over HTTP satisfies `done`.
+async fn status_until(c: &TestApp, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(what, PATIENCE, || async {
+        let status = c.status_json().await;
+        if done(&status) {
+            Ok(status)
+        } else {
+            Err(status)
         }
-    }
+    })
+    .await
+}
+
+/// Waits until every one of `count` machines shows `started`.
+async fn all_started(c: &TestApp, count: usize) -> Value {
+    status_until(c, &format!("{count} machines started"), |status| {
+        let machines = status["machines"].as_object().cloned().unwrap_or_default();
+        machines.len() == count
+            && machines
+                .values()
+                .all(|m| m["juju-status"]["current"] == "started")
+    })
+    .await
 }
 
 #[actix_web::test]
 async fn the_seed_scenario_gives_one_2g_machine_and_two_3g_machines_all_started() {
     let c = spawn_controller().await;
-    let (code, body) = c
-        .post(
-            "/v1/applications",
-            json!({"charm": "wordpress", "constraints": "mem=2G"}),
-        )
-        .await;
+    let (code, body) = answer(
+        c.deploy(&json!({"charm": "wordpress", "constraints": "mem=2G"}))
+            .await,
+    )
+    .await;
     assert!((200..300).contains(&code), "{code} {body}");
-    let (code, body) = c
-        .put(
-            "/v1/applications/wordpress/constraints",
-            json!({"constraints": "mem=3G"}),
-        )
-        .await;
+    let (code, body) = answer(c.set_application_constraints("wordpress", "mem=3G").await).await;
     assert!((200..300).contains(&code), "{code} {body}");
-    let (code, body) = c
-        .post("/v1/applications/wordpress/units", json!({"num_units": 2}))
-        .await;
+    let (code, body) = answer(c.add_units("wordpress", &json!({"num_units": 2})).await).await;
     assert!((200..300).contains(&code), "{code} {body}");
-    let status = c.all_started(3).await;
+    let status = all_started(&c, 3).await;
     let mut constraints: Vec<String> = status["machines"]
         .as_object()
         .unwrap()
@@ -149,7 +89,7 @@ async fn the_seed_scenario_gives_one_2g_machine_and_two_3g_machines_all_started(
 #[actix_web::test]
 async fn the_admin_token_file_is_private_and_kept_across_restarts() {
     let c = spawn_controller().await;
-    let path = c.data_dir.path().join(ADMIN_TOKEN_FILE);
+    let path = c.site.dir().join(ADMIN_TOKEN_FILE);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -158,7 +98,7 @@ async fn the_admin_token_file_is_private_and_kept_across_restarts() {
             0o600
         );
     }
-    let again = Application::build(config_for(c.data_dir.path()));
+    let again = Application::build(config_for(&c.site));
     // The first controller still holds the simulated cloud's ledger; a
     // second one on the same directory must say so, not corrupt it.
     assert!(again.await.is_err());
@@ -169,41 +109,24 @@ async fn the_admin_token_file_is_private_and_kept_across_restarts() {
 #[actix_web::test]
 async fn a_request_without_the_token_is_refused() {
     let c = spawn_controller().await;
-    let response = c
-        .client
-        .get(format!("{}/v1/status", c.url))
-        .send()
-        .await
-        .unwrap();
+    let response = c.client.get(c.url("/v1/status")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 401);
-    let health = c
-        .client
-        .get(format!("{}/healthz", c.url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(c.healthz().await.status().as_u16(), 200);
 }
 
 #[actix_web::test]
 async fn unsatisfiable_constraints_show_a_provisioning_error_and_retry_fixes_it() {
     let c = spawn_controller().await;
-    let (code, body) = c
-        .post(
-            "/v1/applications",
-            json!({"charm": "wordpress", "constraints": "mem=100000G"}),
-        )
-        .await;
+    let (code, body) = answer(
+        c.deploy(&json!({"charm": "wordpress", "constraints": "mem=100000G"}))
+            .await,
+    )
+    .await;
     assert!((200..300).contains(&code), "{code} {body}");
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let status = loop {
-        let status = c.status().await;
-        if status["machines"]["0"]["machine-status"]["current"] == "provisioning error" {
-            break status;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{status:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = status_until(&c, "machine 0 in provisioning error", |status| {
+        status["machines"]["0"]["machine-status"]["current"] == "provisioning error"
+    })
+    .await;
     let machine = &status["machines"]["0"];
     assert_eq!(machine["juju-status"]["current"], "error");
     assert!(machine["machine-status"]["message"]
@@ -212,23 +135,22 @@ async fn unsatisfiable_constraints_show_a_provisioning_error_and_retry_fixes_it(
         .contains("no instance type satisfies"));
     // Like juju, status shows "pending" where there is no instance id.
     assert_eq!(machine["instance-id"], "pending", "{machine}");
-    let (code, body) = c
-        .post(
-            "/v1/machines/retry",
-            json!({"machines": ["0"], "constraints": "mem=2G"}),
-        )
-        .await;
+    let (code, body) = answer(
+        c.retry(&json!({"machines": ["0"], "constraints": "mem=2G"}))
+            .await,
+    )
+    .await;
     assert!((200..300).contains(&code), "{code} {body}");
-    c.all_started(1).await;
+    all_started(&c, 1).await;
 }
 
 #[actix_web::test]
 async fn status_always_shows_the_callers_own_writes_even_when_kept_between_requests() {
     let c = spawn_controller().await;
     for n in 1..=5 {
-        let (code, body) = c.post("/v1/machines", json!({"count": 1})).await;
+        let (code, body) = answer(c.add_machines(&json!({"count": 1})).await).await;
         assert!((200..300).contains(&code), "{code} {body}");
-        let status = c.status().await;
+        let status = c.status_json().await;
         assert_eq!(
             status["machines"].as_object().map(|m| m.len()),
             Some(n),
@@ -236,7 +158,10 @@ async fn status_always_shows_the_callers_own_writes_even_when_kept_between_reque
         );
     }
     // Concurrent readers with no write between them see one revision.
-    let reads = futures_util::future::join_all((0..8).map(|_| c.status())).await;
+    // The engine writes as it starts the machines, so wait until it is
+    // done.
+    all_started(&c, 5).await;
+    let reads = futures_util::future::join_all((0..8).map(|_| c.status_json())).await;
     let revisions: std::collections::BTreeSet<i64> = reads
         .iter()
         .map(|s| s["model"]["revision"].as_i64().unwrap())
@@ -245,8 +170,8 @@ async fn status_always_shows_the_callers_own_writes_even_when_kept_between_reque
 }
 
 /// A controller whose `[provider.ec2]` has `table`.
-fn ec2_config_for(dir: &std::path::Path, table: &str) -> Config {
-    let mut config = config_for(dir);
+fn ec2_config_for(site: &Site, table: &str) -> Config {
+    let mut config = config_for(site);
     config.provider.kind = berth::config::ProviderKind::Ec2;
     config.provider.ec2 = Some(table.parse().unwrap());
     config
@@ -255,8 +180,8 @@ fn ec2_config_for(dir: &std::path::Path, table: &str) -> Config {
 #[cfg(feature = "ec2")]
 #[actix_web::test]
 async fn an_ec2_controller_with_a_misspelt_setting_refuses_to_start_and_names_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = ec2_config_for(dir.path(), "region = \"us-east-1\"\nsubnet = \"subnet-1\"");
+    let site = Site::new(Backend::Sqlite);
+    let config = ec2_config_for(&site, "region = \"us-east-1\"\nsubnet = \"subnet-1\"");
     let error = Application::build(config).await.err().unwrap().to_string();
     assert!(
         error.starts_with(
@@ -269,8 +194,8 @@ async fn an_ec2_controller_with_a_misspelt_setting_refuses_to_start_and_names_it
 #[cfg(not(feature = "ec2"))]
 #[actix_web::test]
 async fn without_the_ec2_feature_an_ec2_controller_refuses_to_start_and_says_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = ec2_config_for(dir.path(), "region = \"us-east-1\"");
+    let site = Site::new(Backend::Sqlite);
+    let config = ec2_config_for(&site, "region = \"us-east-1\"");
     let error = Application::build(config).await.err().unwrap().to_string();
     assert_eq!(
         error,

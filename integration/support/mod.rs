@@ -1,26 +1,31 @@
-//! What the integration tests share: stores on both backends, and moto's
-//! EC2 server.
+//! What the integration tests share: the one way to start berth
+//! ([`app::spawn_app`]), waiting for conditions ([`eventually`]), stores on
+//! both backends, and moto's EC2 server.
 
+pub mod app;
 pub mod controller;
 pub mod engine_steps;
+pub mod eventually;
 #[cfg(feature = "ec2")]
 pub mod moto;
 pub mod postgres;
 
-use berth::store::db::DatabaseUrl;
+pub use eventually::{eventually, throughout, until, until_within, PATIENCE};
+
 use berth::store::Store;
 
-/// A store on a fresh SQLite file; the directory lives as long as the guard.
-pub fn sqlite_store() -> (Store, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let url = DatabaseUrl::Sqlite(dir.path().join("berth.db"));
-    (Store::open(&url).expect("open sqlite store"), dir)
+use app::{Backend, Site};
+
+/// A store on a fresh SQLite file; the directory lives as long as the site.
+pub fn sqlite_store() -> (Store, Site) {
+    let site = Site::new(Backend::Sqlite);
+    (site.open_store(), site)
 }
 
 /// A store on a fresh database of the test PostgreSQL server.
-pub fn postgres_store() -> (Store, ()) {
-    let url = DatabaseUrl::parse(&postgres::fresh_database()).expect("postgres url");
-    (Store::open(&url).expect("open postgres store"), ())
+pub fn postgres_store() -> (Store, Site) {
+    let site = Site::new(Backend::Postgres);
+    (site.open_store(), site)
 }
 
 /// Runs each named `async fn(Store)` once on SQLite and once on
@@ -49,6 +54,45 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Runs each named test, a function of the [`app::Backend`] it runs on,
+/// once on SQLite and once on PostgreSQL, as `sqlite::name` and
+/// `postgres::name`: those under `actix` are `async` and run in an actix
+/// system (as an engine needs); those under `plain` are not, and make the
+/// systems they need themselves.
+#[macro_export]
+macro_rules! on_each_backend {
+    (actix: [$($test:ident),* $(,)?], plain: [$($plain:ident),* $(,)?] $(,)?) => {
+        mod sqlite {
+            $(
+                #[actix_web::test]
+                async fn $test() {
+                    super::$test($crate::support::app::Backend::Sqlite).await;
+                }
+            )*
+            $(
+                #[test]
+                fn $plain() {
+                    super::$plain($crate::support::app::Backend::Sqlite);
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[actix_web::test]
+                async fn $test() {
+                    super::$test($crate::support::app::Backend::Postgres).await;
+                }
+            )*
+            $(
+                #[test]
+                fn $plain() {
+                    super::$plain($crate::support::app::Backend::Postgres);
+                }
+            )*
+        }
+    };
+}
+
 /// A charm directory in Juju's layout, for deploy tests.
 pub fn charm_dir(metadata: &str, config: Option<&str>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -57,47 +101,4 @@ pub fn charm_dir(metadata: &str, config: Option<&str>) -> tempfile::TempDir {
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config.yaml");
     }
     dir
-}
-
-/// How long a test waits for the engine before it gives up: long enough
-/// for anything the tests wait for, so a test that needs it has failed.
-pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Waits until `done` holds for the store's status, waking on every change
-/// of the change log; gives up after [`PATIENCE`].
-pub async fn until(
-    store: &Store,
-    what: &str,
-    done: impl Fn(&berth::status::snapshot::StatusSnapshot) -> bool,
-) -> berth::status::snapshot::StatusSnapshot {
-    until_within(PATIENCE, store, what, done).await
-}
-
-/// [`until`], giving up after `patience`.
-pub async fn until_within(
-    patience: std::time::Duration,
-    store: &Store,
-    what: &str,
-    done: impl Fn(&berth::status::snapshot::StatusSnapshot) -> bool,
-) -> berth::status::snapshot::StatusSnapshot {
-    let mut head = store.watch_revision();
-    let deadline = tokio::time::Instant::now() + patience;
-    loop {
-        head.borrow_and_update();
-        let status = store.blocking(|s| s.status()).await.unwrap();
-        if done(&status) {
-            return status;
-        }
-        tokio::select! {
-            _ = head.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => panic!(
-                "gave up waiting for {what}: {:#?}",
-                status
-                    .machines
-                    .iter()
-                    .map(|m| (m.id.to_string(), m.state(), m.machine.lifecycle.last_error.clone()))
-                    .collect::<Vec<_>>()
-            ),
-        }
-    }
 }
