@@ -11,8 +11,9 @@
 //!   restarted engine knows a launch may be in flight.
 //! - One transition at a time: each store write holds the actor's mailbox
 //!   (`ctx.wait`) until it is done. A launch does not: its answer comes
-//!   back as [`InstanceStarted`] or [`InstanceFailed`], and a change made
-//!   by someone else meanwhile ([`Reconcile`]) is applied after it.
+//!   back as [`InstanceStarted`] or [`InstanceFailed`]; a change made by
+//!   someone else meanwhile makes the answer's write conflict, and the
+//!   answer is applied to the machine as stored.
 //! - Nothing is overwritten: saves name the state they started from; if a
 //!   user (remove, retry) or an agent moved the machine meanwhile, the actor
 //!   reloads it and decides again from what is stored.
@@ -88,10 +89,7 @@ pub struct MachineActor {
     timer_serial: u64,
     /// A launch is in flight: its answer is awaited as a message.
     launching: Option<Launching>,
-    /// The store's newer record of this machine, received while a launch
-    /// was in flight: applied when the launch answers, so that the launch
-    /// is neither repeated nor forgotten.
-    deferred: Option<EngineMachine>,
+
     /// An instance the provider already has for this machine (a launch in
     /// flight when the engine stopped): taken over instead of launching
     /// another.
@@ -128,7 +126,6 @@ impl MachineActor {
             timer: None,
             timer_serial: 0,
             launching: None,
-            deferred: None,
             adopt: None,
             serial: 0,
         }
@@ -433,14 +430,10 @@ impl MachineActor {
         });
     }
 
-    /// A launch answered: first whatever the store said meanwhile, then the
-    /// answer.
-    fn launch_answered(&mut self, ctx: &mut Context<Self>) -> Option<u64> {
+    /// A launch answered: the root disk it asked for, if any.
+    fn launch_answered(&mut self) -> Option<u64> {
         let launching = self.launching.take()?;
-        if let Some(fresh) = self.deferred.take() {
-            self.adopt(fresh, ctx);
-        }
-        Some(launching.root_disk.unwrap_or(0)).filter(|disk| *disk > 0)
+        launching.root_disk.filter(|disk| *disk > 0)
     }
 
     fn launched(&mut self, instance: Instance, root_disk: Option<u64>, ctx: &mut Context<Self>) {
@@ -603,7 +596,7 @@ impl Handler<InstanceStarted> for MachineActor {
     type Result = ();
 
     fn handle(&mut self, msg: InstanceStarted, ctx: &mut Context<Self>) {
-        let root_disk = self.launch_answered(ctx);
+        let root_disk = self.launch_answered();
         self.launched(msg.0, root_disk, ctx);
     }
 }
@@ -612,7 +605,7 @@ impl Handler<InstanceFailed> for MachineActor {
     type Result = ();
 
     fn handle(&mut self, msg: InstanceFailed, ctx: &mut Context<Self>) {
-        self.launch_answered(ctx);
+        self.launch_answered();
         self.launch_failed(msg.0, ctx);
     }
 }
@@ -678,8 +671,10 @@ impl Handler<Reconcile> for MachineActor {
             return;
         }
         if self.launching.is_some() {
-            // Applied when the launch answers.
-            self.deferred = Some(msg.0);
+            // The launch's answer is written only if the machine is still
+            // starting; if someone moved it meanwhile (a remove), that
+            // write conflicts and the answer is applied to the machine as
+            // stored (a removed machine's new instance is stopped).
             return;
         }
         self.adopt(msg.0, ctx);
