@@ -228,9 +228,12 @@ impl MachineActor {
         );
     }
 
-    /// Reads the machine again (someone else changed it) and, if given,
-    /// applies `event` to what is stored.
-    fn reload_then(&mut self, event: Option<Event>, ctx: &mut Context<Self>) {
+    /// Reads the machine afresh from the store and hands it to `then`; a
+    /// machine no longer stored is gone, and a failed read is tried again.
+    fn read_again<F>(&mut self, then: F, ctx: &mut Context<Self>)
+    where
+        F: FnOnce(&mut Self, EngineMachine, &mut Context<Self>) + Clone + 'static,
+    {
         let store = self.shared.store.clone();
         let id = self.id;
         ctx.wait(
@@ -241,22 +244,26 @@ impl MachineActor {
             }
             .into_actor(self)
             .map(move |result, actor, ctx| match result {
-                Ok(mut found) if !found.is_empty() => {
-                    let fresh = found.remove(0);
-                    actor.adopt(fresh, ctx);
-                    actor.step(
-                        event.unwrap_or(Event::Resume),
-                        MachineUpdate::default(),
-                        None,
-                        ctx,
-                    );
-                }
+                Ok(mut found) if !found.is_empty() => then(actor, found.remove(0), ctx),
                 Ok(_) => actor.gone(ctx),
                 Err(e) => {
-                    log::error!("machine {}: cannot reload: {e}; trying again", actor.id);
-                    ctx.run_later(STORE_RETRY, move |actor, ctx| actor.reload_then(event, ctx));
+                    log::error!("machine {}: cannot read it: {e}; trying again", actor.id);
+                    ctx.run_later(STORE_RETRY, move |actor, ctx| actor.read_again(then, ctx));
                 }
             }),
+        );
+    }
+
+    /// Reads the machine again (someone else changed it) and applies
+    /// `event`, or [`Event::Resume`], to what is stored.
+    fn reload_then(&mut self, event: Option<Event>, ctx: &mut Context<Self>) {
+        self.read_again(
+            move |actor, fresh, ctx| {
+                actor.adopt(fresh, ctx);
+                let event = event.unwrap_or(Event::Resume);
+                actor.step(event, MachineUpdate::default(), None, ctx);
+            },
+            ctx,
         );
     }
 
@@ -618,32 +625,21 @@ impl Handler<Retry> for MachineActor {
             // Already on its way: the retry is done.
             return;
         }
-        let store = self.shared.store.clone();
-        let id = self.id;
-        ctx.wait(
-            async move {
-                store
-                    .blocking(move |s| s.engine_machines(Some(&[id])))
-                    .await
-            }
-            .into_actor(self)
-            .map(|result, actor, ctx| match result {
-                Ok(mut found) if !found.is_empty() => {
-                    let fresh = found.remove(0);
-                    if fresh.record.machine != actor.machine
-                        || fresh.record.constraints != actor.record.constraints
-                    {
-                        actor.adopt(fresh, ctx);
-                    }
-                    if actor.machine.state == MachineState::Pending {
-                        actor.step(Event::StartInstance, MachineUpdate::default(), None, ctx);
-                    } else {
-                        actor.settle_if_done(ctx);
-                    }
+        log::info!("machine {}: retried by an administrator", self.id);
+        self.read_again(
+            |actor, fresh, ctx| {
+                if fresh.record.machine != actor.machine
+                    || fresh.record.constraints != actor.record.constraints
+                {
+                    actor.adopt(fresh, ctx);
                 }
-                Ok(_) => actor.gone(ctx),
-                Err(e) => log::warn!("machine {}: cannot read it to retry: {e}", actor.id),
-            }),
+                if actor.machine.state == MachineState::Pending {
+                    actor.step(Event::StartInstance, MachineUpdate::default(), None, ctx);
+                } else {
+                    actor.settle_if_done(ctx);
+                }
+            },
+            ctx,
         );
     }
 }
