@@ -42,7 +42,7 @@ use crate::engine::protocol::{
     Reconcile, Release, Retry, Shutdown, StartInstance, Terminate,
 };
 use crate::engine::shared::Shared;
-use crate::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
+use crate::store::lifecycle::{Applied, MachineEvent, MachineUpdate};
 use crate::store::machines::EngineMachine;
 use crate::store::records::MachineRecord;
 use crate::store::StoreError;
@@ -167,8 +167,8 @@ impl MachineActor {
         self.timer = Some((handle, serial));
     }
 
-    /// Applies one event: the store's writer decides and writes, then the
-    /// actor acts.
+    /// Applies one event: the store's writer decides and, if anything
+    /// changes, writes; then the actor acts.
     fn step(
         &mut self,
         event: Event,
@@ -186,35 +186,27 @@ impl MachineActor {
                 ..extra
             },
         };
+        let decided = match self.shared.store.decide(&self.machine, request) {
+            Ok(decided) => decided,
+            Err(why) => {
+                log::debug!("machine {}: {why}", self.id);
+                self.settle_if_done(ctx);
+                return;
+            }
+        };
+        if !decided.needs_write() {
+            self.applied(decided.into_applied(), ctx);
+            return;
+        }
         let store = self.shared.store.clone();
-        let current = self.machine.clone();
         ctx.wait(
-            async move { store.apply(current, request).await }
+            async move { store.commit(decided).await }
                 .into_actor(self)
                 .map(move |result, actor, ctx| match result {
-                    Ok(applied) => {
-                        if applied.next != actor.machine {
-                            actor.cancel_timer(ctx);
-                        }
-                        actor.retry_at_stored = match applied.effect {
-                            Effect::ScheduleRetry { .. } => true,
-                            _ => {
-                                applied.next.state == MachineState::Retrying
-                                    && actor.retry_at_stored
-                            }
-                        };
-                        actor.machine = applied.next;
-                        actor.perform(applied.effect, applied.password, ctx);
-                    }
-                    Err(ApplyError::Illegal(why)) => {
-                        log::debug!("machine {}: {why}", actor.id);
-                        actor.settle_if_done(ctx);
-                    }
-                    Err(ApplyError::Store(StoreError::Conflict(_))) => {
-                        actor.reload_then(Some(event), ctx)
-                    }
-                    Err(ApplyError::Store(StoreError::NotFound(_))) => actor.gone(ctx),
-                    Err(ApplyError::Store(e)) => {
+                    Ok(applied) => actor.applied(applied, ctx),
+                    Err(StoreError::Conflict(_)) => actor.reload_then(Some(event), ctx),
+                    Err(StoreError::NotFound(_)) => actor.gone(ctx),
+                    Err(e) => {
                         log::error!(
                             "machine {}: cannot save {}: {e}; trying again",
                             actor.id,
@@ -226,6 +218,20 @@ impl MachineActor {
                     }
                 }),
         );
+    }
+
+    /// The store wrote (or had nothing to write for) an event: take the
+    /// machine it left, then act.
+    fn applied(&mut self, applied: Applied, ctx: &mut Context<Self>) {
+        if applied.next != self.machine {
+            self.cancel_timer(ctx);
+        }
+        self.retry_at_stored = match applied.effect {
+            Effect::ScheduleRetry { .. } => true,
+            _ => applied.next.state == MachineState::Retrying && self.retry_at_stored,
+        };
+        self.machine = applied.next;
+        self.perform(applied.effect, applied.password, ctx);
     }
 
     /// Reads the machine afresh from the store and hands it to `then`; a

@@ -104,7 +104,35 @@ pub enum ApplyError {
     Store(#[from] StoreError),
 }
 
+/// An engine's event decided by [`Store::decide`], ready to
+/// [`Store::commit`].
+#[derive(Debug)]
+pub struct Decided {
+    id: MachineId,
+    /// The state it was decided from, which the write checks.
+    expected: MachineState,
+    decision: Decision,
+}
+
+impl Decided {
+    /// What applying the event gives.
+    pub fn applied(&self) -> &Applied {
+        &self.decision.applied
+    }
+
+    /// Whether anything is to be written: a change, or a removal.
+    pub fn needs_write(&self) -> bool {
+        !self.decision.unchanged || self.decision.applied.next.state == MachineState::Dead
+    }
+
+    /// The result, for an event that needs no write.
+    pub fn into_applied(self) -> Applied {
+        self.decision.applied
+    }
+}
+
 /// A decided event, ready to write.
+#[derive(Debug)]
 struct Decision {
     applied: Applied,
     update: MachineUpdate,
@@ -323,29 +351,42 @@ impl Store {
     }
 
     /// The engine applies one of its events to a machine, as it last saved
-    /// or read it (`current`), and writes the result before acting on it.
-    /// Origin: the engine.
-    ///
-    /// # Guarantees
-    ///
-    /// The decision is made before the write is queued; an event that
-    /// changes nothing writes nothing; the write happens only if the stored
-    /// machine is still in `current`'s state.
+    /// or read it (`current`), and writes the result before acting on it:
+    /// [`Store::decide`], then [`Store::commit`] if there is anything to
+    /// write. Origin: the engine.
     ///
     /// # Errors
     ///
-    /// [`ApplyError::Illegal`] if the lifecycle does not accept the event
-    /// in `current`'s state; [`StoreError::NotFound`] if the machine has
-    /// gone; [`StoreError::Conflict`] if someone else (a user's remove or
-    /// retry, an agent) moved it meanwhile: the engine reads it again and
-    /// decides anew.
+    /// As [`Store::decide`] and [`Store::commit`].
     pub async fn apply(
         &self,
         current: Machine,
         request: MachineEvent,
     ) -> Result<Applied, ApplyError> {
+        let decided = self.decide(&current, request)?;
+        if !decided.needs_write() {
+            return Ok(decided.decision.applied);
+        }
+        Ok(self.commit(decided).await?)
+    }
+
+    /// The first half of [`Store::apply`], without waiting: the transition
+    /// from `current` with the store's policy and the store's part of its
+    /// effect (a launch's one-time password, a retry's time), ready to
+    /// commit. An actor uses it to act at once on an event that changes
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`IllegalTransition`] if the lifecycle does not accept the event in
+    /// `current`'s state: nothing is to be written.
+    pub fn decide(
+        &self,
+        current: &Machine,
+        request: MachineEvent,
+    ) -> Result<Decided, IllegalTransition> {
         let decision = decide(
-            &current,
+            current,
             &request.event,
             request.message,
             request.update,
@@ -353,18 +394,34 @@ impl Store {
             jitter(),
             now_ms(),
         )?;
-        if decision.unchanged && decision.applied.next.state != MachineState::Dead {
-            return Ok(decision.applied);
-        }
-        let id = request.id;
-        let applied = self
-            .write(move |tx| {
-                tx.set_origin(Origin::Engine);
-                write(tx, id, Some(current.state), &decision)?;
-                Ok(decision.applied)
-            })
-            .await?;
-        Ok(applied)
+        Ok(Decided {
+            id: request.id,
+            expected: current.state,
+            decision,
+        })
+    }
+
+    /// The second half of [`Store::apply`]: writes a decided event if the
+    /// stored machine is still in the state it was decided from.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] if the machine has gone;
+    /// [`StoreError::Conflict`] if someone else (a user's remove or retry,
+    /// an agent) moved it meanwhile: the engine reads it again and decides
+    /// anew.
+    pub async fn commit(&self, decided: Decided) -> Result<Applied, StoreError> {
+        let Decided {
+            id,
+            expected,
+            decision,
+        } = decided;
+        self.write(move |tx| {
+            tx.set_origin(Origin::Engine);
+            write(tx, id, Some(expected), &decision)?;
+            Ok(decision.applied)
+        })
+        .await
     }
 
     /// Sets the message `status` shows for a machine without changing its
