@@ -276,6 +276,44 @@ async fn bad_bases_placements_names_and_counts_are_400() {
 }
 
 #[tokio::test]
+async fn placements_the_provider_cannot_honour_are_refused_before_anything_is_written() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "wordpress"})).await;
+    let before = app.store().revision();
+    let refused = [
+        (
+            app.add_machines(&json!({"placement": "no-such-host.example"}))
+                .await,
+            "cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)",
+        ),
+        (
+            app.add_machines(&json!({"placement": "ssh:ubuntu@host.invalid"}))
+                .await,
+            "cannot honour placement \"ssh:ubuntu@host.invalid\": enlisting an existing host over ssh is not supported yet",
+        ),
+        (
+            app.deploy(&json!({"charm": "mysql", "to": "foo=bar"})).await,
+            "cannot honour placement \"foo=bar\": provider \"sim\" does not know the directive \"foo\" (the provider's only directive is zone=<zone>)",
+        ),
+        (
+            app.add_units("wordpress", &json!({"num_units": 2, "to": ["zone=sim-a", "ssh:host.invalid"]}))
+                .await,
+            "cannot honour placement \"ssh:host.invalid\": enlisting an existing host over ssh is not supported yet",
+        ),
+    ];
+    for (response, expected) in refused {
+        let message = error_of(response, StatusCode::BAD_REQUEST, "bad-request").await;
+        assert_eq!(message, expected);
+    }
+    assert_eq!(app.store().revision(), before);
+    assert_eq!(app.store().machines().unwrap().len(), 1);
+
+    // What the provider can honour is still accepted.
+    let accepted = app.add_machines(&json!({"placement": "zone=sim-b"})).await;
+    assert_eq!(accepted.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
 async fn malformed_json_wrong_types_and_unknown_fields_are_400_and_change_nothing() {
     let app = spawn_app().await;
     let before = app.store().revision();

@@ -219,7 +219,7 @@ fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
 fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1() {
     let controller = start_controller();
     ok(&controller, &["deploy", "wordpress"]);
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["deploy", "wordpress"],
             "ERROR application \"wordpress\" already exists\n",
@@ -233,6 +233,14 @@ fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1()
             &["deploy", "/no/such/charm/dir"],
             "ERROR cannot open charm directory /no/such/charm/dir: No such file or directory (os error 2)\n",
         ),
+        (
+            &["add-machine", "no-such-host.example"],
+            "ERROR cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)\n",
+        ),
+        (
+            &["deploy", "x", "--to", "foo=bar"],
+            "ERROR cannot honour placement \"foo=bar\": provider \"sim\" does not know the directive \"foo\" (the provider's only directive is zone=<zone>)\n",
+        ),
     ];
     for (args, err) in cases {
         let output = berth(&controller, args);
@@ -240,6 +248,12 @@ fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1()
         assert_eq!(output.out, "", "{args:?}");
         assert_eq!(output.err, err, "{args:?}");
     }
+    // Nothing was added by the refused placements.
+    assert_eq!(controller.store().machines().unwrap().len(), 1);
+    assert!(controller
+        .store()
+        .application(&"x".parse().unwrap())
+        .is_err());
 }
 
 #[test]

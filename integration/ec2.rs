@@ -308,6 +308,30 @@ async fn cheapest_4g_per_zone(client: &Client) -> BTreeMap<String, String> {
 }
 
 #[actix_web::test]
+async fn containers_are_refused_on_ec2_before_anything_is_written() {
+    let client = moto_client().await;
+    let provider = open_provider(&client).await;
+    let app = spawn_ec2(provider, None).await;
+    let before = app.store().revision();
+    for response in [
+        app.add_machines(&serde_json::json!({"placement": "lxd"}))
+            .await,
+        app.deploy(&serde_json::json!({"charm": "wordpress", "to": "lxd:0"}))
+            .await,
+    ] {
+        assert_eq!(response.status(), reqwest::StatusCode::BAD_REQUEST);
+        let body: serde_json::Value = response.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.ends_with("provider \"ec2\" cannot start lxd containers"),
+            "{message}"
+        );
+    }
+    assert_eq!(app.store().revision(), before);
+    assert!(app.store().machines().unwrap().is_empty());
+}
+
+#[actix_web::test]
 async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() {
     let client = moto_client().await;
     let provider = open_provider(&client).await;

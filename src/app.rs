@@ -116,6 +116,7 @@ impl Application {
             provider: ProviderInfo {
                 name: provider.name().to_string(),
                 supported_constraints: provider.supported_constraints().to_vec(),
+                supports_containers: provider.supports_containers(),
             },
             metrics,
             webhook_secret: Some(webhook_secret),

@@ -292,6 +292,7 @@ fn sim_info() -> ProviderInfo {
             Key::InstanceType,
             Key::Zones,
         ],
+        supports_containers: true,
     }
 }
 
@@ -372,6 +373,7 @@ fn info_of(provider: &dyn Provider) -> ProviderInfo {
     ProviderInfo {
         name: provider.name().to_string(),
         supported_constraints: provider.supported_constraints().to_vec(),
+        supports_containers: provider.supports_containers(),
     }
 }
 

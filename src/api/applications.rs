@@ -160,7 +160,7 @@ async fn load_charm(arg: String) -> Result<ParsedCharm, ApplicationError> {
     request_body = DeployRequest,
     responses(
         (status = 201, description = "Deployed", body = DeployResponse),
-        (status = 400, description = "Bad input (constraints, base, placement, charm, config)", body = ErrorBody),
+        (status = 400, description = "Bad input (constraints, base, placement, charm, config), or a placement the provider cannot honour (`ssh:`, a host name, a directive other than `zone=`, `lxd` without container support)", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "A placement names an unknown machine", body = ErrorBody),
         (status = 409, description = "The application exists, or a placement machine has another base", body = ErrorBody),
@@ -178,7 +178,7 @@ pub async fn deploy(
     let placement = body
         .to
         .as_ref()
-        .map(PlacementList::parse)
+        .map(|to| to.parse_for(&shared.state.provider))
         .transpose()?
         .unwrap_or_default();
     let settings = input::settings(&body.config)?;
@@ -226,7 +226,7 @@ pub async fn deploy(
     request_body = AddUnitsRequest,
     responses(
         (status = 201, description = "Units added", body = AddUnitsResponse),
-        (status = 400, description = "Bad input, or a subordinate application", body = ErrorBody),
+        (status = 400, description = "Bad input, a placement the provider cannot honour, or a subordinate application", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or machine", body = ErrorBody),
         (status = 409, description = "A placement machine has another base or is being removed", body = ErrorBody),
@@ -244,7 +244,7 @@ pub async fn add_units(
     let placement = body
         .to
         .as_ref()
-        .map(PlacementList::parse)
+        .map(|to| to.parse_for(&shared.state.provider))
         .transpose()?
         .unwrap_or_default();
     let placed = shared

@@ -18,7 +18,7 @@ use crate::domain::constraints::{unsupported_warning, Constraints, ConstraintsEr
 use crate::domain::names::{
     ApplicationName, InvalidApplicationName, InvalidUnitName, MachineId, MachineIdError, UnitName,
 };
-use crate::domain::placement::{parse_to_list, Placement, PlacementError};
+use crate::domain::placement::{parse_to_list, Placement, PlacementError, UnsupportedPlacement};
 
 /// A request field that does not parse.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +27,10 @@ pub enum InputError {
     Constraints(#[from] ConstraintsError),
     #[error(transparent)]
     Placement(#[from] PlacementError),
+    /// A directive that parses but that the model's provider cannot
+    /// honour: refused before anything is written.
+    #[error(transparent)]
+    UnsupportedPlacement(#[from] UnsupportedPlacement),
     #[error(transparent)]
     Base(#[from] BaseError),
     #[error(transparent)]
@@ -76,6 +80,37 @@ impl PlacementList {
                 .collect(),
         }
     }
+
+    /// [`PlacementList::parse`], refusing what the provider cannot honour.
+    ///
+    /// # Errors
+    ///
+    /// As [`PlacementList::parse`]; [`InputError::UnsupportedPlacement`].
+    pub fn parse_for(&self, provider: &ProviderInfo) -> Result<Vec<Placement>, InputError> {
+        let list = self.parse()?;
+        for placement in &list {
+            placement.check_supported(provider.placement_support())?;
+        }
+        Ok(list)
+    }
+}
+
+/// One placement directive (`add-machine`'s), refusing what the provider
+/// cannot honour.
+///
+/// # Errors
+///
+/// [`InputError::Placement`]; [`InputError::UnsupportedPlacement`].
+pub fn placement(
+    directive: Option<&str>,
+    provider: &ProviderInfo,
+) -> Result<Option<Placement>, InputError> {
+    let Some(directive) = directive else {
+        return Ok(None);
+    };
+    let placement: Placement = directive.parse()?;
+    placement.check_supported(provider.placement_support())?;
+    Ok(Some(placement))
 }
 
 /// Constraints from an optional field; absent is unset.
@@ -272,6 +307,7 @@ mod tests {
         let provider = ProviderInfo {
             name: "sim".into(),
             supported_constraints: vec![Key::Mem, Key::Cores],
+            supports_containers: true,
         };
         let c = Constraints::parse("mem=2G virt-type=kvm").unwrap();
         assert_eq!(

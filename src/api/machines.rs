@@ -8,7 +8,6 @@ use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::domain::names::MachineId;
-use crate::domain::placement::Placement;
 use crate::store::machines::AddMachines;
 
 /// `POST /v1/machines`.
@@ -94,7 +93,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
     request_body = AddMachinesRequest,
     responses(
         (status = 201, description = "Added", body = AddMachinesResponse),
-        (status = 400, description = "Bad constraints, base, placement or count", body = ErrorBody),
+        (status = 400, description = "Bad constraints, base, placement or count, or a placement the provider cannot honour", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown container host", body = ErrorBody),
         (status = 409, description = "The container host is being removed", body = ErrorBody),
@@ -109,12 +108,7 @@ pub async fn add_machines(
     let count = input::count("count", body.count.unwrap_or(1), 1)?;
     let constraints = input::constraints(body.constraints.as_deref())?;
     let base = input::base(body.base.as_deref())?;
-    let placement = body
-        .placement
-        .as_deref()
-        .map(str::parse::<Placement>)
-        .transpose()
-        .map_err(InputError::from)?;
+    let placement = input::placement(body.placement.as_deref(), &shared.state.provider)?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let added = shared
         .state

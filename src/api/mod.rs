@@ -43,6 +43,7 @@ use tokio::sync::Semaphore;
 use crate::contracts::provider::ControllerLink;
 use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
+use crate::domain::placement::PlacementSupport;
 use crate::metrics::Metrics;
 use crate::status::cache::{self, StatusCache};
 use crate::store::Store;
@@ -104,6 +105,19 @@ pub struct ProviderInfo {
     /// The constraint keys the provider honours; others set on deploy or
     /// set-constraints are kept and answered with a warning.
     pub supported_constraints: Vec<Key>,
+    /// Whether the provider can start lxd containers; `lxd` placements are
+    /// refused on one that cannot.
+    pub supports_containers: bool,
+}
+
+impl ProviderInfo {
+    /// What the provider can carry out of the placement directives.
+    pub fn placement_support(&self) -> PlacementSupport<'_> {
+        PlacementSupport {
+            provider: &self.name,
+            containers: self.supports_containers,
+        }
+    }
 }
 
 /// Everything the API is given when it starts.

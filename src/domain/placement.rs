@@ -56,6 +56,81 @@ pub enum Placement {
     Hostname(Hostname),
 }
 
+/// What the model's provider can carry out of the placement directives,
+/// so that a directive it cannot honour is refused before anything is
+/// written (never an instance launched in its place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlacementSupport<'a> {
+    /// The provider's name, for messages.
+    pub provider: &'a str,
+    /// Whether it can start lxd containers on its machines.
+    pub containers: bool,
+}
+
+/// A placement directive that parses but that berth cannot honour with
+/// the model's provider.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnsupportedPlacement {
+    #[error(
+        "cannot honour placement {placement:?}: provider {provider:?} cannot start lxd containers"
+    )]
+    Containers { placement: String, provider: String },
+    #[error(
+        "cannot honour placement {placement:?}: enlisting an existing host over ssh is not supported yet"
+    )]
+    Ssh { placement: String },
+    #[error(
+        "cannot honour placement {placement:?}: provider {provider:?} cannot place on a named host \
+         (expected a machine id, lxd[:<machine>] or zone=<zone>)"
+    )]
+    Hostname { placement: String, provider: String },
+    #[error(
+        "cannot honour placement {placement:?}: provider {provider:?} does not know the directive \
+         {key:?} (the provider's only directive is zone=<zone>)"
+    )]
+    Directive {
+        placement: String,
+        provider: String,
+        key: String,
+    },
+}
+
+impl Placement {
+    /// Whether berth can carry this directive out with the model's
+    /// provider.
+    ///
+    /// # Errors
+    ///
+    /// [`UnsupportedPlacement`], naming the directive and what the
+    /// provider lacks.
+    pub fn check_supported(
+        &self,
+        support: PlacementSupport<'_>,
+    ) -> Result<(), UnsupportedPlacement> {
+        let placement = self.to_string();
+        let provider = support.provider.to_string();
+        match self {
+            Placement::Machine(_) => Ok(()),
+            Placement::NewContainer { .. } if support.containers => Ok(()),
+            Placement::NewContainer { .. } => Err(UnsupportedPlacement::Containers {
+                placement,
+                provider,
+            }),
+            Placement::Ssh(_) => Err(UnsupportedPlacement::Ssh { placement }),
+            Placement::Hostname(_) => Err(UnsupportedPlacement::Hostname {
+                placement,
+                provider,
+            }),
+            Placement::Provider(directive) if directive.key() == ZONE_KEY => Ok(()),
+            Placement::Provider(directive) => Err(UnsupportedPlacement::Directive {
+                placement,
+                provider,
+                key: directive.key().to_string(),
+            }),
+        }
+    }
+}
+
 /// Why a string is not a placement directive, in Juju's words where Juju
 /// has them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -442,6 +517,55 @@ text_conversions!(Placement);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn support(containers: bool) -> PlacementSupport<'static> {
+        PlacementSupport {
+            provider: "sim",
+            containers,
+        }
+    }
+
+    fn check(directive: &str, containers: bool) -> Result<(), String> {
+        directive
+            .parse::<Placement>()
+            .unwrap()
+            .check_supported(support(containers))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn machines_zones_and_containers_where_the_provider_has_them_are_honoured() {
+        for directive in ["3", "0/lxd/1", "zone=sim-a", "lxd", "lxd:2"] {
+            assert_eq!(check(directive, true), Ok(()), "{directive}");
+        }
+    }
+
+    #[test]
+    fn containers_on_a_provider_without_them_are_refused() {
+        assert_eq!(
+            check("lxd:1", false),
+            Err(
+                "cannot honour placement \"lxd:1\": provider \"sim\" cannot start lxd containers"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn ssh_hostnames_and_unknown_directives_are_refused_naming_what_works() {
+        assert_eq!(
+            check("ssh:ubuntu@host.invalid", true),
+            Err("cannot honour placement \"ssh:ubuntu@host.invalid\": enlisting an existing host over ssh is not supported yet".into())
+        );
+        assert_eq!(
+            check("no-such-host.example", true),
+            Err("cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)".into())
+        );
+        assert_eq!(
+            check("foo=bar", true),
+            Err("cannot honour placement \"foo=bar\": provider \"sim\" does not know the directive \"foo\" (the provider's only directive is zone=<zone>)".into())
+        );
+    }
     use proptest::prelude::*;
 
     fn placement(s: &str) -> Placement {
