@@ -239,6 +239,14 @@ async fn check_in(client: &Client, engine: &Engine, machine: MachineId, instance
         text.contains(&format!("BERTH_MACHINE={machine}\n")),
         "{text}"
     );
+    // A restarted agent checks in with the credential it kept there.
+    assert!(
+        text.contains(&format!(
+            " --credential-file {}\n",
+            user_data::AGENT_CREDENTIAL_FILE
+        )),
+        "{text}"
+    );
     let password = user_data::password_in(&text).expect("a password in the user data");
     engine
         .link()

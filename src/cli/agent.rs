@@ -347,7 +347,7 @@ mod tests {
     fn the_agent_takes_machine_password_credential_file_and_interval() {
         let args = agent_args(&[
             "--url",
-            "http://10.0.0.1:17070",
+            "http://controller.invalid:17070",
             "--machine",
             "0/lxd/1",
             "--password",
@@ -364,8 +364,15 @@ mod tests {
             Some(PathBuf::from("/var/lib/berth-agent/credential"))
         );
         assert_eq!(args.interval, 5);
-        let cli = parse(&["agent", "--url", "http://10.0.0.1:17070", "--machine", "3"]).unwrap();
-        assert_eq!(cli.url, "http://10.0.0.1:17070");
+        let cli = parse(&[
+            "agent",
+            "--url",
+            "http://controller.invalid:17070",
+            "--machine",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(cli.url, "http://controller.invalid:17070");
     }
 
     #[test]

@@ -105,7 +105,7 @@ fn request(machine: &str, zone: &str, instance_type: &str) -> LaunchRequest {
         base: Base::DEFAULT,
         requirements: Requirements::default(),
         agent: AgentBootstrap {
-            controller_url: "http://10.0.0.1:17070".to_string(),
+            controller_url: "http://controller.invalid:17070".to_string(),
             one_time_password: Secret::new(format!("otp{machine}")),
         },
         client_token: format!("{CONTROLLER}-{machine}-0-0-{zone}"),
@@ -316,7 +316,7 @@ async fn a_launch_is_one_run_instances_with_zone_type_image_tags_user_data_and_h
                 && user_data.starts_with("#cloud-config\n")
                 && user_data::password_in(&user_data) == Some("otp4")
                 && user_data.contains("BERTH_MACHINE=4\n")
-                && user_data.contains("BERTH_CONTROLLER_URL=http://10.0.0.1:17070\n")
+                && user_data.contains("BERTH_CONTROLLER_URL=http://controller.invalid:17070\n")
                 && r.block_device_mappings().is_empty()
                 && r.network_interfaces().is_empty()
                 && r.subnet_id().is_none()

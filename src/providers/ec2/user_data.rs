@@ -14,8 +14,12 @@
 //! 1. writes `/etc/berth/agent.env` (mode 0600, root) with the controller
 //!    URL, the machine id and the one-time password;
 //! 2. writes the `berth-agent.service` systemd unit, which runs
-//!    `berth agent --url <controller url> --machine <id> --password <otp>`
-//!    with those values and restarts it if it fails;
+//!    `berth agent --url <controller url> --machine <id> --password <otp>
+//!    --credential-file /var/lib/berth/agent.credential` with those values
+//!    and restarts it if it fails. After its first check-in the agent keeps
+//!    the machine's credential in that file (mode 0600, in a directory only
+//!    root can enter), so an agent restarted after a crash or a reboot
+//!    checks in with the credential; the spent password is not used again;
 //! 3. installs berth if needed, then enables and starts the service.
 //!
 //! # Caveats
@@ -31,6 +35,9 @@ use crate::domain::names::MachineId;
 pub const AGENT_ENV_FILE: &str = "/etc/berth/agent.env";
 /// Where the image (or the download) must put the `berth` binary.
 pub const AGENT_BINARY: &str = "/usr/local/bin/berth";
+/// Where the agent keeps the machine's credential after its first
+/// check-in (systemd makes its directory, `StateDirectory=berth`).
+pub const AGENT_CREDENTIAL_FILE: &str = "/var/lib/berth/agent.credential";
 /// The variable of [`AGENT_ENV_FILE`] that holds the one-time password.
 pub const PASSWORD_VARIABLE: &str = "BERTH_AGENT_PASSWORD";
 
@@ -105,7 +112,9 @@ write_files:
 
       [Service]
       EnvironmentFile={AGENT_ENV_FILE}
-      ExecStart={AGENT_BINARY} agent --url ${{BERTH_CONTROLLER_URL}} --machine ${{BERTH_MACHINE}} --password ${{{PASSWORD_VARIABLE}}}
+      StateDirectory=berth
+      StateDirectoryMode=0700
+      ExecStart={AGENT_BINARY} agent --url ${{BERTH_CONTROLLER_URL}} --machine ${{BERTH_MACHINE}} --password ${{{PASSWORD_VARIABLE}}} --credential-file {AGENT_CREDENTIAL_FILE}
       Restart=on-failure
       RestartSec=5
 
@@ -137,17 +146,31 @@ mod tests {
 
     #[test]
     fn the_cloud_config_starts_the_agent_with_the_machines_password() {
-        let text = cloud_config("http://10.0.0.1:17070", machine("7"), "abc123", None).unwrap();
+        let text = cloud_config(
+            "http://controller.invalid:17070",
+            machine("7"),
+            "abc123",
+            None,
+        )
+        .unwrap();
         assert!(text.starts_with("#cloud-config\n"));
-        assert!(text.contains("      BERTH_CONTROLLER_URL=http://10.0.0.1:17070\n"));
+        assert!(text.contains("      BERTH_CONTROLLER_URL=http://controller.invalid:17070\n"));
         assert!(text.contains("      BERTH_MACHINE=7\n"));
         assert!(text.contains("      BERTH_AGENT_PASSWORD=abc123\n"));
         assert!(text.contains(
-            "ExecStart=/usr/local/bin/berth agent --url ${BERTH_CONTROLLER_URL} --machine ${BERTH_MACHINE} --password ${BERTH_AGENT_PASSWORD}\n"
+            "ExecStart=/usr/local/bin/berth agent --url ${BERTH_CONTROLLER_URL} --machine ${BERTH_MACHINE} --password ${BERTH_AGENT_PASSWORD} --credential-file /var/lib/berth/agent.credential\n"
         ));
         assert!(text.contains("  - [systemctl, enable, --now, berth-agent.service]\n"));
         assert!(!text.contains("curl"));
         assert_eq!(password_in(&text), Some("abc123"));
+    }
+
+    #[test]
+    fn the_agent_keeps_its_credential_in_a_directory_only_root_can_enter() {
+        let text = cloud_config("http://c:1", machine("2"), "p", None).unwrap();
+        assert!(text.contains("      StateDirectory=berth\n      StateDirectoryMode=0700\n"));
+        assert!(text.contains(&format!("--credential-file {AGENT_CREDENTIAL_FILE}\n")));
+        assert!(AGENT_CREDENTIAL_FILE.starts_with("/var/lib/berth/"));
     }
 
     #[test]
