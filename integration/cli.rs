@@ -847,3 +847,93 @@ fn an_agent_of_an_unknown_machine_exits() {
     assert_eq!(output.code, 1);
     assert_eq!(output.err, "ERROR machine 9 not found\n");
 }
+
+#[test]
+fn the_bash_completion_script_is_valid_shell_and_knows_every_command() {
+    let output = run(&["berth", "completion", "bash"]);
+    assert_eq!((output.code, output.err.as_str()), (0, ""));
+    for command in [
+        "deploy",
+        "add-machine",
+        "retry-provisioning",
+        "completion",
+        "man",
+    ] {
+        assert!(output.out.contains(command), "{command} is not completed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("berth.bash");
+    std::fs::write(&script, &output.out).unwrap();
+    let checked = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("bash runs");
+    assert!(
+        checked.status.success(),
+        "bash -n refused the script: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+#[test]
+fn zsh_and_fish_completion_scripts_are_printed() {
+    for (shell, marker) in [("zsh", "#compdef berth"), ("fish", "complete -c berth")] {
+        let output = run(&["berth", "completion", shell]);
+        assert_eq!((output.code, output.err.as_str()), (0, ""), "{shell}");
+        assert!(output.out.contains(marker), "{shell}: {}", output.out);
+    }
+}
+
+#[test]
+fn completion_for_an_unknown_shell_is_a_usage_error() {
+    let output = run(&["berth", "completion", "tcsh"]);
+    assert_eq!(output.code, 2);
+    assert_eq!(output.out, "");
+    assert!(
+        output.err.contains("invalid value 'tcsh'"),
+        "{}",
+        output.err
+    );
+}
+
+#[test]
+fn man_pages_are_written_for_berth_and_each_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("man1");
+    let output = run(&["berth", "man", target.to_str().unwrap()]);
+    assert_eq!((output.code, output.err.as_str()), (0, ""));
+    for page in [
+        "berth.1",
+        "berth-deploy.1",
+        "berth-add-machine.1",
+        "berth-man.1",
+    ] {
+        let path = target.join(page);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH"), "{page} is not a man page");
+        assert!(
+            output.out.lines().any(|l| l == path.to_str().unwrap()),
+            "{page} is not listed: {}",
+            output.out
+        );
+    }
+}
+
+#[test]
+fn man_pages_into_a_place_that_is_not_a_directory_are_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let target = file.join("man1");
+    let output = run(&["berth", "man", target.to_str().unwrap()]);
+    assert_eq!(output.code, 1);
+    assert!(
+        output.err.starts_with(&format!(
+            "ERROR cannot write man pages to {}: ",
+            target.display()
+        )),
+        "{}",
+        output.err
+    );
+}

@@ -29,6 +29,7 @@
 pub mod agent;
 pub mod applications;
 pub mod client;
+pub mod docs;
 pub mod error;
 pub mod follow;
 pub mod machines;
@@ -155,6 +156,11 @@ pub enum Command {
     /// Run the machine agent: check in with a one-time password, then send
     /// heartbeats.
     Agent(agent::AgentArgs),
+    /// Print a shell completion script (for example:
+    /// `berth completion bash > /etc/bash_completion.d/berth`).
+    Completion(docs::CompletionArgs),
+    /// Write man pages for berth and each of its commands into a directory.
+    Man(docs::ManArgs),
 }
 
 /// `berth serve`'s options; each overrides the configuration file and the
@@ -351,6 +357,8 @@ pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Re
         Command::DisableZone(args) => zones::set_enabled(args, false, session, io),
         Command::Wait(args) => wait::run(args, session, io),
         Command::Agent(args) => agent::run(args, session, io, &mut agent::RealClock),
+        Command::Completion(args) => docs::completion(args, io),
+        Command::Man(args) => docs::man(args, io),
     }
 }
 
