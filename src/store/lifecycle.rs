@@ -115,11 +115,6 @@ pub struct Decided {
 }
 
 impl Decided {
-    /// What applying the event gives.
-    pub fn applied(&self) -> &Applied {
-        &self.decision.applied
-    }
-
     /// Whether anything is to be written: a change, or a removal.
     pub fn needs_write(&self) -> bool {
         !self.decision.unchanged || self.decision.applied.next.state == MachineState::Dead
