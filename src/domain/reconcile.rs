@@ -254,14 +254,7 @@ mod tests {
     }
 
     fn any_instance_state() -> impl Strategy<Value = InstanceState> {
-        prop::sample::select(vec![
-            InstanceState::Pending,
-            InstanceState::Running,
-            InstanceState::Stopping,
-            InstanceState::Stopped,
-            InstanceState::ShuttingDown,
-            InstanceState::Terminated,
-        ])
+        prop::sample::select(InstanceState::ALL.to_vec())
     }
 
     /// Up to 12 machines, each maybe recording one of 16 instance ids, and
