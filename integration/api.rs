@@ -287,18 +287,13 @@ async fn placements_the_provider_cannot_honour_are_refused_before_anything_is_wr
             "cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)",
         ),
         (
-            app.add_machines(&json!({"placement": "ssh:ubuntu@host.invalid"}))
-                .await,
-            "cannot honour placement \"ssh:ubuntu@host.invalid\": enlisting an existing host over ssh is not supported yet",
-        ),
-        (
             app.deploy(&json!({"charm": "mysql", "to": "foo=bar"})).await,
             "cannot honour placement \"foo=bar\": provider \"sim\" does not know the directive \"foo\" (the provider's only directive is zone=<zone>)",
         ),
         (
-            app.add_units("wordpress", &json!({"num_units": 2, "to": ["zone=sim-a", "ssh:host.invalid"]}))
+            app.add_units("wordpress", &json!({"num_units": 2, "to": ["zone=sim-a", "sim-b.node"]}))
                 .await,
-            "cannot honour placement \"ssh:host.invalid\": enlisting an existing host over ssh is not supported yet",
+            "cannot honour placement \"sim-b.node\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)",
         ),
     ];
     for (response, expected) in refused {

@@ -21,6 +21,7 @@ mod cli;
 #[cfg(feature = "ec2")]
 mod ec2;
 mod engine;
+mod manual;
 mod process;
 mod serve;
 mod store;

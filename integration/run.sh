@@ -8,6 +8,10 @@
 # - moto's EC2 server, for the EC2 provider's tests: installed from PyPI
 #   into .venv in the repository when missing (or set BERTH_MOTO_SERVER to
 #   a moto_server binary).
+# - OpenSSH's server and client, for the manual provider's tests: each
+#   test starts its own sshd on a loopback port with generated keys.
+#   Installed from Debian's packages when missing and we are root (or set
+#   BERTH_SSHD to an sshd binary).
 #
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
@@ -31,6 +35,23 @@ if ! have_postgres || ! have_libpq; then
   else
     echo "the tests need PostgreSQL's server binaries and libpq: install postgresql and libpq-dev," >&2
     echo "or set BERTH_PG_BIN to a directory with initdb and postgres, or BERTH_TEST_POSTGRES_URL" >&2
+    exit 1
+  fi
+fi
+
+have_sshd() {
+  local sshd="${BERTH_SSHD:-/usr/sbin/sshd}"
+  [ -x "$sshd" ] && command -v ssh >/dev/null && command -v ssh-keygen >/dev/null
+}
+
+if ! have_sshd; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing OpenSSH's server from the system's packages" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+  else
+    echo "the manual provider's tests need OpenSSH's server: install openssh-server," >&2
+    echo "or set BERTH_SSHD to an sshd binary" >&2
     exit 1
   fi
 fi

@@ -109,6 +109,7 @@ impl Application {
             limits,
             controller_url,
             metrics.clone(),
+            &config.manual,
         )?;
         let state = ApiState {
             store: store.clone(),

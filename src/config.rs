@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::engine::config::ProvisionerConfig;
+use crate::providers::manual::ManualConfig;
 use crate::providers::sim::SimConfig;
 
 /// Where `berth serve` listens unless told otherwise (Juju's API port).
@@ -71,6 +72,8 @@ pub struct Config {
     pub webhook_secret: Option<String>,
     pub provider: ProviderConfig,
     pub provisioner: ProvisionerConfig,
+    /// `[manual]`: existing hosts enlisted over SSH.
+    pub manual: ManualConfig,
 }
 
 impl Default for Config {
@@ -85,6 +88,7 @@ impl Default for Config {
             webhook_secret: None,
             provider: ProviderConfig::default(),
             provisioner: ProvisionerConfig::default(),
+            manual: ManualConfig::default(),
         }
     }
 }

@@ -34,6 +34,7 @@ use berth::engine::broker::RateLimits;
 use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
 use berth::metrics::Metrics;
+use berth::providers::manual::ManualConfig;
 use berth::providers::sim::{SimConfig, SimProvider};
 use berth::store::db::DatabaseUrl;
 use berth::store::Store;
@@ -144,6 +145,8 @@ pub struct Options {
     /// Holds each change the API forwards (with no engine) until the test
     /// releases it, so that a request can be kept in flight.
     pub gated_link: bool,
+    /// How the engine reaches hosts enlisted over SSH.
+    pub manual: ManualConfig,
 }
 
 impl Default for Options {
@@ -157,6 +160,7 @@ impl Default for Options {
             limits: Limits::default(),
             webhook_secret: Some(WEBHOOK_SECRET),
             gated_link: false,
+            manual: ManualConfig::default(),
         }
     }
 }
@@ -338,6 +342,7 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                 limits,
                 address.clone(),
                 metrics.clone(),
+                &options.manual,
             )
             .expect("start engine");
             let link = engine.link();
@@ -402,6 +407,7 @@ async fn application(options: Options, site: Site) -> TestApp {
         config.provisioner = provisioner;
     }
     config.webhook_secret = options.webhook_secret.map(str::to_string);
+    config.manual = options.manual;
     let app = Application::build(config).await.expect("controller starts");
     let port = app.port();
     let store = app.store().clone();

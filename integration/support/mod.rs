@@ -9,6 +9,7 @@ pub mod eventually;
 #[cfg(feature = "ec2")]
 pub mod moto;
 pub mod postgres;
+pub mod sshd;
 
 pub use eventually::{eventually, throughout, until, until_within, PATIENCE};
 

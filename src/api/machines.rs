@@ -8,6 +8,7 @@ use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::domain::names::MachineId;
+use crate::domain::placement::Placement;
 use crate::store::machines::AddMachines;
 
 /// `POST /v1/machines`.
@@ -26,7 +27,9 @@ pub struct AddMachinesRequest {
     #[schema(example = "mem=4G")]
     pub constraints: Option<String>,
     /// One directive: `lxd` (a container on a new machine), `lxd:3` (a
-    /// container on machine 3), `zone=us-east-1a`.
+    /// container on machine 3), `zone=us-east-1a`, or
+    /// `ssh:[user@]host[:port]` (an existing host enlisted over SSH; it
+    /// keeps its own base, so `base` must be left out, and `count` is 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "zone=sim-a")]
     pub placement: Option<String>,
@@ -96,7 +99,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
         (status = 400, description = "Bad constraints, base, placement or count, or a placement the provider cannot honour", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown container host", body = ErrorBody),
-        (status = 409, description = "The container host is being removed", body = ErrorBody),
+        (status = 409, description = "The container host is being removed, or the ssh: host is already enlisted", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
@@ -109,6 +112,20 @@ pub async fn add_machines(
     let constraints = input::constraints(body.constraints.as_deref())?;
     let base = input::base(body.base.as_deref())?;
     let placement = input::placement(body.placement.as_deref(), &shared.state.provider)?;
+    if let Some(Placement::Ssh(target)) = &placement {
+        if body.base.is_some() {
+            return Err(InputError::Request(format!(
+                "ssh:{target} runs the host's own base: leave out base"
+            ))
+            .into());
+        }
+        if count != 1 {
+            return Err(InputError::Request(format!(
+                "ssh:{target} enlists one existing host: count must be 1"
+            ))
+            .into());
+        }
+    }
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let added = shared
         .state

@@ -553,7 +553,7 @@ mod tests {
             ),
             (
                 &["wordpress", "--base", "windows@11"],
-                "unknown base \"windows@11\": expected an ubuntu base",
+                "unknown base \"windows@11\": expected an ubuntu or debian base",
             ),
             (
                 &["wordpress", "Bad_Name"],

@@ -16,10 +16,13 @@ use serde::{Deserialize, Serialize};
 use crate::domain::words::{text_conversions, word_enum};
 
 word_enum! {
-    /// An operating system berth can deploy. Only Ubuntu, for now.
+    /// An operating system berth can deploy: Ubuntu on every provider;
+    /// Debian on existing hosts enlisted over SSH (no cloud provider berth
+    /// has looks up Debian images).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Os {
         Ubuntu => "ubuntu",
+        Debian => "debian",
     }
 }
 
@@ -38,15 +41,30 @@ word_enum! {
     error UnknownRisk("unknown risk {0:?}: expected stable, candidate, beta or edge");
 }
 
-/// A release of an operating system, `22.04`. Only releases berth knows can
-/// be held in a [`Base`].
+/// A release of an operating system, `22.04` (Ubuntu) or `12` (Debian).
+/// Only releases berth knows can be held in a [`Base`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Version {
     major: u8,
     minor: u8,
+    /// Written `major.minor` (Ubuntu) rather than `major` (Debian).
+    dotted: bool,
 }
 
 impl Version {
+    /// Reads a version only as Debian writes it: `12`, not `012` or `12.0`.
+    fn parse_major(s: &str) -> Option<Version> {
+        let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits || s.starts_with('0') {
+            return None;
+        }
+        Some(Version {
+            major: s.parse().ok()?,
+            minor: 0,
+            dotted: false,
+        })
+    }
+
     /// Reads a version only as Ubuntu writes it: `22.04`, not `22.4` or
     /// `022.04`.
     fn parse_as_written(s: &str) -> Option<Version> {
@@ -58,13 +76,18 @@ impl Version {
         Some(Version {
             major: major.parse().ok()?,
             minor: minor.parse().ok()?,
+            dotted: true,
         })
     }
 }
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:02}", self.major, self.minor)
+        if self.dotted {
+            write!(f, "{}.{:02}", self.major, self.minor)
+        } else {
+            write!(f, "{}", self.major)
+        }
     }
 }
 
@@ -77,11 +100,24 @@ struct UbuntuRelease {
 
 const fn release(major: u8, minor: u8, series: &'static str, lts: bool) -> UbuntuRelease {
     UbuntuRelease {
-        version: Version { major, minor },
+        version: Version {
+            major,
+            minor,
+            dotted: true,
+        },
         series,
         lts,
     }
 }
+
+/// The Debian releases berth knows, by version and code name: from 10
+/// (buster) to 13 (trixie).
+const DEBIAN_RELEASES: [(u8, &str); 4] = [
+    (10, "buster"),
+    (11, "bullseye"),
+    (12, "bookworm"),
+    (13, "trixie"),
+];
 
 /// Every Ubuntu release from 12.04 (precise) to 26.04 (resolute), LTS and
 /// interim. Older releases predate the machines berth provisions; a release
@@ -137,7 +173,7 @@ pub struct Base {
 pub enum BaseError {
     #[error("invalid base {0:?}: expected <os>@<version>[/<risk>] or a series name")]
     Invalid(String),
-    #[error("unknown base {0:?}: expected an ubuntu base")]
+    #[error("unknown base {0:?}: expected an ubuntu or debian base")]
     UnknownOs(String),
     #[error("unknown base {0:?}")]
     UnknownVersion(String),
@@ -160,6 +196,7 @@ impl Base {
         version: Version {
             major: 24,
             minor: 4,
+            dotted: true,
         },
         risk: Risk::Stable,
     };
@@ -210,10 +247,22 @@ impl Base {
             Os::Ubuntu => UBUNTU_RELEASES
                 .iter()
                 .find(|release| release.version == self.version),
+            Os::Debian => None,
         }
     }
 
-    /// The series name of this release (`jammy`), where it has one.
+    /// The stable base an `/etc/os-release` file describes, by its `ID`
+    /// and `VERSION_ID` (`ubuntu` and `22.04`, `debian` and `12`).
+    ///
+    /// # Errors
+    ///
+    /// [`BaseError`] when the system is not one berth knows.
+    pub fn from_os_release(id: &str, version_id: &str) -> Result<Base, BaseError> {
+        format!("{id}@{version_id}").parse()
+    }
+
+    /// The series name of an Ubuntu release (`jammy`), used to look up
+    /// cloud images; `None` for other systems.
     pub fn series(&self) -> Option<&'static str> {
         self.release().map(|release| release.series)
     }
@@ -277,13 +326,19 @@ impl FromStr for Base {
         if malformed {
             return Err(invalid());
         }
-        if os != Os::Ubuntu.as_str() {
-            return Err(BaseError::UnknownOs(s.to_string()));
+        let os = Os::ALL
+            .iter()
+            .copied()
+            .find(|known| known.as_str() == os)
+            .ok_or_else(|| BaseError::UnknownOs(s.to_string()))?;
+        let version = match os {
+            Os::Ubuntu => Version::parse_as_written(version)
+                .and_then(|v| UBUNTU_RELEASES.iter().find(|release| release.version == v))
+                .map(|release| release.version),
+            Os::Debian => Version::parse_major(version)
+                .filter(|v| DEBIAN_RELEASES.iter().any(|(major, _)| *major == v.major)),
         }
-        let version = Version::parse_as_written(version)
-            .and_then(|v| UBUNTU_RELEASES.iter().find(|release| release.version == v))
-            .map(|release| release.version)
-            .ok_or_else(|| BaseError::UnknownVersion(s.to_string()))?;
+        .ok_or_else(|| BaseError::UnknownVersion(s.to_string()))?;
         let risk = match risk {
             None => Risk::Stable,
             Some(risk) => risk.parse().map_err(|source| BaseError::UnknownRisk {
@@ -291,11 +346,7 @@ impl FromStr for Base {
                 source,
             })?,
         };
-        Ok(Base {
-            os: Os::Ubuntu,
-            version,
-            risk,
-        })
+        Ok(Base { os, version, risk })
     }
 }
 
@@ -312,6 +363,37 @@ mod tests {
 
     fn base_error(s: &str) -> String {
         s.parse::<Base>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn debian_releases_are_bases_written_with_their_major_version() {
+        let b = base("debian@12");
+        assert_eq!(b.os(), Os::Debian);
+        assert_eq!(b.to_string(), "debian@12");
+        assert_eq!(b.series(), None, "no cloud image series for debian");
+        assert_eq!(base("debian@13/edge").to_string(), "debian@13/edge");
+        for bad in ["debian@12.04", "debian@012", "debian@9", "debian@"] {
+            assert!(bad.parse::<Base>().is_err(), "{bad} parsed");
+        }
+        assert!(!b.is_compatible(&base("ubuntu@22.04")));
+    }
+
+    #[test]
+    fn an_os_release_file_names_its_base() {
+        assert_eq!(
+            Base::from_os_release("ubuntu", "22.04").unwrap(),
+            base("ubuntu@22.04")
+        );
+        assert_eq!(
+            Base::from_os_release("debian", "12").unwrap(),
+            base("debian@12")
+        );
+        assert_eq!(
+            Base::from_os_release("fedora", "40")
+                .unwrap_err()
+                .to_string(),
+            r#"unknown base "fedora@40": expected an ubuntu or debian base"#
+        );
     }
 
     #[test]
@@ -435,11 +517,11 @@ mod tests {
     fn an_os_other_than_ubuntu_is_an_unknown_base() {
         assert_eq!(
             base_error("centos@7"),
-            r#"unknown base "centos@7": expected an ubuntu base"#
+            r#"unknown base "centos@7": expected an ubuntu or debian base"#
         );
         assert_eq!(
             base_error("Ubuntu@22.04"),
-            r#"unknown base "Ubuntu@22.04": expected an ubuntu base"#
+            r#"unknown base "Ubuntu@22.04": expected an ubuntu or debian base"#
         );
     }
 

@@ -1960,7 +1960,7 @@ provides:
     fn invalid_bases_are_refused_with_the_reason() {
         assert_eq!(
             meta_error("name: app\nbases:\n  - {name: centos, channel: \"7\"}\n"),
-            r#"charm "app" declares an invalid base: unknown base "centos@7": expected an ubuntu base"#
+            r#"charm "app" declares an invalid base: unknown base "centos@7": expected an ubuntu or debian base"#
         );
         assert_eq!(
             meta_error("name: app\nbases:\n  - {name: ubuntu, channel: \"99.04\"}\n"),

@@ -32,6 +32,20 @@ impl InstanceState {
     }
 }
 
+/// How the instance id of an existing host enlisted over SSH starts:
+/// `manual:10.0.0.3`. No cloud reports these; their machines' liveness is
+/// their agents' heartbeats.
+pub const MANUAL_INSTANCE_PREFIX: &str = "manual:";
+
+/// The zone an enlisted host's machine shows: hosts are not in the cloud's
+/// availability zones.
+pub const MANUAL_ZONE: &str = "manual";
+
+/// Whether `instance_id` is an enlisted host rather than a cloud instance.
+pub fn is_manual_instance(instance_id: &str) -> bool {
+    instance_id.starts_with(MANUAL_INSTANCE_PREFIX)
+}
+
 /// An instance as the provider reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {

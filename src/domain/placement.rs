@@ -10,7 +10,7 @@
 //! | `3`, `0/lxd/1`     | an existing machine or container      |
 //! | `lxd`              | a new container on a new machine      |
 //! | `lxd:3`            | a new container on machine 3          |
-//! | `ssh:[user@]host`  | an existing host, taken over by SSH   |
+//! | `ssh:[user@]host[:port]` | an existing host, enlisted over SSH |
 //! | `zone=us-east-1a`  | a provider directive, `key=value`     |
 //! | `maas2.name`       | a provider-specific machine name      |
 //!
@@ -76,10 +76,6 @@ pub enum UnsupportedPlacement {
     )]
     Containers { placement: String, provider: String },
     #[error(
-        "cannot honour placement {placement:?}: enlisting an existing host over ssh is not supported yet"
-    )]
-    Ssh { placement: String },
-    #[error(
         "cannot honour placement {placement:?}: provider {provider:?} cannot place on a named host \
          (expected a machine id, lxd[:<machine>] or zone=<zone>)"
     )]
@@ -116,7 +112,8 @@ impl Placement {
                 placement,
                 provider,
             }),
-            Placement::Ssh(_) => Err(UnsupportedPlacement::Ssh { placement }),
+            // Enlisting an existing host works beside any cloud.
+            Placement::Ssh(_) => Ok(()),
             Placement::Hostname(_) => Err(UnsupportedPlacement::Hostname {
                 placement,
                 provider,
@@ -146,7 +143,7 @@ pub enum PlacementError {
         "invalid value {value:?} for \"lxd\" scope: expected the machine-id of a machine, not of a container"
     )]
     ContainerHostIsContainer { value: String },
-    #[error("invalid value {value:?} for \"ssh\" scope: expected [user@]host")]
+    #[error("invalid value {value:?} for \"ssh\" scope: expected [user@]host[:port]")]
     InvalidSshTarget { value: String },
     #[error("invalid placement scope {0:?}: containers other than lxd are not supported")]
     UnsupportedContainer(String),
@@ -159,7 +156,7 @@ pub enum PlacementError {
     #[error("invalid hostname {0:?}")]
     InvalidHostname(String),
     #[error(
-        "invalid placement directive {0:?}: expected a machine-id, lxd, lxd:<machine-id>, ssh:[user@]host, <key>=<value> or a hostname"
+        "invalid placement directive {0:?}: expected a machine-id, lxd, lxd:<machine-id>, ssh:[user@]host[:port], <key>=<value> or a hostname"
     )]
     Unrecognised(String),
     /// A `--to` list with an empty entry: `4,5,,`.
@@ -342,13 +339,16 @@ fn is_dns_name(s: &str) -> bool {
         })
 }
 
-/// The target of an `ssh:` directive: an optional user and a host name or
-/// IP address.
+/// The target of an `ssh:` directive: an optional user, a host name or IP
+/// address, and an optional port (`ubuntu@10.0.0.3:2222`,
+/// `root@[fe80::1]:2222`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SshTarget {
     /// The login user; `None` leaves it to SSH's configuration.
     user: Option<String>,
     host: String,
+    /// `None`: SSH's own (22, unless its configuration says otherwise).
+    port: Option<u16>,
 }
 
 impl SshTarget {
@@ -359,14 +359,53 @@ impl SshTarget {
     pub fn host(&self) -> &str {
         &self.host
     }
+
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// Whether `other` names the same host (whatever user or port reaches
+    /// it): a host is enlisted once.
+    pub fn same_host(&self, other: &SshTarget) -> bool {
+        self.host.eq_ignore_ascii_case(&other.host)
+    }
 }
 
 impl fmt::Display for SshTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.user {
-            Some(user) => write!(f, "{user}@{}", self.host),
+        if let Some(user) = &self.user {
+            write!(f, "{user}@")?;
+        }
+        match self.port {
+            Some(port) if self.host.contains(':') => write!(f, "[{}]:{port}", self.host),
+            Some(port) => write!(f, "{}:{port}", self.host),
             None => f.write_str(&self.host),
         }
+    }
+}
+
+/// Splits `host[:port]` (`[v6-address]:port` when the address has colons;
+/// a bare IPv6 address has no port).
+fn split_port(s: &str) -> Option<(&str, Option<u16>)> {
+    let port = |p: &str| -> Option<u16> {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.starts_with('0') {
+            return None;
+        }
+        p.parse().ok()
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(port(after.strip_prefix(':')?)?))),
+        };
+    }
+    match s.matches(':').count() {
+        1 => {
+            let (host, p) = s.split_once(':')?;
+            Some((host, Some(port(p)?)))
+        }
+        _ => Some((s, None)),
     }
 }
 
@@ -382,23 +421,26 @@ fn is_user_name(s: &str) -> bool {
 impl FromStr for SshTarget {
     type Err = PlacementError;
 
-    /// Parses `[user@]host`, the host a DNS name or an IP address.
+    /// Parses `[user@]host[:port]`, the host a DNS name or an IP address
+    /// (in brackets when it has a port and colons of its own).
     ///
     /// # Errors
     ///
-    /// [`PlacementError::InvalidSshTarget`] when the user or host is empty
-    /// or malformed.
+    /// [`PlacementError::InvalidSshTarget`] when the user, host or port is
+    /// empty or malformed.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (user, host) = match s.split_once('@') {
+        let (user, host_port) = match s.split_once('@') {
             Some((user, host)) => (Some(user), host),
             None => (None, s),
         };
+        let (host, port) = split_port(host_port).unwrap_or(("", None));
         let user_ok = user.is_none_or(is_user_name);
         let host_ok = is_dns_name(host) || host.parse::<IpAddr>().is_ok();
         if user_ok && host_ok {
             Ok(SshTarget {
                 user: user.map(str::to_string),
                 host: host.to_string(),
+                port,
             })
         } else {
             Err(PlacementError::InvalidSshTarget {
@@ -552,11 +594,8 @@ mod tests {
     }
 
     #[test]
-    fn ssh_hostnames_and_unknown_directives_are_refused_naming_what_works() {
-        assert_eq!(
-            check("ssh:ubuntu@host.invalid", true),
-            Err("cannot honour placement \"ssh:ubuntu@host.invalid\": enlisting an existing host over ssh is not supported yet".into())
-        );
+    fn hostnames_and_unknown_directives_are_refused_naming_what_works() {
+        assert_eq!(check("ssh:ubuntu@host.invalid", false), Ok(()));
         assert_eq!(
             check("no-such-host.example", true),
             Err("cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)".into())
@@ -709,19 +748,64 @@ mod tests {
     #[test]
     fn an_ssh_host_may_be_an_ipv6_address() {
         match placement("ssh:ubuntu@fe80::1") {
-            Placement::Ssh(target) => assert_eq!(target.host(), "fe80::1"),
+            Placement::Ssh(target) => {
+                assert_eq!(target.host(), "fe80::1");
+                assert_eq!(target.port(), None);
+            }
             other => panic!("expected ssh, got {other:?}"),
         }
     }
 
     #[test]
-    fn the_ssh_scope_needs_a_host_and_a_sound_user() {
+    fn an_ssh_target_may_name_a_port() {
+        for (written, host, port) in [
+            ("ssh:root@127.0.0.1:2222", "127.0.0.1", Some(2222)),
+            ("ssh:host.example.com:22", "host.example.com", Some(22)),
+            ("ssh:root@[fe80::1]:2222", "fe80::1", Some(2222)),
+            ("ssh:[fe80::1]", "fe80::1", None),
+        ] {
+            match placement(written) {
+                Placement::Ssh(target) => {
+                    assert_eq!((target.host(), target.port()), (host, port), "{written}");
+                }
+                other => panic!("expected ssh, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            placement("ssh:root@[fe80::1]:2222").to_string(),
+            "ssh:root@[fe80::1]:2222"
+        );
+        assert_eq!(
+            placement("ssh:root@127.0.0.1:2222").to_string(),
+            "ssh:root@127.0.0.1:2222"
+        );
+        let a: SshTarget = "ubuntu@Host.example:2222".parse().unwrap();
+        let b: SshTarget = "root@host.example".parse().unwrap();
+        assert!(a.same_host(&b));
+    }
+
+    #[test]
+    fn the_ssh_scope_needs_a_host_a_sound_user_and_a_port_number() {
         for value in [
-            "", "user@", "@host", "bad host", "-x@host", "a@b@c", "host-",
+            "",
+            "user@",
+            "@host",
+            "bad host",
+            "-x@host",
+            "a@b@c",
+            "host-",
+            "host:",
+            "host:0",
+            "host:65536",
+            "host:22x",
+            "host:022",
+            "[fe80::1]:",
+            "[fe80::1",
+            "[]:22",
         ] {
             assert_eq!(
                 placement_error(&format!("ssh:{value}")),
-                format!("invalid value {value:?} for \"ssh\" scope: expected [user@]host"),
+                format!("invalid value {value:?} for \"ssh\" scope: expected [user@]host[:port]"),
                 "{value:?}"
             );
         }
@@ -790,7 +874,7 @@ mod tests {
             assert_eq!(
                 placement_error(s),
                 format!(
-                    "invalid placement directive {s:?}: expected a machine-id, lxd, lxd:<machine-id>, ssh:[user@]host, <key>=<value> or a hostname"
+                    "invalid placement directive {s:?}: expected a machine-id, lxd, lxd:<machine-id>, ssh:[user@]host[:port], <key>=<value> or a hostname"
                 ),
                 "{s:?}"
             );

@@ -19,7 +19,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::domain::instance::Instance;
+use crate::domain::instance::{is_manual_instance, Instance};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::MachineId;
 
@@ -108,7 +108,12 @@ pub fn plan_reconciliation(
     }
     for machine in machines {
         if let Some(instance) = machine.instance_id.as_deref() {
-            if !live.contains(instance) && expects_its_instance(machine.state) {
+            // No cloud lists an enlisted host: its agent's heartbeats say
+            // whether it lives.
+            if !live.contains(instance)
+                && expects_its_instance(machine.state)
+                && !is_manual_instance(instance)
+            {
                 plan.vanished.insert(machine.id);
             }
         }
@@ -222,6 +227,17 @@ mod tests {
         // Down is already shown down: nothing to do for it.
         assert_eq!(vanished, BTreeSet::from([0, 1, 2]));
         assert!(plan.strays.is_empty());
+    }
+
+    #[test]
+    fn an_enlisted_host_is_never_vanished_for_the_cloud_not_listing_it() {
+        let machines = [
+            machine(0, MachineState::Started, Some("manual:host.invalid")),
+            machine(1, MachineState::Started, Some("i-1")),
+        ];
+        let plan = plan_reconciliation(&machines, &[]);
+        let vanished: BTreeSet<u64> = plan.vanished.iter().map(|m| m.host_number()).collect();
+        assert_eq!(vanished, BTreeSet::from([1]));
     }
 
     #[test]

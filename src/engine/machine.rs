@@ -31,17 +31,19 @@ use crate::contracts::provider::{
 };
 use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
-use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance::{is_manual_instance, Instance, InstanceState, MANUAL_ZONE};
 use crate::domain::instance_types::{select_for_zone, Requirements, ZoneSelectError};
 use crate::domain::machine::{is_settled, Effect, Event, FailureKind, Machine, MachineState};
 use crate::domain::names::MachineId;
-use crate::domain::placement::Placement;
+use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::zones::Occupant;
 use crate::engine::protocol::{
-    ActorStopped, ChooseZone, Gone, InstanceChanged, InstanceFailed, InstanceStarted, Launch,
-    Reconcile, Release, Retry, Shutdown, StartInstance, Terminate,
+    ActorStopped, ChooseZone, Enlist, Gone, HostEnlisted, InstanceChanged, InstanceFailed,
+    InstanceStarted, Launch, Reconcile, Release, Retry, Shutdown, StartInstance, Terminate,
+    Unenlist,
 };
 use crate::engine::shared::Shared;
+use crate::providers::manual::{EnlistRequest, Enlisted};
 use crate::store::lifecycle::{Applied, MachineEvent, MachineUpdate};
 use crate::store::machines::EngineMachine;
 use crate::store::records::MachineRecord;
@@ -329,7 +331,27 @@ impl MachineActor {
         }
     }
 
+    /// The existing host this machine is, when it was placed with `ssh:`.
+    fn manual_target(&self) -> Option<SshTarget> {
+        match &self.record.placement {
+            Some(Placement::Ssh(target)) => Some(target.clone()),
+            _ => None,
+        }
+    }
+
     fn choose_zone(&mut self, exclude: Vec<String>, ctx: &mut Context<Self>) {
+        if self.manual_target().is_some() {
+            // An existing host is in no cloud zone.
+            self.step(
+                Event::ZoneChosen {
+                    zone: MANUAL_ZONE.to_string(),
+                },
+                MachineUpdate::default(),
+                None,
+                ctx,
+            );
+            return;
+        }
         if let Some(host) = &self.host {
             // A container lives in its host's zone.
             let zone = host.zone.clone();
@@ -428,6 +450,9 @@ impl MachineActor {
 
     fn launch(&mut self, zone: String, password: Secret, ctx: &mut Context<Self>) {
         self.shared.metrics.provisioning_attempt();
+        if let Some(target) = self.manual_target() {
+            return self.enlist(target, password, ctx);
+        }
         let request = match self.launch_request(&zone, password) {
             Ok(request) => request,
             Err(e) => return self.launch_failed(e, ctx),
@@ -439,6 +464,31 @@ impl MachineActor {
         self.shared.broker.do_send(Launch {
             request,
             started: me.clone().recipient(),
+            failed: me.recipient(),
+        });
+    }
+
+    /// Enlists the existing host this machine is, instead of launching an
+    /// instance: never a cloud instance for an `ssh:` machine.
+    fn enlist(&mut self, target: SshTarget, password: Secret, ctx: &mut Context<Self>) {
+        // A machine with units must run their base; an empty machine takes
+        // the host's.
+        let base = (!self.applications.is_empty()).then_some(self.record.base);
+        let request = EnlistRequest {
+            machine: self.id,
+            target,
+            constraints: self.record.constraints.clone(),
+            base,
+            agent: AgentBootstrap {
+                controller_url: self.shared.controller_url.clone(),
+                one_time_password: password,
+            },
+        };
+        self.launching = Some(Launching { root_disk: None });
+        let me = ctx.address();
+        self.shared.manual.do_send(Enlist {
+            request,
+            enlisted: me.clone().recipient(),
             failed: me.recipient(),
         });
     }
@@ -519,7 +569,52 @@ impl MachineActor {
         self.set_timer(Event::Resume, REFUSED_RETRY, ctx);
     }
 
+    /// Stops and removes an enlisted host's agent; the host keeps running.
+    fn unenlist(&mut self, target: SshTarget, ctx: &mut Context<Self>) {
+        let manual = self.shared.manual.clone();
+        let machine = self.id;
+        ctx.wait(
+            async move { manual.send(Unenlist { machine, target }).await }
+                .into_actor(self)
+                .map(|answer, actor, ctx| {
+                    let result = answer.unwrap_or_else(|e| {
+                        Err(ProviderError::new(FailureClass::Transient, e.to_string()))
+                    });
+                    actor.stopped_or_not(result, ctx);
+                }),
+        );
+    }
+
+    fn stopped_or_not(&mut self, result: Result<(), ProviderError>, ctx: &mut Context<Self>) {
+        match result {
+            Ok(()) => {
+                self.shared.zones.do_send(Release { machine: self.id });
+                self.step(Event::InstanceStopped, MachineUpdate::default(), None, ctx);
+            }
+            Err(e) => self.step(
+                Event::StopFailed { message: e.message },
+                MachineUpdate::default(),
+                None,
+                ctx,
+            ),
+        }
+    }
+
     fn terminate(&mut self, instance_id: String, ctx: &mut Context<Self>) {
+        if is_manual_instance(&instance_id) {
+            match self.manual_target() {
+                Some(target) => return self.unenlist(target, ctx),
+                None => {
+                    // Not placed with ssh: nothing to reach it by; the
+                    // host was never berth's to stop.
+                    log::warn!(
+                        "machine {}: no ssh target for {instance_id}; leaving the host alone",
+                        self.id
+                    );
+                    return self.stopped_or_not(Ok(()), ctx);
+                }
+            }
+        }
         if !self.shared.harvest.harvests_destroyed() && self.machine.state == MachineState::Stopping
         {
             // The operator stops instances in this harvest mode.
@@ -539,18 +634,7 @@ impl MachineActor {
                         Ok(mut results) => results.pop().unwrap_or(Ok(())),
                         Err(e) => Err(ProviderError::new(FailureClass::Transient, e.to_string())),
                     };
-                    match result {
-                        Ok(()) => {
-                            actor.shared.zones.do_send(Release { machine: actor.id });
-                            actor.step(Event::InstanceStopped, MachineUpdate::default(), None, ctx);
-                        }
-                        Err(e) => actor.step(
-                            Event::StopFailed { message: e.message },
-                            MachineUpdate::default(),
-                            None,
-                            ctx,
-                        ),
-                    }
+                    actor.stopped_or_not(result, ctx);
                 }),
         );
     }
@@ -611,6 +695,31 @@ impl Handler<InstanceStarted> for MachineActor {
     fn handle(&mut self, msg: InstanceStarted, ctx: &mut Context<Self>) {
         let root_disk = self.launch_answered();
         self.launched(msg.0, root_disk, ctx);
+    }
+}
+
+impl Handler<HostEnlisted> for MachineActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: HostEnlisted, ctx: &mut Context<Self>) {
+        self.launch_answered();
+        self.lost = None;
+        let Enlisted { instance, base } = msg.0;
+        let update = MachineUpdate {
+            hardware: Some(instance.hardware.to_string()),
+            // An empty machine takes the host's base; a machine with units
+            // was checked to run theirs.
+            base: (base != self.record.base).then_some(base),
+            ..MachineUpdate::default()
+        };
+        self.step(
+            Event::InstanceStarted {
+                instance_id: instance.id,
+            },
+            update,
+            None,
+            ctx,
+        );
     }
 }
 

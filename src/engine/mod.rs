@@ -9,6 +9,8 @@
 //! - [`zone_tracker`]: the `ZoneTracker`, zones and distribution-group
 //!   counts.
 //! - [`broker`]: the `ProviderBroker`, the only door to a cloud.
+//! - [`manual_broker`]: the `ManualBroker`, the only door to existing
+//!   hosts enlisted over SSH.
 //! - [`protocol`]: every message between them, with the table of who
 //!   sends which to whom.
 //! - [`shared`]: what every actor holds (the store, the provider, the
@@ -28,6 +30,7 @@
 pub mod broker;
 pub mod config;
 pub mod machine;
+pub mod manual_broker;
 pub mod protocol;
 pub mod provisioner;
 pub mod shared;
@@ -44,11 +47,13 @@ use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
 use crate::engine::config::ProvisionerConfig;
+use crate::engine::manual_broker::ManualBroker;
 use crate::engine::protocol::{GetLiveActors, ProviderReport, ReconcileNow};
 use crate::engine::provisioner::Provisioner;
 use crate::engine::shared::Shared;
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
+use crate::providers::manual::{ManualConfig, ManualHosts};
 use crate::store::{Store, StoreError};
 
 /// A running engine.
@@ -72,6 +77,7 @@ impl Engine {
         limits: RateLimits,
         controller_url: String,
         metrics: Arc<Metrics>,
+        manual: &ManualConfig,
     ) -> Result<Engine, StoreError> {
         let model = store.model()?;
         // Every transition, the engine's and the API's alike, is applied
@@ -90,10 +96,12 @@ impl Engine {
         )
         .start();
         let zones = Supervisor::start(|_| ZoneTracker::default());
+        let manual = ManualBroker::new(ManualHosts::new(manual, &model.uuid)).start();
         let shared = Arc::new(Shared {
             store,
             provider: provider.clone(),
             broker,
+            manual,
             zones,
             harvest: config.harvest_mode,
             controller_uuid: model.controller_uuid,

@@ -12,6 +12,9 @@
 //! | [`InstanceStarted`] | ProviderBroker | MachineActor | the machine waits for its agent |
 //! | [`InstanceFailed`] | ProviderBroker | MachineActor | next zone, backoff, provisioning error, or a wait for the provider |
 //! | [`Terminate`] | MachineActor, Provisioner | ProviderBroker | instances stopped (a removed machine's, strays) |
+//! | [`Enlist`] | MachineActor (an `ssh:` machine) | ManualBroker | an existing host read, checked and given an agent |
+//! | [`HostEnlisted`] | ManualBroker | MachineActor | the machine waits for its agent, with the host's hardware and base |
+//! | [`Unenlist`] | MachineActor (an `ssh:` machine) | ManualBroker | the host's agent stopped and removed; the host keeps running |
 //! | [`ListInstances`], [`ListZones`] | Provisioner | ProviderBroker | what the provider has, for reconciliation |
 //! | [`Retry`] | administrator (`retry-provisioning`, seen in the change log by the Provisioner) | MachineActor | a machine that was in error starts again |
 //! | [`Reconcile`] | Provisioner (change-log follower) | MachineActor | the machine as someone else left it; the actor decides again |
@@ -39,7 +42,9 @@ use crate::domain::constraints::Setting;
 use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::machine::MachineState;
 use crate::domain::names::MachineId;
+use crate::domain::placement::SshTarget;
 use crate::domain::zones::Occupant;
+use crate::providers::manual::{EnlistRequest, Enlisted};
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
 
@@ -117,6 +122,30 @@ pub struct Launch {
     pub request: LaunchRequest,
     pub started: Recipient<InstanceStarted>,
     pub failed: Recipient<InstanceFailed>,
+}
+
+/// MachineActor → ManualBroker: enlist an existing host over SSH. The
+/// answer comes back as [`HostEnlisted`] or [`InstanceFailed`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Enlist {
+    pub request: EnlistRequest,
+    pub enlisted: Recipient<HostEnlisted>,
+    pub failed: Recipient<InstanceFailed>,
+}
+
+/// ManualBroker → MachineActor: the host runs the machine's agent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HostEnlisted(pub Enlisted);
+
+/// MachineActor → ManualBroker: stop and remove a machine's agent from its
+/// host (never the host itself).
+#[derive(Message)]
+#[rtype(result = "Result<(), ProviderError>")]
+pub struct Unenlist {
+    pub machine: MachineId,
+    pub target: SshTarget,
 }
 
 /// Terminate instances.

@@ -9,6 +9,7 @@ use actix::prelude::*;
 use crate::contracts::provider::Provider;
 use crate::engine::broker::ProviderBroker;
 use crate::engine::config::HarvestMode;
+use crate::engine::manual_broker::ManualBroker;
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -21,6 +22,8 @@ pub struct Shared {
     /// broker.
     pub provider: Arc<dyn Provider>,
     pub broker: Addr<ProviderBroker>,
+    /// Existing hosts enlisted over SSH (`ssh:` machines).
+    pub manual: Addr<ManualBroker>,
     pub zones: Addr<ZoneTracker>,
     pub harvest: HarvestMode,
     pub controller_uuid: String,

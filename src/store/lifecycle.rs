@@ -27,6 +27,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 
 use crate::contracts::secrets::{hash_secret, new_secret, secret_matches, Secret};
+use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
 use crate::domain::machine::{
     transition, Effect, Event, EventKind, IllegalTransition, Jitter, Machine, MachineState, Policy,
@@ -563,6 +564,9 @@ impl Store {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MachineUpdate {
     pub constraints: Option<Constraints>,
+    /// An enlisted host's own base, for a machine that had none of its
+    /// units' to meet.
+    pub base: Option<Base>,
     pub instance_type: Option<String>,
     pub hardware: Option<String>,
     /// A fresh one-time password's hash, for a launch.
@@ -599,6 +603,7 @@ struct SaveMachine<'a> {
     stop_failures: i32,
     updated_at_ms: i64,
     constraints: Option<&'a str>,
+    base: Option<&'a str>,
     instance_type: Kept<&'a str>,
     hardware: Kept<&'a str>,
     otp_hash: Kept<&'a str>,
@@ -673,7 +678,9 @@ where
         out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
         out.push_sql(", constraints = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
-        out.push_sql(", constraints)");
+        out.push_sql(", constraints), base = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.base)?;
+        out.push_sql(", base)");
         for (column, kept) in [
             ("instance_type", &self.instance_type),
             ("hardware", &self.hardware),
@@ -732,6 +739,7 @@ fn save_machine(
     let has_instance = life.instance_id.is_some();
     let zones_failed = life.zones_failed.join(",");
     let constraints = update.constraints.as_ref().map(ToString::to_string);
+    let base = update.base.as_ref().map(ToString::to_string);
     let save = SaveMachine {
         id: &key,
         expected_state: expected.map(MachineState::as_str),
@@ -745,6 +753,7 @@ fn save_machine(
         stop_failures: saturating_i32(life.stop_failures),
         updated_at_ms: tx.now_ms,
         constraints: constraints.as_deref(),
+        base: base.as_deref(),
         // No instance, so nothing it was: clear what the last one had.
         instance_type: Kept::from(match (&update.instance_type, has_instance) {
             (Some(t), _) => Some(Some(t.as_str())),

@@ -7,7 +7,7 @@ use crate::domain::base::Base;
 use crate::domain::constraints::{merge, Constraints};
 use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
 use crate::domain::names::{ContainerType, MachineId};
-use crate::domain::placement::Placement;
+use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
@@ -92,7 +92,34 @@ pub(crate) fn check_container_host(
             "machine {host} is being removed"
         )));
     }
+    if let Some(Placement::Ssh(target)) = &record.placement {
+        return Err(StoreError::Invalid(format!(
+            "machine {host} is the existing host {} enlisted over ssh; berth cannot start containers on it",
+            target.host()
+        )));
+    }
     Ok(record)
+}
+
+/// Refuses to enlist a host that a machine of the model already is
+/// (whatever user or port reached it).
+fn check_not_enlisted(tx: &mut Tx<'_>, target: &SshTarget) -> Result<(), StoreError> {
+    let enlisted: Vec<(String, Option<String>)> = machines::table
+        .filter(machines::placement.like("ssh:%"))
+        .select((machines::id, machines::placement))
+        .load(tx.conn)?;
+    for (id, placement) in enlisted {
+        let same = placement
+            .and_then(|p| p.parse::<Placement>().ok())
+            .is_some_and(|p| matches!(p, Placement::Ssh(other) if other.same_host(target)));
+        if same {
+            return Err(StoreError::Conflict(format!(
+                "host {} is already enlisted as machine {id}",
+                target.host()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Inserts one new machine, pending, and records it in the change log.
@@ -182,6 +209,16 @@ pub(crate) fn create_placed_machine(
                 role,
             )?;
             create_machine(tx, NewMachine::Container { host }, base, constraints, role)
+        }
+        Some(Placement::Ssh(target)) => {
+            check_not_enlisted(tx, target)?;
+            create_machine(
+                tx,
+                NewMachine::TopLevel { placement },
+                base,
+                constraints,
+                role,
+            )
         }
         placement => create_machine(
             tx,

@@ -1,0 +1,290 @@
+//! The manual provider against a real OpenSSH server on loopback
+//! ([`crate::support::sshd`]): enlisting an existing host with
+//! `berth add-machine ssh:...`, reading its hardware and base, keeping its
+//! agent alive when it is killed, refusing a host that does not fit or
+//! whose key is unknown, and removing the agent (never the host).
+//!
+//! The controller runs with its engine over the simulated cloud, so each
+//! test also shows that no cloud instance is launched for an `ssh:`
+//! machine.
+
+use std::process::Output;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use berth::engine::config::ProvisionerConfig;
+use berth::providers::sim::SimConfig;
+
+use crate::support::app::{berth_command, spawn_app_with, Backend, Options, TestApp};
+use crate::support::sshd::Sshd;
+use crate::support::{eventually, PATIENCE};
+
+async fn controller_for(sshd: &Sshd) -> TestApp {
+    controller_with(sshd.manual_config()).await
+}
+
+async fn controller_with(manual: berth::providers::manual::ManualConfig) -> TestApp {
+    spawn_app_with(Options {
+        manual,
+        ..Options::engine(
+            Backend::Sqlite,
+            SimConfig::default(),
+            ProvisionerConfig::default(),
+        )
+    })
+    .await
+}
+
+/// Runs the `berth` command line against `app` in a process of its own.
+async fn berth(app: &TestApp, args: &[&str]) -> Output {
+    let mut command = berth_command();
+    command
+        .args(["--url", &app.address, "--token", &app.token])
+        .args(args);
+    tokio::task::spawn_blocking(move || command.output().expect("run berth"))
+        .await
+        .unwrap()
+}
+
+async fn machine(app: &TestApp, id: &str) -> Value {
+    app.status_json().await["machines"][id].clone()
+}
+
+async fn wait_for_machine(app: &TestApp, id: &str, status: &str) -> Value {
+    eventually(&format!("machine {id} {status}"), PATIENCE, || async {
+        let m = machine(app, id).await;
+        if m["juju-status"]["current"] == status {
+            Ok(m)
+        } else {
+            Err(m)
+        }
+    })
+    .await
+}
+
+/// The host's own facts, as the tests expect berth to read them.
+fn host_cores() -> u64 {
+    std::thread::available_parallelism().unwrap().get() as u64
+}
+
+fn host_mem_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// `debian@12`, from this host's `/etc/os-release`.
+fn host_base() -> (String, String) {
+    let text = std::fs::read_to_string("/etc/os-release").unwrap();
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap()
+    };
+    (value("ID"), value("VERSION_ID"))
+}
+
+#[actix_web::test]
+async fn an_existing_host_is_enlisted_keeps_its_agent_alive_and_is_released() {
+    let sshd = Sshd::start();
+    let app = controller_for(&sshd).await;
+    let target = format!("ssh:{}", sshd.target());
+
+    let added = berth(&app, &["add-machine", &target]).await;
+    assert!(added.status.success(), "{added:?}");
+
+    let m = wait_for_machine(&app, "0", "started").await;
+    assert_eq!(m["instance-id"], "manual:127.0.0.1");
+    let hardware = m["hardware"].as_str().unwrap();
+    assert!(
+        hardware.contains(&format!("cores={} ", host_cores())),
+        "{hardware}"
+    );
+    assert!(
+        hardware.contains(&format!("mem={}M", host_mem_mib())),
+        "{hardware}"
+    );
+    let (os, version) = host_base();
+    assert_eq!(m["base"], json!({"name": os, "channel": version}));
+    assert!(app.sim().ledger().is_empty(), "no cloud instance for ssh:");
+
+    // The agent keeps its credential where only its user may read it.
+    let dir = std::fs::read_dir(sshd.agent_dir())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let credential = dir.join("agent.credential");
+    eventually("the credential file", PATIENCE, || async {
+        std::fs::metadata(&credential).map(|_| ())
+    })
+    .await;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&credential).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "credential mode {mode:o}");
+
+    // A host is enlisted once.
+    let again = app
+        .add_machines(&json!({"placement": format!("ssh:127.0.0.1:{}", sshd.port())}))
+        .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert!(app.status_json().await["machines"]["1"].is_null());
+
+    // Killing the agent: its supervisor starts another, which reconnects
+    // with the kept credential, and the machine stays started.
+    let agents = sshd.processes(" agent --url");
+    assert_eq!(agents.len(), 1, "{agents:?}");
+    let killed = agents[0].0;
+    std::process::Command::new("kill")
+        .args(["-KILL", &killed.to_string()])
+        .status()
+        .unwrap();
+    let replacement = eventually("a new agent process", Duration::from_secs(30), || async {
+        match sshd.processes(" agent --url").as_slice() {
+            [(pid, _)] if *pid != killed => Ok(*pid),
+            other => Err(other.to_vec()),
+        }
+    })
+    .await;
+    let log = dir.join("agent.log");
+    eventually(
+        "the new agent to reconnect with its credential",
+        PATIENCE,
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let reconnected = text
+                .split_once("using the credential in")
+                .is_some_and(|(_, after)| after.contains("heartbeat accepted"));
+            if reconnected {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
+    actix_web::rt::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        sshd.processes(" agent --url")
+            .iter()
+            .any(|(pid, _)| *pid == replacement),
+        "the new agent stays running"
+    );
+    assert_eq!(
+        machine(&app, "0").await["juju-status"]["current"],
+        "started"
+    );
+
+    // Removing the machine removes the agent and its files, not the host.
+    let removed = berth(&app, &["remove-machine", "0"]).await;
+    assert!(removed.status.success(), "{removed:?}");
+    eventually("machine 0 to go", PATIENCE, || async {
+        let m = machine(&app, "0").await;
+        if m.is_null() {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    assert!(!dir.exists(), "the agent's directory is removed");
+    let left = sshd.processes(" agent --url");
+    assert!(left.is_empty(), "no agent runs: {left:?}");
+    assert!(sshd.processes("supervise").is_empty(), "no supervisor runs");
+    assert!(app.sim().ledger().is_empty());
+}
+
+#[actix_web::test]
+async fn a_unit_whose_base_the_host_does_not_run_is_refused_naming_both() {
+    let sshd = Sshd::start();
+    let app = controller_for(&sshd).await;
+    let (os, version) = host_base();
+    let other = if os == "ubuntu" {
+        "ubuntu@20.04"
+    } else {
+        "ubuntu@22.04"
+    };
+    let deployed = app
+        .deploy(&json!({
+            "charm": "wordpress",
+            "base": other,
+            "to": [format!("ssh:{}", sshd.target())],
+        }))
+        .await;
+    assert_eq!(deployed.status(), StatusCode::CREATED);
+    let m = wait_for_machine(&app, "0", "error").await;
+    let message = m["machine-status"]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        message,
+        format!(
+            "127.0.0.1 does not fit machine 0: the host runs {os}@{version}, but its units need {other}"
+        ),
+        "{m}"
+    );
+    assert!(app.sim().ledger().is_empty(), "no cloud instance for ssh:");
+    assert_eq!(
+        std::fs::read_dir(sshd.agent_dir()).unwrap().count(),
+        0,
+        "nothing installed"
+    );
+}
+
+#[actix_web::test]
+async fn an_unknown_host_key_is_refused_until_it_is_trusted_and_retried() {
+    let sshd = Sshd::start();
+    let mut manual = sshd.manual_config();
+    let known_hosts = sshd.path("operator_known_hosts");
+    std::fs::write(&known_hosts, "").unwrap();
+    manual.known_hosts = Some(known_hosts.clone());
+    let app = controller_with(manual).await;
+    app.add_machines(&json!({"placement": format!("ssh:{}", sshd.target())}))
+        .await;
+    let m = wait_for_machine(&app, "0", "error").await;
+    let message = m["machine-status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("refusing 127.0.0.1: its host key is not in"),
+        "{m}"
+    );
+    assert!(app.sim().ledger().is_empty());
+
+    // The operator checks the key, trusts it, and retries.
+    std::fs::copy(sshd.path("known_hosts"), &known_hosts).unwrap();
+    let retried = berth(&app, &["retry-provisioning", "0"]).await;
+    assert!(retried.status.success(), "{retried:?}");
+    wait_for_machine(&app, "0", "started").await;
+    assert!(app.sim().ledger().is_empty());
+}
+
+#[actix_web::test]
+async fn an_ssh_machine_refuses_a_base_a_count_and_containers_up_front() {
+    let app = controller_with(Default::default()).await;
+    for (body, expected) in [
+        (
+            json!({"placement": "ssh:root@host.invalid", "base": "ubuntu@22.04"}),
+            "ssh:root@host.invalid runs the host's own base: leave out base",
+        ),
+        (
+            json!({"placement": "ssh:root@host.invalid", "count": 2}),
+            "ssh:root@host.invalid enlists one existing host: count must be 1",
+        ),
+        (
+            json!({"placement": "ssh:root@host.invalid:99999"}),
+            "invalid value \"root@host.invalid:99999\" for \"ssh\" scope: expected [user@]host[:port]",
+        ),
+    ] {
+        let response = app.add_machines(&body).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["message"], expected, "{body}");
+    }
+    assert_eq!(app.status_json().await["machines"], json!({}));
+}

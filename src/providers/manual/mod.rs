@@ -1,0 +1,326 @@
+//! The manual provider: existing hosts enlisted over SSH, Juju's `ssh:`
+//! placement (`berth add-machine ssh:ubuntu@10.0.0.3`,
+//! `deploy --to ssh:...`). It works beside whatever cloud the model uses.
+//!
+//! # Enlisting a host
+//!
+//! 1. berth connects with the OpenSSH client ([`ssh`]), with the key in
+//!    `[manual] identity_file` (default: SSH's own keys and agent),
+//!    verifying the host key against `[manual] known_hosts` (default
+//!    `~/.ssh/known_hosts`). An unknown or changed host key is refused.
+//! 2. A read-only probe ([`probe`]) reads the host's architecture, cores,
+//!    memory, root disk, free space, base (`/etc/os-release`), whether berth
+//!    may act as root (root, or `sudo` without a password) and whether
+//!    systemd runs. A host that does not fit its machine's base or
+//!    constraints is refused with every reason named.
+//! 3. berth copies its own binary (or `[manual] agent_binary`) into the
+//!    agent's directory on the host and starts the machine agent with a
+//!    fresh one-time password: a systemd service where systemd runs,
+//!    otherwise a supervising loop that starts the agent again whenever it
+//!    exits ([`scripts`]). The agent keeps its credential in a file only
+//!    root can read, so a restarted agent reconnects with it.
+//!
+//! The machine's instance is `manual:<host>` and its hardware is what the
+//! probe read. Removing the machine stops and removes the agent and its
+//! files; the host itself is never stopped or changed otherwise.
+//!
+//! Every failure is a provisioning error that names its cause (unreachable,
+//! host key refused, login refused, no `sudo`, no space, does not fit);
+//! `retry-provisioning` tries again once it is fixed. Nothing here ever
+//! launches a cloud instance.
+
+pub mod probe;
+pub mod scripts;
+pub mod ssh;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::contracts::provider::{AgentBootstrap, FailureClass, ProviderError};
+use crate::domain::base::Base;
+use crate::domain::constraints::Constraints;
+use crate::domain::instance::{Instance, InstanceState, MANUAL_INSTANCE_PREFIX};
+use crate::domain::names::MachineId;
+use crate::domain::placement::SshTarget;
+
+use probe::{misfits, HostFacts, Init, Privilege};
+use scripts::AgentPaths;
+use ssh::{last_line, SshClient};
+
+/// Where agents go on a host unless `[manual] agent_dir` says otherwise.
+pub const DEFAULT_AGENT_DIR: &str = "/var/lib/berth";
+/// Room the agent needs beyond its binary (settings, credential, log).
+const SPARE_MIB: u64 = 16;
+
+/// `[manual]`: how berth reaches and sets up hosts enlisted with `ssh:`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ManualConfig {
+    /// The private key to log in with; `None`: SSH's own keys and agent.
+    pub identity_file: Option<PathBuf>,
+    /// The host keys berth trusts; `None`: `~/.ssh/known_hosts`.
+    pub known_hosts: Option<PathBuf>,
+    /// The `berth` binary to install on hosts; `None`: this one.
+    pub agent_binary: Option<PathBuf>,
+    /// Where agents are installed on hosts.
+    pub agent_dir: String,
+    /// The `ssh` program.
+    pub ssh_program: PathBuf,
+    pub connect_timeout_s: u64,
+    /// The longest one SSH session may take, copying the binary included.
+    pub session_timeout_s: u64,
+}
+
+impl Default for ManualConfig {
+    fn default() -> Self {
+        ManualConfig {
+            identity_file: None,
+            known_hosts: None,
+            agent_binary: None,
+            agent_dir: DEFAULT_AGENT_DIR.to_string(),
+            ssh_program: PathBuf::from("ssh"),
+            connect_timeout_s: 10,
+            session_timeout_s: 300,
+        }
+    }
+}
+
+/// One host to enlist as one machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnlistRequest {
+    pub machine: MachineId,
+    pub target: SshTarget,
+    /// The machine's constraints, which the host must meet.
+    pub constraints: Constraints,
+    /// The base the machine's units need; `None` when it has none yet (the
+    /// machine then takes the host's).
+    pub base: Option<Base>,
+    pub agent: AgentBootstrap,
+}
+
+/// A host enlisted: its instance, and the base it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enlisted {
+    pub instance: Instance,
+    pub base: Base,
+}
+
+/// The instance id of an enlisted host.
+pub fn instance_id(target: &SshTarget) -> String {
+    format!("{MANUAL_INSTANCE_PREFIX}{}", target.host())
+}
+
+/// Enlists hosts and removes their agents.
+#[derive(Clone, Debug)]
+pub struct ManualHosts {
+    ssh: SshClient,
+    agent_binary: Option<PathBuf>,
+    agent_dir: String,
+    /// The model's uuid, which names the agents' directories and units.
+    model: String,
+}
+
+fn permanent(message: String) -> ProviderError {
+    ProviderError::new(FailureClass::Permanent, message)
+}
+
+impl ManualHosts {
+    pub fn new(config: &ManualConfig, model_uuid: &str) -> ManualHosts {
+        let known_hosts = config.known_hosts.clone().unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/root"))
+                .join(".ssh/known_hosts")
+        });
+        ManualHosts {
+            ssh: SshClient {
+                program: config.ssh_program.clone(),
+                identity_file: config.identity_file.clone(),
+                known_hosts,
+                connect_timeout: Duration::from_secs(config.connect_timeout_s.max(1)),
+                session_timeout: Duration::from_secs(config.session_timeout_s.max(10)),
+            },
+            agent_binary: config.agent_binary.clone(),
+            agent_dir: config.agent_dir.clone(),
+            model: model_uuid.to_string(),
+        }
+    }
+
+    fn paths(&self, machine: MachineId) -> AgentPaths {
+        AgentPaths::new(&self.agent_dir, &self.model, &machine.to_string())
+    }
+
+    async fn binary(&self) -> Result<Vec<u8>, ProviderError> {
+        let path = match &self.agent_binary {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| permanent(format!("cannot find berth's own binary: {e}")))?,
+        };
+        tokio::fs::read(&path).await.map_err(|e| {
+            permanent(format!(
+                "cannot read the agent binary {}: {e}",
+                path.display()
+            ))
+        })
+    }
+
+    /// Runs `script` as root on the host; a failure names `what` was being
+    /// done and the script's last words.
+    async fn run_as_root(
+        &self,
+        target: &SshTarget,
+        what: &str,
+        script: &str,
+        stdin: &[u8],
+    ) -> Result<(), ProviderError> {
+        let output = self
+            .ssh
+            .run(target, &scripts::as_root(script), stdin)
+            .await?;
+        if output.status == 0 {
+            return Ok(());
+        }
+        let said = last_line(&output.stderr);
+        let message = if said.contains("No space left on device") {
+            format!("no space left on {} while {what}: {said}", target.host())
+        } else if said.starts_with("sudo:") {
+            format!("{} cannot use sudo while {what}: {said}", target.host())
+        } else {
+            format!(
+                "{what} on {} failed (exit {}): {said}",
+                target.host(),
+                output.status
+            )
+        };
+        Err(permanent(message))
+    }
+
+    /// Reads the host, checks it fits, installs the agent and starts it.
+    ///
+    /// # Errors
+    ///
+    /// A [`ProviderError`] naming what failed: the connection (see
+    /// [`ssh::connection_error`]), the probe, privileges, space, fit, or
+    /// the install.
+    pub async fn enlist(&self, request: &EnlistRequest) -> Result<Enlisted, ProviderError> {
+        let target = &request.target;
+        let host = target.host();
+        let paths = self.paths(request.machine);
+        let probe = self
+            .ssh
+            .run(target, &probe::probe_script(&self.agent_dir), &[])
+            .await?;
+        if probe.status != 0 {
+            return Err(permanent(format!(
+                "reading {host} failed (exit {}): {}",
+                probe.status,
+                last_line(&probe.stderr)
+            )));
+        }
+        let facts = HostFacts::parse(&probe.stdout)
+            .map_err(|e| permanent(format!("reading {host} failed: {e}")))?;
+        match facts.privilege {
+            Privilege::Root | Privilege::Sudo => {}
+            Privilege::SudoNeedsPassword => {
+                return Err(permanent(format!(
+                    "user {} on {host} needs a password for sudo; berth needs root or passwordless sudo",
+                    facts.user
+                )))
+            }
+            Privilege::NoSudo => {
+                return Err(permanent(format!(
+                    "user {} on {host} is not root and {host} has no sudo; berth needs root or passwordless sudo",
+                    facts.user
+                )))
+            }
+        }
+        let why: Vec<String> = misfits(&facts, &request.constraints, request.base)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if !why.is_empty() {
+            return Err(permanent(format!(
+                "{host} does not fit machine {}: {}",
+                request.machine,
+                why.join("; ")
+            )));
+        }
+        let base = facts.base.clone().map_err(|system| {
+            permanent(format!("{host} runs {system}, which berth cannot manage"))
+        })?;
+        let binary = self.binary().await?;
+        let needed_mib = binary.len() as u64 / (1024 * 1024) + SPARE_MIB;
+        if facts.free_mib < needed_mib {
+            return Err(permanent(format!(
+                "no space on {host}: {} MiB free under {}, the agent needs {needed_mib} MiB",
+                facts.free_mib, self.agent_dir
+            )));
+        }
+        self.run_as_root(
+            target,
+            "installing the agent",
+            &scripts::install(&paths),
+            &binary,
+        )
+        .await?;
+        let settings = format!(
+            "BERTH_CONTROLLER_URL={}\nBERTH_MACHINE={}\nBERTH_AGENT_PASSWORD={}\n",
+            request.agent.controller_url,
+            request.machine,
+            request.agent.one_time_password.expose()
+        );
+        let systemd = facts.init == Init::Systemd;
+        self.run_as_root(
+            target,
+            "starting the agent",
+            &scripts::start(&paths, systemd),
+            settings.as_bytes(),
+        )
+        .await?;
+        log::info!(
+            "machine {}: enlisted {host} ({}, agent {})",
+            request.machine,
+            facts.hardware(),
+            if systemd {
+                "under systemd"
+            } else {
+                "supervised"
+            }
+        );
+        Ok(Enlisted {
+            instance: Instance {
+                id: instance_id(target),
+                machine: Some(request.machine),
+                zone: String::new(),
+                instance_type: String::new(),
+                state: InstanceState::Running,
+                hardware: facts.hardware(),
+            },
+            base,
+        })
+    }
+
+    /// Stops and removes machine `machine`'s agent on `target`, leaving the
+    /// host running.
+    ///
+    /// # Errors
+    ///
+    /// A [`ProviderError`] when the host cannot be reached or the removal
+    /// fails.
+    pub async fn remove(
+        &self,
+        machine: MachineId,
+        target: &SshTarget,
+    ) -> Result<(), ProviderError> {
+        let paths = self.paths(machine);
+        self.run_as_root(target, "removing the agent", &scripts::remove(&paths), &[])
+            .await?;
+        log::info!(
+            "machine {machine}: removed its agent from {}",
+            target.host()
+        );
+        Ok(())
+    }
+}
