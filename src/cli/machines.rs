@@ -16,7 +16,8 @@ use crate::domain::placement::Placement;
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct AddMachineArgs {
     /// lxd (a container on a new machine), lxd:3 (a container on machine
-    /// 3), zone=us-east-1a; a new machine by default.
+    /// 3), zone=us-east-1a, ssh:[user@]host[:port] (an existing host,
+    /// enlisted over SSH); a new machine by default.
     #[arg(value_name = "PLACEMENT")]
     pub placement: Option<String>,
     /// How many machines to add.
