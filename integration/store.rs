@@ -497,14 +497,29 @@ async fn a_retrying_machine_keeps_its_attempts_failed_zones_and_message(store: S
     assert_eq!(retrying.next.lifecycle.attempts_used, 1);
     let record = store.machine(&id).unwrap();
     assert_eq!(record.machine, retrying.next);
+    // Why, when and how many more, in Juju's words.
+    let message = record.machine.lifecycle.last_error.clone().unwrap();
+    let shown = regex_like_retry(&message);
     assert_eq!(
-        record.machine.lifecycle.last_error.as_deref(),
-        Some("RequestLimitExceeded")
+        shown,
+        Some((
+            format!("failed to start machine {id} (RequestLimitExceeded), retrying in"),
+            "(9 more attempts)".to_string()
+        )),
+        "{message}"
     );
     assert!(
         record.retry_at_ms.is_some_and(|at| at >= before),
         "{record:?}"
     );
+}
+
+/// A retry message cut around its delay (which has jitter):
+/// `failed to start machine 0 (cause), retrying in` and `(N more attempts)`.
+fn regex_like_retry(message: &str) -> Option<(String, String)> {
+    let (head, tail) = message.split_once(" retrying in ")?;
+    let (_delay, attempts) = tail.split_once(' ')?;
+    Some((format!("{head} retrying in"), attempts.to_string()))
 }
 
 async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(store: Store) {

@@ -75,6 +75,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::constraints::Constraints;
+use crate::domain::names::MachineId;
 use crate::domain::words::word_enum;
 
 word_enum! {
@@ -854,6 +855,34 @@ fn transient_failure(
     (MachineState::Retrying, Effect::ScheduleRetry { after })
 }
 
+/// What status says of machine `id` waiting to retry, in Juju's words:
+/// `failed to start machine 3 (throttled), retrying in 4s (7 more
+/// attempts)`.
+pub fn retry_message(id: MachineId, cause: &str, after: Duration, attempts_left: u32) -> String {
+    let after = if after < Duration::from_secs(1) {
+        format!("{}ms", after.as_millis())
+    } else if after.subsec_millis() == 0 {
+        format!("{}s", after.as_secs())
+    } else {
+        format!("{:.1}s", after.as_secs_f64())
+    };
+    let attempts = match attempts_left {
+        1 => "1 more attempt".to_string(),
+        n => format!("{n} more attempts"),
+    };
+    format!("failed to start machine {id} ({cause}), retrying in {after} ({attempts})")
+}
+
+/// The cause inside a [`retry_message`] (any other message is its own
+/// cause), so that a message is never wrapped twice.
+pub fn retry_cause(message: &str) -> &str {
+    message
+        .strip_prefix("failed to start machine ")
+        .and_then(|rest| rest.split_once(" ("))
+        .and_then(|(_, rest)| rest.rsplit_once("), retrying in "))
+        .map_or(message, |(cause, _)| cause)
+}
+
 fn provisioning_error(life: &mut Lifecycle, message: String) -> (MachineState, Effect) {
     life.zone = None;
     life.zones_failed.clear();
@@ -907,6 +936,33 @@ fn or_list(states: &[MachineState]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retry_message_says_why_when_and_how_many_more_in_jujus_words() {
+        let id = MachineId::new(3);
+        assert_eq!(
+            retry_message(id, "throttled", Duration::from_secs(4), 7),
+            "failed to start machine 3 (throttled), retrying in 4s (7 more attempts)"
+        );
+        assert_eq!(
+            retry_message(id, "x", Duration::from_millis(500), 1),
+            "failed to start machine 3 (x), retrying in 500ms (1 more attempt)"
+        );
+        assert_eq!(
+            retry_message(id, "x", Duration::from_millis(2500), 2),
+            "failed to start machine 3 (x), retrying in 2.5s (2 more attempts)"
+        );
+    }
+
+    #[test]
+    fn a_retry_messages_cause_is_found_again_even_with_parentheses() {
+        let id = MachineId::new(12);
+        for cause in ["throttled", "no capacity (zone a), try later", ""] {
+            let message = retry_message(id, cause, Duration::from_secs(1), 3);
+            assert_eq!(retry_cause(&message), cause);
+        }
+        assert_eq!(retry_cause("plain failure"), "plain failure");
+    }
     use crate::domain::constraints::{Amount, Setting};
 
     use proptest::prelude::*;

@@ -30,7 +30,8 @@ use crate::contracts::secrets::{hash_secret, new_secret, secret_matches, Secret}
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
 use crate::domain::machine::{
-    transition, Effect, Event, EventKind, IllegalTransition, Jitter, Machine, MachineState, Policy,
+    retry_cause, retry_message, transition, Effect, Event, EventKind, IllegalTransition, Jitter,
+    Machine, MachineState, Policy,
 };
 use crate::domain::names::MachineId;
 use crate::store::db::Conn;
@@ -159,14 +160,18 @@ pub fn illegal(id: MachineId, cause: &IllegalTransition) -> StoreError {
 /// effect. Pure but for the fresh one-time password of a launch.
 fn decide(
     current: &Machine,
-    event: &Event,
-    message: Option<String>,
-    mut update: MachineUpdate,
+    request: MachineEvent,
     policy: &Policy,
     jitter: Jitter,
     now_ms: i64,
 ) -> Result<Decision, IllegalTransition> {
-    let step = transition(current, event, policy, jitter)?;
+    let MachineEvent {
+        id,
+        event,
+        message,
+        mut update,
+    } = request;
+    let step = transition(current, &event, policy, jitter)?;
     let mut next = step.next;
     if let (Some(message), None) = (message, &next.lifecycle.last_error) {
         next.lifecycle.last_error = Some(message);
@@ -181,6 +186,21 @@ fn decide(
         Effect::ScheduleRetry { after } => {
             let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
             update.retry_at_ms = Some(now_ms.saturating_add(after_ms));
+            if next.state == MachineState::Retrying {
+                // Status says why and when, in Juju's words.
+                let cause = next.lifecycle.last_error.as_deref().map(retry_cause);
+                let left = policy
+                    .backoff
+                    .attempts
+                    .get()
+                    .saturating_sub(next.lifecycle.attempts_used);
+                next.lifecycle.last_error = Some(retry_message(
+                    id,
+                    cause.unwrap_or("unknown cause"),
+                    *after,
+                    left,
+                ));
+            }
         }
         Effect::ReplaceConstraints(constraints) => {
             update.constraints = Some(Constraints::clone(constraints));
@@ -240,17 +260,10 @@ fn apply_to(
     request: MachineEvent,
     policy: &Policy,
 ) -> Result<Applied, StoreError> {
-    let decision = decide(
-        current,
-        &request.event,
-        request.message,
-        request.update,
-        policy,
-        jitter(),
-        tx.now_ms,
-    )
-    .map_err(|e| illegal(request.id, &e))?;
-    write(tx, request.id, expected, &decision)?;
+    let id = request.id;
+    let decision =
+        decide(current, request, policy, jitter(), tx.now_ms).map_err(|e| illegal(id, &e))?;
+    write(tx, id, expected, &decision)?;
     Ok(decision.applied)
 }
 
@@ -381,17 +394,10 @@ impl Store {
         current: &Machine,
         request: MachineEvent,
     ) -> Result<Decided, IllegalTransition> {
-        let decision = decide(
-            current,
-            &request.event,
-            request.message,
-            request.update,
-            &self.policy(),
-            jitter(),
-            now_ms(),
-        )?;
+        let id = request.id;
+        let decision = decide(current, request, &self.policy(), jitter(), now_ms())?;
         Ok(Decided {
-            id: request.id,
+            id,
             expected: current.state,
             decision,
         })
