@@ -25,4 +25,5 @@ mod manual;
 mod process;
 mod serve;
 mod store;
+mod store_faults;
 mod support;

@@ -83,6 +83,14 @@ impl Site {
         }
     }
 
+    /// A new site whose store is `database` (a server the test runs).
+    pub fn on(database: DatabaseUrl) -> Site {
+        Site {
+            dir: Arc::new(tempfile::tempdir().expect("temporary directory")),
+            database,
+        }
+    }
+
     /// The data directory.
     pub fn dir(&self) -> &Path {
         self.dir.path()

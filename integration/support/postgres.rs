@@ -193,3 +193,126 @@ fn start() -> Result<Server, String> {
         _lifeline: Mutex::new((child, stdin)),
     })
 }
+
+/// A PostgreSQL server of one test's own, which the test may stop and
+/// start again (the shared server above must never stop). Stopped and
+/// removed when dropped.
+pub struct OwnServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    root: bool,
+}
+
+impl OwnServer {
+    /// Initialises and starts a server on a free loopback port.
+    ///
+    /// # Panics
+    ///
+    /// If no server binaries are installed or the server does not start.
+    pub fn start() -> OwnServer {
+        let bin = bin_dir().unwrap_or_else(|e| panic!("{e}"));
+        let root = running_as_root();
+        let dir = tempfile::Builder::new()
+            .prefix("berth-own-pg-")
+            .tempdir()
+            .expect("temporary directory")
+            .keep();
+        if root {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(status.success(), "chown {} failed", dir.display());
+        }
+        let init = as_server_user(&bin.join("initdb"), root)
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-U", "berth", "-A", "trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .expect("initdb");
+        assert!(
+            init.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let server = OwnServer {
+            bin,
+            dir,
+            port: free_port().expect("a free port"),
+            root,
+        };
+        server.resume();
+        let mut conn = PgConnection::establish(&format!("{}/postgres", server.base_url()))
+            .expect("connect to the new server");
+        diesel::sql_query("CREATE DATABASE berth")
+            .execute(&mut conn)
+            .expect("create database berth");
+        server
+    }
+
+    fn base_url(&self) -> String {
+        format!("postgres://berth@127.0.0.1:{}", self.port)
+    }
+
+    /// The URL of its `berth` database.
+    pub fn url(&self) -> String {
+        format!("{}/berth", self.base_url())
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
+        as_server_user(&self.bin.join("pg_ctl"), self.root)
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pg_ctl")
+    }
+
+    /// Stops the server at once, as a crash or an operator's restart would
+    /// (`-m fast`: sessions are cut off).
+    pub fn stop(&self) {
+        let out = self.pg_ctl(&["stop", "-m", "fast", "-w"]);
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts the server again, on the same port and data.
+    pub fn resume(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=200",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log");
+        let out = self.pg_ctl(&[
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            log.to_str().unwrap(),
+            "-o",
+            &options,
+        ]);
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["stop", "-m", "immediate", "-w"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -16,8 +16,10 @@ use crate::store::error::StoreError;
 /// reports `database is locked`.
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a caller waits for a pooled connection before giving up.
-pub const POOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a caller waits for a pooled connection before giving up: long
+/// enough to ride out a burst of readers, short enough that while the
+/// database is away a request hears 503 promptly instead of hanging.
+pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");

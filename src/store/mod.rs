@@ -117,7 +117,7 @@ impl Store {
             .select(log_head::revision)
             .get_result(&mut write_conn)?;
         let (head_tx, head) = watch::channel(revision);
-        let writer = Writer::spawn(write_conn, head_tx)?;
+        let writer = Writer::spawn(write_conn, manager, head_tx)?;
         let pool = db::pool(url, READ_POOL_SIZE)?;
         Ok(Store {
             url: url.clone(),

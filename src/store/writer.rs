@@ -8,6 +8,13 @@
 //! entries just before the commit, by bumping the `log_head` row inside the
 //! transaction: the row lock orders concurrent committers (several
 //! controllers on one PostgreSQL), so the log never has a gap or a reorder.
+//!
+//! When the database goes away (a PostgreSQL restart, a dropped
+//! connection), the batch fails with [`StoreError::Connect`] (503 at the
+//! API) and the writer drops its connection. Each later batch first opens
+//! a new one; while that fails, the batch fails the same way at once, so
+//! callers hear "unavailable" rather than wait, and the first batch after
+//! the database is back commits normally.
 
 use std::thread;
 
@@ -15,7 +22,7 @@ use diesel::prelude::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
-use crate::store::db::Conn;
+use crate::store::db::{Conn, Manager};
 use crate::store::error::StoreError;
 use crate::store::schema::{changes, log_head};
 
@@ -119,13 +126,18 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread on its own connection. `head` is told the
-    /// change log's revision after every commit.
-    pub fn spawn(conn: Conn, head: watch::Sender<i64>) -> Result<Writer, StoreError> {
+    /// Starts the writer thread on its own connection, which `manager`
+    /// replaces if it is lost. `head` is told the change log's revision
+    /// after every commit.
+    pub fn spawn(
+        conn: Conn,
+        manager: Manager,
+        head: watch::Sender<i64>,
+    ) -> Result<Writer, StoreError> {
         let (queue, jobs) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         thread::Builder::new()
             .name("berth-store-writer".into())
-            .spawn(move || write_loop(conn, jobs, head))
+            .spawn(move || write_loop(conn, manager, jobs, head))
             .map_err(|e| StoreError::Connect(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer { queue })
     }
@@ -177,8 +189,14 @@ impl Writer {
     }
 }
 
-fn write_loop(mut conn: Conn, mut jobs: mpsc::Receiver<Box<dyn Job>>, head: watch::Sender<i64>) {
+fn write_loop(
+    conn: Conn,
+    manager: Manager,
+    mut jobs: mpsc::Receiver<Box<dyn Job>>,
+    head: watch::Sender<i64>,
+) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    let mut conn = Some(conn);
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -187,7 +205,27 @@ fn write_loop(mut conn: Conn, mut jobs: mpsc::Receiver<Box<dyn Job>>, head: watc
                 Err(_) => break,
             }
         }
-        let committed = commit_batch(&mut conn, &mut batch);
+        if conn.is_none() {
+            match manager.connect() {
+                Ok(fresh) => {
+                    log::info!("store writer: connected to the database again");
+                    conn = Some(fresh);
+                }
+                Err(e) => log::warn!("store writer: cannot reconnect to the database: {e}"),
+            }
+        }
+        let committed = match conn.as_mut() {
+            Some(c) => commit_batch(c, &mut batch),
+            None => Err(StoreError::Connect(
+                "the database is unavailable; try again shortly".into(),
+            )),
+        };
+        if let Err(e) = &committed {
+            let lost = e.is_unavailable() || conn.as_mut().is_some_and(connection_is_broken);
+            if lost && conn.take().is_some() {
+                log::warn!("store writer: lost the database connection ({e}); will reconnect");
+            }
+        }
         if let Ok(Some(revision)) = &committed {
             head.send_replace(*revision);
         }
@@ -196,6 +234,12 @@ fn write_loop(mut conn: Conn, mut jobs: mpsc::Receiver<Box<dyn Job>>, head: watc
             job.finish(outcome.clone());
         }
     }
+}
+
+/// Whether `conn` can no longer be used (the server closed it).
+fn connection_is_broken(conn: &mut Conn) -> bool {
+    use diesel::r2d2::R2D2Connection;
+    conn.is_broken() || conn.ping().is_err()
 }
 
 /// Runs every job of the batch in one transaction and appends their
