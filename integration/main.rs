@@ -26,4 +26,6 @@ mod process;
 mod serve;
 mod store;
 mod store_faults;
+#[cfg(feature = "test-hooks")]
+mod supervision;
 mod support;

@@ -79,4 +79,4 @@ if ! have_moto; then
   .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==${MOTO_VERSION}"
 fi
 
-cargo test "$@"
+cargo test --features test-hooks "$@"

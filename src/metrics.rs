@@ -30,6 +30,7 @@ pub mod names {
     pub const MACHINES: &str = "berth_machines";
     pub const API_OVERLOADED: &str = "berth_api_overloaded_total";
     pub const RECONCILIATIONS: &str = "berth_reconciliations_total";
+    pub const ACTOR_RESTARTS: &str = "berth_actor_restarts_total";
 }
 
 /// One histogram: a count per bucket (not cumulative; rendering adds them
@@ -124,6 +125,8 @@ pub struct Metrics {
     /// Times the provisioner finished reconciling the store with the
     /// provider at start (1 after the first start is complete).
     reconciliations: AtomicU64,
+    /// Actors restarted after a panic, by kind.
+    actor_restarts: Family<AtomicU64>,
 }
 
 impl Metrics {
@@ -163,6 +166,18 @@ impl Metrics {
     /// that needs an actor has one, and strays were dealt with.
     pub fn reconciled(&self) {
         self.reconciliations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An actor of `kind` panicked and was restarted.
+    pub fn actor_restarted(&self, kind: &'static str) {
+        self.actor_restarts
+            .get(kind)
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times actors of `kind` were restarted after a panic.
+    pub fn actor_restarts(&self, kind: &'static str) -> u64 {
+        self.actor_restarts.get(kind).load(Ordering::Relaxed)
     }
 
     /// The API refused a request because it was overloaded.
@@ -278,6 +293,21 @@ impl Metrics {
             names::RECONCILIATIONS,
             self.reconciliations.load(Ordering::Relaxed)
         );
+
+        header(
+            &mut out,
+            names::ACTOR_RESTARTS,
+            "counter",
+            "Engine actors restarted after a panic, by kind.",
+        );
+        for (kind, n) in self.actor_restarts.snapshot() {
+            let _ = writeln!(
+                out,
+                "{}{{actor=\"{kind}\"}} {}",
+                names::ACTOR_RESTARTS,
+                n.load(Ordering::Relaxed)
+            );
+        }
         out
     }
 }

@@ -31,6 +31,7 @@ use crate::domain::words::word_enum;
 use crate::engine::protocol::{
     InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
 };
+use crate::engine::supervision::{hooks, kinds};
 
 /// Throttled calls are tried this many more times before the error is
 /// passed on.
@@ -403,10 +404,20 @@ impl Actor for ProviderBroker {
     type Context = Context<Self>;
 }
 
+impl Supervised for ProviderBroker {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // Launches not yet sent are abandoned: their machines hear a
+        // transient failure and try again. Calls in flight run on.
+        self.pending.clear();
+        self.flush_scheduled = false;
+    }
+}
+
 impl Handler<Launch> for ProviderBroker {
     type Result = ();
 
     fn handle(&mut self, msg: Launch, ctx: &mut Context<Self>) {
+        hooks::checkpoint(kinds::PROVIDER_BROKER);
         let (reply, answer) = oneshot::channel();
         self.pending.push((msg.request, reply));
         if self.pending.len() >= self.max_batch {

@@ -43,6 +43,7 @@ use crate::engine::protocol::{
     Unenlist,
 };
 use crate::engine::shared::Shared;
+use crate::engine::supervision::{hooks, kinds};
 use crate::providers::manual::{EnlistRequest, Enlisted};
 use crate::store::lifecycle::{Applied, MachineEvent, MachineUpdate};
 use crate::store::machines::EngineMachine;
@@ -106,6 +107,9 @@ pub struct MachineActor {
     /// busy (its agent may have checked in meanwhile): if the machine turns
     /// out started, it is shown down before the actor stops.
     lost: Option<InstanceState>,
+    /// It panicked and was restarted: it reads its machine afresh and
+    /// carries on from what is stored.
+    restarted: bool,
 }
 
 impl MachineActor {
@@ -130,6 +134,7 @@ impl MachineActor {
             launching: None,
             adopt: None,
             serial: 0,
+            restarted: false,
         }
     }
 
@@ -461,11 +466,35 @@ impl MachineActor {
             root_disk: request.requirements.root_disk_mib,
         });
         let me = ctx.address();
-        self.shared.broker.do_send(Launch {
+        let taken = self.shared.broker.send(Launch {
             request,
             started: me.clone().recipient(),
             failed: me.recipient(),
         });
+        self.unless_taken(taken, ctx);
+    }
+
+    /// A launch (or enlistment) the broker never took, because it panicked
+    /// on it or is gone, fails transiently instead of leaving the machine
+    /// waiting for an answer that cannot come.
+    fn unless_taken(
+        &mut self,
+        taken: impl std::future::Future<Output = Result<(), MailboxError>> + 'static,
+        ctx: &mut Context<Self>,
+    ) {
+        ctx.spawn(taken.into_actor(self).map(|taken, actor, ctx| {
+            if let Err(e) = taken {
+                if actor.launching.take().is_some() {
+                    actor.launch_failed(
+                        ProviderError::new(
+                            FailureClass::Transient,
+                            format!("the broker did not take the launch ({e})"),
+                        ),
+                        ctx,
+                    );
+                }
+            }
+        }));
     }
 
     /// Enlists the existing host this machine is, instead of launching an
@@ -486,11 +515,12 @@ impl MachineActor {
         };
         self.launching = Some(Launching { root_disk: None });
         let me = ctx.address();
-        self.shared.manual.do_send(Enlist {
+        let taken = self.shared.manual.send(Enlist {
             request,
             enlisted: me.clone().recipient(),
             failed: me.recipient(),
         });
+        self.unless_taken(taken, ctx);
     }
 
     /// A launch answered: the root disk it asked for, if any.
@@ -647,6 +677,22 @@ impl Actor for MachineActor {
     /// asks again for whatever was in flight. A pending machine waits for
     /// [`StartInstance`].
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::take(&mut self.restarted) {
+            self.read_again(
+                |actor, fresh, ctx| {
+                    actor.adopt(fresh, ctx);
+                    // A pending machine was already told to start (the
+                    // message may be what it panicked on).
+                    let event = match actor.machine.state {
+                        MachineState::Pending => Event::StartInstance,
+                        _ => Event::Resume,
+                    };
+                    actor.step(event, MachineUpdate::default(), None, ctx);
+                },
+                ctx,
+            );
+            return;
+        }
         if let Some(instance) = self.adopt.take() {
             log::info!(
                 "machine {}: adopting instance {} found at the provider",
@@ -679,10 +725,21 @@ impl Actor for MachineActor {
     }
 }
 
+/// After a panic the actor keeps its mailbox and reads its machine again.
+impl Supervised for MachineActor {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // The context dropped the timer and any store write in flight; an
+        // answer to a launch in flight still arrives, as a message.
+        self.timer = None;
+        self.restarted = true;
+    }
+}
+
 impl Handler<StartInstance> for MachineActor {
     type Result = ();
 
     fn handle(&mut self, _msg: StartInstance, ctx: &mut Context<Self>) {
+        hooks::checkpoint(kinds::MACHINE);
         if self.machine.state == MachineState::Pending && self.launching.is_none() {
             self.step(Event::StartInstance, MachineUpdate::default(), None, ctx);
         }

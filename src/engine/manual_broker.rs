@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::contracts::provider::{FailureClass, ProviderError};
 use crate::engine::protocol::{Enlist, HostEnlisted, InstanceFailed, Unenlist};
+use crate::engine::supervision::{hooks, kinds};
 use crate::providers::manual::ManualHosts;
 
 /// The most SSH sessions at once: enlisting copies a binary of tens of
@@ -34,6 +35,10 @@ impl Actor for ManualBroker {
     type Context = Context<Self>;
 }
 
+/// Its state is the hosts' settings and the session limit, which a
+/// restart keeps; enlistments in flight run on.
+impl Supervised for ManualBroker {}
+
 fn closed() -> ProviderError {
     ProviderError::new(FailureClass::Transient, "the engine is stopping")
 }
@@ -42,6 +47,7 @@ impl Handler<Enlist> for ManualBroker {
     type Result = ();
 
     fn handle(&mut self, msg: Enlist, _ctx: &mut Context<Self>) {
+        hooks::checkpoint(kinds::MANUAL_BROKER);
         let (hosts, sessions) = (self.hosts.clone(), self.sessions.clone());
         actix::spawn(async move {
             let result = match sessions.acquire().await {

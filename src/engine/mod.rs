@@ -16,6 +16,8 @@
 //! - [`shared`]: what every actor holds (the store, the provider, the
 //!   other actors' addresses).
 //! - [`config`]: the `[provisioner]` settings.
+//! - [`supervision`]: every actor restarted after a panic, on the same
+//!   address, its state rebuilt.
 //!
 //! The actors decide nothing themselves: the lifecycle's transitions are
 //! the domain's ([`crate::domain::machine`]), applied and written by the
@@ -34,6 +36,7 @@ pub mod manual_broker;
 pub mod protocol;
 pub mod provisioner;
 pub mod shared;
+pub mod supervision;
 pub mod zone_tracker;
 
 use std::sync::Arc;
@@ -48,9 +51,10 @@ use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
 use crate::engine::config::ProvisionerConfig;
 use crate::engine::manual_broker::ManualBroker;
-use crate::engine::protocol::{GetLiveActors, ProviderReport, ReconcileNow};
+use crate::engine::protocol::{GetLiveActors, ProviderReport, ReconcileNow, WatchRestarts};
 use crate::engine::provisioner::Provisioner;
 use crate::engine::shared::Shared;
+use crate::engine::supervision::{kinds, Restart};
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
 use crate::providers::manual::{ManualConfig, ManualHosts};
@@ -87,16 +91,30 @@ impl Engine {
         let observer: broker::CallObserver = Arc::new(move |kind, took, ok| {
             observed.observe_provider_call(kind.as_str(), took.as_secs_f64(), ok)
         });
-        let broker = ProviderBroker::new(
-            provider.clone(),
-            limits,
-            config.workers,
-            config.call_timeout(),
-            Some(observer),
-        )
-        .start();
-        let zones = Supervisor::start(|_| ZoneTracker::default());
-        let manual = ManualBroker::new(ManualHosts::new(manual, &model.uuid)).start();
+        let broker = supervision::start(
+            kinds::PROVIDER_BROKER,
+            Restart::OnPanic,
+            metrics.clone(),
+            ProviderBroker::new(
+                provider.clone(),
+                limits,
+                config.workers,
+                config.call_timeout(),
+                Some(observer),
+            ),
+        );
+        let zones = supervision::start(
+            kinds::ZONE_TRACKER,
+            Restart::OnPanicOrStop,
+            metrics.clone(),
+            ZoneTracker::default(),
+        );
+        let manual = supervision::start(
+            kinds::MANUAL_BROKER,
+            Restart::OnPanic,
+            metrics.clone(),
+            ManualBroker::new(ManualHosts::new(manual, &model.uuid)),
+        );
         let shared = Arc::new(Shared {
             store,
             provider: provider.clone(),
@@ -113,8 +131,17 @@ impl Engine {
             max_machine_actors: config.max_machine_actors.max(1),
             metrics,
         });
-        let for_provisioner = shared.clone();
-        let provisioner = Supervisor::start(move |_| Provisioner::new(for_provisioner));
+        let provisioner = supervision::start(
+            kinds::PROVISIONER,
+            Restart::OnPanicOrStop,
+            shared.metrics.clone(),
+            Provisioner::new(shared.clone()),
+        );
+        // A restarted zone tracker has forgotten the zones and who is in
+        // them: the provisioner starts again from the store to refill it.
+        shared
+            .zones
+            .do_send(WatchRestarts(provisioner.clone().recipient()));
         let engine = Engine {
             provisioner,
             shared,

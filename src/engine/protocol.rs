@@ -26,6 +26,8 @@
 //! | [`ProviderReport`] | the engine's link (webhooks, the simulated cloud) | Provisioner | an instance's new state, passed to its machine's actor |
 //! | [`ReconcileNow`] | operator, tests | Provisioner | a reconciliation with the provider now |
 //! | [`GetLiveActors`] | metrics, tests | Provisioner | how many machine actors are alive |
+//! | [`WatchRestarts`] | the engine, at start | ZoneTracker | whom to tell when it restarts |
+//! | [`ZoneTrackerRestarted`] | ZoneTracker (after a panic) | Provisioner | the provisioner starts again from the store, refilling the tracker |
 //!
 //! Inside one actor, and so not here: the MachineActor's lifecycle timers;
 //! the Provisioner's change-log batches and `SpawnContainer` (from a
@@ -147,6 +149,17 @@ pub struct Unenlist {
     pub machine: MachineId,
     pub target: SshTarget,
 }
+
+/// Engine → ZoneTracker: tell this recipient whenever the tracker is
+/// restarted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WatchRestarts(pub Recipient<ZoneTrackerRestarted>);
+
+/// ZoneTracker → Provisioner: the tracker restarted empty.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ZoneTrackerRestarted;
 
 /// Terminate instances.
 #[derive(Message)]

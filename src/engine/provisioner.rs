@@ -28,8 +28,10 @@ use crate::engine::machine::{lost_instance_message, Host, MachineActor};
 use crate::engine::protocol::{
     ActorStopped, GetLiveActors, Gone, InstanceChanged, ListInstances, ListZones, Place,
     ProviderReport, Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance, Terminate,
+    ZoneTrackerRestarted,
 };
 use crate::engine::shared::Shared;
+use crate::engine::supervision::{self, hooks, kinds, Restart};
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
@@ -134,10 +136,15 @@ impl Provisioner {
         if let Some(host) = id.parent() {
             let shared = self.shared.clone();
             let provisioner = ctx.address();
-            let pen = self
-                .containers
-                .entry(host)
-                .or_insert_with(|| ContainerProvisioner::new(host, shared, provisioner).start());
+            let pen = self.containers.entry(host).or_insert_with(|| {
+                let metrics = shared.metrics.clone();
+                supervision::start(
+                    kinds::CONTAINER_PROVISIONER,
+                    Restart::OnPanic,
+                    metrics,
+                    ContainerProvisioner::new(host, shared, provisioner),
+                )
+            });
             pen.do_send(AddContainer(machine));
             return;
         }
@@ -174,7 +181,12 @@ impl Provisioner {
         self.next_serial += 1;
         let serial = self.next_serial;
         let pending = actor.is_pending();
-        let address = actor.numbered(serial).start();
+        let address = supervision::start(
+            kinds::MACHINE,
+            Restart::OnPanic,
+            self.shared.metrics.clone(),
+            actor.numbered(serial),
+        );
         if retried {
             address.do_send(Retry);
         } else if pending {
@@ -674,6 +686,17 @@ impl Supervised for Provisioner {
     }
 }
 
+impl Handler<ZoneTrackerRestarted> for Provisioner {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ZoneTrackerRestarted, ctx: &mut Context<Self>) {
+        log::warn!("provisioner: the zone tracker restarted; starting again from the store");
+        // Stopping restarts the provisioner (its supervisor's rule), which
+        // reads the store again and refills the tracker.
+        ctx.stop();
+    }
+}
+
 impl Handler<ActorStopped> for Provisioner {
     type Result = ();
 
@@ -687,6 +710,7 @@ impl Handler<StoreChanged> for Provisioner {
     type Result = ();
 
     fn handle(&mut self, msg: StoreChanged, ctx: &mut Context<Self>) {
+        hooks::checkpoint(kinds::PROVISIONER);
         if let Some(zones) = msg.zones {
             // First: the tracker handles its messages in order, so every
             // zone choice below sees these zones.
@@ -852,6 +876,9 @@ pub struct ContainerProvisioner {
     provisioner: Addr<Provisioner>,
     waiting: Vec<EngineMachine>,
     ready: Option<Host>,
+    /// It panicked and was restarted: the containers waiting are read
+    /// again from the store.
+    restarted: bool,
 }
 
 impl ContainerProvisioner {
@@ -866,6 +893,7 @@ impl ContainerProvisioner {
             provisioner,
             waiting: Vec::new(),
             ready: None,
+            restarted: false,
         }
     }
 
@@ -882,6 +910,16 @@ impl ContainerProvisioner {
     }
 }
 
+impl Supervised for ContainerProvisioner {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // The containers waiting and whether the host is up are read again
+        // from the store when the actor starts (the message it panicked on
+        // may have been a container's).
+        self.ready = None;
+        self.restarted = true;
+    }
+}
+
 impl Actor for ContainerProvisioner {
     type Context = Context<Self>;
 
@@ -891,6 +929,39 @@ impl Actor for ContainerProvisioner {
                 "machine {}: provider {} cannot start containers",
                 self.host,
                 self.shared.provider.name()
+            );
+        }
+        if std::mem::take(&mut self.restarted) {
+            let store = self.shared.store.clone();
+            let host = self.host;
+            ctx.spawn(
+                async move {
+                    store
+                        .blocking(move |s| {
+                            let ids = s.container_ids(&host)?;
+                            s.engine_machines(Some(&ids))
+                        })
+                        .await
+                }
+                .into_actor(self)
+                .map(|found, act, _| match found {
+                    Ok(containers) => {
+                        for container in containers {
+                            let known = act
+                                .waiting
+                                .iter()
+                                .any(|m| m.record.id == container.record.id);
+                            if needs_actor(container.record.state()) && !known {
+                                act.waiting.push(container);
+                            }
+                        }
+                        act.release();
+                    }
+                    Err(e) => log::error!(
+                        "machine {}: cannot read its containers after a restart: {e}",
+                        act.host
+                    ),
+                }),
             );
         }
         // The host may already be up (containers added to a running machine).
@@ -934,6 +1005,7 @@ impl Handler<AddContainer> for ContainerProvisioner {
     type Result = ();
 
     fn handle(&mut self, msg: AddContainer, _ctx: &mut Context<Self>) {
+        hooks::checkpoint(kinds::CONTAINER_PROVISIONER);
         if !self.waiting.iter().any(|m| m.record.id == msg.0.record.id) {
             self.waiting.push(msg.0);
         }

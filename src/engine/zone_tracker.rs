@@ -10,7 +10,10 @@ use actix::prelude::*;
 
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
-use crate::engine::protocol::{ChooseZone, Place, Release, SetZones};
+use crate::engine::protocol::{
+    ChooseZone, Place, Release, SetZones, WatchRestarts, ZoneTrackerRestarted,
+};
+use crate::engine::supervision::{hooks, kinds};
 
 /// The zone tracker's state. Rebuilt from the store by the provisioner
 /// (which sends [`SetZones`] and [`Place`]) whenever it starts.
@@ -26,6 +29,8 @@ pub struct ZoneTracker {
     /// one occupant, however many there are).
     zone_names: HashSet<Arc<str>>,
     occupants: HashSet<Arc<Occupant>>,
+    /// Told when the tracker restarts, to refill it.
+    restarts: Option<Recipient<ZoneTrackerRestarted>>,
 }
 
 impl Actor for ZoneTracker {
@@ -34,8 +39,22 @@ impl Actor for ZoneTracker {
 
 impl Supervised for ZoneTracker {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
-        // The provisioner re-sends the zones and placements after any restart.
+        // The provisioner re-sends the zones and placements after any
+        // restart, its own or (told here) the tracker's.
+        let restarts = self.restarts.take();
         *self = ZoneTracker::default();
+        if let Some(provisioner) = &restarts {
+            provisioner.do_send(ZoneTrackerRestarted);
+        }
+        self.restarts = restarts;
+    }
+}
+
+impl Handler<WatchRestarts> for ZoneTracker {
+    type Result = ();
+
+    fn handle(&mut self, msg: WatchRestarts, _ctx: &mut Context<Self>) {
+        self.restarts = Some(msg.0);
     }
 }
 
@@ -104,6 +123,7 @@ impl Handler<ChooseZone> for ZoneTracker {
     type Result = Result<String, String>;
 
     fn handle(&mut self, msg: ChooseZone, _ctx: &mut Context<Self>) -> Self::Result {
+        hooks::checkpoint(kinds::ZONE_TRACKER);
         // The machine's own earlier reservation must not count against it.
         self.release(&msg.machine);
         let group = msg.occupant.group();

@@ -613,6 +613,22 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    /// The containers of machine `host`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be read.
+    pub fn container_ids(&self, host: &MachineId) -> Result<Vec<MachineId>, StoreError> {
+        let host = host.to_string();
+        self.read(|conn| {
+            let ids: Vec<String> = machines::table
+                .filter(machines::parent_id.eq(&host))
+                .select(machines::id)
+                .load(conn)?;
+            ids.iter().map(|id| stored("machine id", id)).collect()
+        })
+    }
+
     pub fn engine_machines_by_instance(
         &self,
         instance_id: &str,

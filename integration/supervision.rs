@@ -1,0 +1,119 @@
+//! Supervision shown, not claimed: a panic injected into each kind of
+//! engine actor during a deploy (through the `test-hooks` feature, which
+//! the test command turns on). Every actor is restarted on its address,
+//! the restarts are counted in `/metrics`, and the deploy still completes
+//! with nothing lost or duplicated: every machine started, each on its own
+//! instance, and the cloud runs exactly those.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use berth::engine::config::ProvisionerConfig;
+use berth::engine::supervision::{hooks, kinds};
+use berth::providers::sim::SimConfig;
+
+use crate::support::app::{spawn_app_with, Backend, Options};
+use crate::support::{eventually, PATIENCE};
+
+const KINDS: [&str; 5] = [
+    kinds::PROVISIONER,
+    kinds::ZONE_TRACKER,
+    kinds::PROVIDER_BROKER,
+    kinds::CONTAINER_PROVISIONER,
+    kinds::MACHINE,
+];
+
+async fn every_kind_of_actor_panics_once_and_the_deploy_still_completes(backend: Backend) {
+    // Armed for this thread, which runs this test's actors (and no one
+    // else's).
+    for kind in KINDS {
+        hooks::arm(kind, 1);
+    }
+    let app = spawn_app_with(Options::engine(
+        backend,
+        SimConfig::default(),
+        ProvisionerConfig {
+            backoff_initial_ms: 5,
+            backoff_max_ms: 40,
+            call_timeout_s: 2,
+            reconcile_interval_s: 0,
+            ..ProvisionerConfig::default()
+        },
+    ))
+    .await;
+    let deployed = app
+        .deploy(&json!({"charm": "wordpress", "num_units": 8}))
+        .await;
+    assert!(deployed.status().is_success());
+    for _ in 0..2 {
+        let added = app.add_machines(&json!({"placement": "lxd:0"})).await;
+        assert!(added.status().is_success());
+    }
+    let machines = eventually("all 10 machines started", PATIENCE, || async {
+        let status = app.status_json().await;
+        let mut machines = Vec::new();
+        for (id, machine) in status["machines"].as_object().cloned().unwrap_or_default() {
+            machines.push((id, machine.clone()));
+            for (cid, container) in machine["containers"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+            {
+                machines.push((cid, container));
+            }
+        }
+        let started = machines
+            .iter()
+            .filter(|(_, m)| m["juju-status"]["current"] == "started")
+            .count();
+        if machines.len() == 10 && started == 10 {
+            Ok(machines)
+        } else {
+            let waiting: Vec<String> = machines
+                .iter()
+                .filter(|(_, m)| m["juju-status"]["current"] != "started")
+                .map(|(id, m)| format!("{id}: {} {}", m["juju-status"], m["machine-status"]))
+                .collect();
+            Err(format!(
+                "{started} of {} started; {waiting:?}",
+                machines.len()
+            ))
+        }
+    })
+    .await;
+    for kind in KINDS {
+        assert_eq!(hooks::pending(kind), 0, "the {kind} actor's panic fired");
+    }
+    // Each machine on its own instance, and the cloud runs exactly those.
+    let instances: BTreeSet<String> = machines
+        .iter()
+        .map(|(_, m)| m["instance-id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(instances.len(), 10, "{machines:?}");
+    let running: BTreeSet<String> = app
+        .sim()
+        .ledger()
+        .into_iter()
+        .filter(|entry| !entry.state.is_gone())
+        .map(|entry| entry.id)
+        .collect();
+    assert_eq!(running, instances);
+    // Each restart is counted.
+    let metrics = app.metrics().await.text().await.unwrap();
+    for kind in KINDS {
+        let line = format!("berth_actor_restarts_total{{actor=\"{kind}\"}} ");
+        let count: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no restarts counted for {kind}:\n{metrics}"));
+        assert!(count >= 1, "{kind}: {count}");
+    }
+    let _: Value = app.status_json().await;
+}
+
+crate::on_each_backend!(
+    actix: [every_kind_of_actor_panics_once_and_the_deploy_still_completes],
+    plain: [],
+);
