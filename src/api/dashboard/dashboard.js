@@ -143,6 +143,7 @@
     $("dashboard").hidden = view !== "dashboard";
     $("sign-out").hidden = view !== "dashboard";
     $("model").hidden = view !== "dashboard";
+    $("live").hidden = view !== "dashboard";
   }
 
   function showSignIn(error) {
@@ -585,6 +586,7 @@
     const title = el("h3", "", zone === NO_ZONE ? "Not in a zone yet" : zone);
     const count = el("span", "count", "0");
     const badge = el("span", "zone-badge");
+    badge.hidden = true;
     const toggle = el("button", "secondary");
     toggle.type = "button";
     toggle.hidden = true;
@@ -644,9 +646,11 @@
   function renderColumns(perZone) {
     for (const zone of perZone.keys()) column(zone);
     for (const [zone, col] of columns) {
-      col.machines = perZone.get(zone) || 0;
-      col.count.textContent = String(col.machines);
-      col.count.setAttribute("aria-label", `${col.machines} machines`);
+      const machines = perZone.get(zone) || 0;
+      if (machines === col.machines && col.count.textContent === String(machines)) continue;
+      col.machines = machines;
+      col.count.textContent = String(machines);
+      col.count.setAttribute("aria-label", `${machines} machines`);
     }
     updateEmptyColumns();
   }
