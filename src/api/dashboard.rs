@@ -116,7 +116,10 @@ mod tests {
         let app = init_service(app()).await;
         let response = call_service(&app, TestRequest::get().uri("/").to_request()).await;
         assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(header_of(&response, "content-type"), "text/html; charset=utf-8");
+        assert_eq!(
+            header_of(&response, "content-type"),
+            "text/html; charset=utf-8"
+        );
         let policy = header_of(&response, "content-security-policy");
         assert!(policy.starts_with("default-src 'none';"), "{policy}");
         assert!(policy.contains("script-src 'self';"), "{policy}");
@@ -134,8 +137,7 @@ mod tests {
             (SCRIPT_PATH, "text/javascript; charset=utf-8", SCRIPT_JS),
             (STYLE_PATH, "text/css; charset=utf-8", STYLE_CSS),
         ] {
-            let response =
-                call_service(&app, TestRequest::get().uri(path).to_request()).await;
+            let response = call_service(&app, TestRequest::get().uri(path).to_request()).await;
             assert_eq!(response.status(), StatusCode::OK, "{path}");
             assert_eq!(header_of(&response, "content-type"), content_type);
             assert_eq!(
@@ -162,16 +164,19 @@ mod tests {
     #[actix_web::test]
     async fn other_paths_still_get_the_json_404_and_405() {
         let app = init_service(app()).await;
-        for path in ["/index.html", "/dashboard/", "/dashboard/other.js", "/favicon.ico"] {
-            let response =
-                call_service(&app, TestRequest::get().uri(path).to_request()).await;
+        for path in [
+            "/index.html",
+            "/dashboard/",
+            "/dashboard/other.js",
+            "/favicon.ico",
+        ] {
+            let response = call_service(&app, TestRequest::get().uri(path).to_request()).await;
             assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
             let body: errors::ErrorBody = read_body_json(response).await;
             assert_eq!(body.error.code, "not-found");
             assert_eq!(body.error.message, format!("no route for GET {path}"));
         }
-        let response =
-            call_service(&app, TestRequest::post().uri("/").to_request()).await;
+        let response = call_service(&app, TestRequest::post().uri("/").to_request()).await;
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
         let body: errors::ErrorBody = read_body_json(response).await;
         assert_eq!(body.error.code, "method-not-allowed");

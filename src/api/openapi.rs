@@ -6,8 +6,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    agents, applications, dashboard, errors, input, machines, model, observe, relations,
-    webhooks, zones,
+    agents, applications, dashboard, errors, input, machines, model, observe, relations, webhooks,
+    zones,
 };
 use crate::status::view;
 

@@ -27,10 +27,16 @@
   /** The shortest wait before fetching the status again after a change,
    * so a burst of changes makes one fetch. */
   const REFRESH_MIN_MS = 100;
-  /** The longest: the page is never more than about this behind. */
-  const REFRESH_MAX_MS = 500;
+  /** The longest: with one fetch at a time, the page is never more than
+   * about this plus two fetches behind. */
+  const REFRESH_MAX_MS = 250;
   /** How long tile work may take in one frame before yielding. */
   const FRAME_BUDGET_MS = 12;
+  /** The same while thousands of tiles wait: each frame also lays out the
+   * whole grid, whatever changed in it, so fewer and fuller frames finish
+   * sooner (at 10,000 machines, about 2 seconds instead of 4). */
+  const BULK_FRAME_BUDGET_MS = 50;
+  const BULK_TILES = 2000;
   /** Waits between reconnections of the event stream. */
   const RECONNECT_FIRST_MS = 500;
   const RECONNECT_MAX_MS = 10000;
@@ -110,11 +116,22 @@
     return response.status === 204 ? null : response.json();
   }
 
-  /** Says something in the live region (read out by screen readers). */
+  /** How long a message that is not an error stays up. */
+  const ANNOUNCE_MS = 8000;
+  let announceTimer = null;
+
+  /** Says something in the live region (read out by screen readers).
+   * Errors stay until the next message; the rest go after a while. */
   function announce(text, kind) {
     const region = $("announce");
     region.dataset.kind = kind || "info";
     region.textContent = text;
+    clearTimeout(announceTimer);
+    if (kind !== "error") {
+      announceTimer = setTimeout(() => {
+        region.textContent = "";
+      }, ANNOUNCE_MS);
+    }
   }
 
   function setLive(on) {
@@ -252,11 +269,10 @@
     for (;;) {
       const { value, done } = await reader.read();
       if (done || generation !== session.generation) return since;
-      buffer += value.replace(/\r\n?/g, "\n");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
+      // Every complete frame in what has arrived; the rest waits for more.
+      const frames = (buffer + value.replace(/\r\n?/g, "\n")).split("\n\n");
+      buffer = frames.pop();
+      for (const frame of frames) {
         const data = frame
           .split("\n")
           .filter((line) => line.startsWith("data:"))
@@ -308,7 +324,10 @@
     try {
       const status = await api("GET", "/v1/status");
       if (generation !== session.generation) return;
+      performance.measure("berth:status-fetched", { start: started });
+      const applying = performance.now();
       apply(status);
+      performance.measure("berth:status-applied", { start: applying });
       if (refresh.zones) {
         refresh.zones = false;
         await refreshZones();
@@ -487,13 +506,15 @@
   function drainQueue() {
     frameRequested = false;
     const started = performance.now();
+    const budget = queued.size > BULK_TILES ? BULK_FRAME_BUDGET_MS : FRAME_BUDGET_MS;
     for (const [id, next] of queued) {
       queued.delete(id);
       if (next === null) removeTile(id);
       else placeTile(id, next);
-      if (performance.now() - started > FRAME_BUDGET_MS) break;
+      if (performance.now() - started > budget) break;
     }
     updateEmptyColumns();
+    performance.measure("berth:tiles-drawn", { start: started });
     if (queued.size > 0) scheduleFrame();
     else document.body.dataset.tiles = "settled";
   }
@@ -792,6 +813,8 @@
    * once per application and again after it changes. */
   const constraints = { known: new Map(), stale: new Set(), fetching: new Set() };
   let applicationsSignature = "";
+  /** name -> { row, signature } for each application shown. */
+  const applicationRows = new Map();
   /** Applications whose unit list is open. */
   const openUnits = new Set();
 
@@ -828,35 +851,64 @@
       }
     }
 
-    const rows = names.map((name) => {
+    // Rows are kept by application and rebuilt only when what they show
+    // changed, so an open unit list or a focused control stays put.
+    const body = $("application-rows");
+    for (const [name, shown] of applicationRows) {
+      if (!Object.hasOwn(applications, name)) {
+        shown.row.remove();
+        applicationRows.delete(name);
+      }
+    }
+    let previous = null;
+    for (const name of names) {
       const application = applications[name];
-      const isSubordinate = (application["subordinate-to"] || []).length > 0;
-      const own = Object.keys(application.units || {}).length;
-      const scale = own + (subordinateUnits.get(name) || 0);
-      const row = el("tr");
-      row.dataset.application = name;
-      const title = el("th", "", name);
-      title.scope = "row";
-      const status = application["application-status"] || {};
-      const life = application.life ? ` (${application.life})` : "";
-      const subordinates = isSubordinate
-        ? `subordinate to ${application["subordinate-to"].join(", ")}`
-        : (subordinatesOf.get(name) || []).join(", ") || "none";
-      const scaleCell = el("td", "scale", String(scale));
-      scaleCell.dataset.scale = String(scale);
-      const constraintText = constraints.known.has(name) ? constraints.known.get(name) || "none" : "…";
-      row.append(
-        title,
-        el("td", "", `${application.charm} (${application["charm-origin"]}, rev ${application["charm-rev"]})`),
-        el("td", "", `${status.current || "unknown"}${status.message ? `: ${status.message}` : ""}${life}`),
-        scaleCell,
-        el("td", "constraints", constraintText),
-        el("td", "", subordinates),
-        unitsCell(name, application),
-      );
-      return row;
-    });
-    $("application-rows").replaceChildren(...rows);
+      const rowSignature = JSON.stringify([
+        application,
+        constraints.known.get(name),
+        subordinateUnits.get(name) || 0,
+        subordinatesOf.get(name) || [],
+      ]);
+      let shown = applicationRows.get(name);
+      if (!shown || shown.signature !== rowSignature) {
+        const row = applicationRow(name, application, subordinateUnits, subordinatesOf);
+        if (shown) shown.row.replaceWith(row);
+        shown = { row, signature: rowSignature };
+        applicationRows.set(name, shown);
+      }
+      const expected = previous ? previous.nextSibling : body.firstChild;
+      if (expected !== shown.row) body.insertBefore(shown.row, expected);
+      previous = shown.row;
+    }
+  }
+
+  /** One application's row. */
+  function applicationRow(name, application, subordinateUnits, subordinatesOf) {
+    const isSubordinate = (application["subordinate-to"] || []).length > 0;
+    const own = Object.keys(application.units || {}).length;
+    const scale = own + (subordinateUnits.get(name) || 0);
+    const row = el("tr");
+    row.dataset.application = name;
+    const title = el("th", "", name);
+    title.scope = "row";
+    const status = application["application-status"] || {};
+    const life = application.life ? ` (${application.life})` : "";
+    const subordinates = isSubordinate
+      ? `subordinate to ${application["subordinate-to"].join(", ")}`
+      : (subordinatesOf.get(name) || []).join(", ") || "none";
+    const scaleCell = el("td", "scale", String(scale));
+    scaleCell.dataset.scale = String(scale);
+    const constraintText = constraints.known.has(name) ? constraints.known.get(name) || "none" : "…";
+    row.append(
+      title,
+      el("td", "", `${application.charm} (${application["charm-origin"]}, rev ${application["charm-rev"]})`),
+      el("td", "", `${status.current || "unknown"}${status.message ? `: ${status.message}` : ""}${life}`),
+      scaleCell,
+      el("td", "constraints", constraintText),
+      el("td", "", subordinates),
+      unitsCell(name, application),
+    );
+    return row;
   }
 
   /** The units, folded: listed only while open, as there may be thousands. */
@@ -940,6 +992,7 @@
     constraints.stale.clear();
     constraints.fetching.clear();
     applicationsSignature = "";
+    applicationRows.clear();
     $("zone-grid").replaceChildren();
     $("error-list").replaceChildren();
     $("application-rows").replaceChildren();
