@@ -15,7 +15,7 @@ use berth::providers::sim::SimConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::app::{spawn_app, spawn_app_with, Backend, Options, TestApp};
+use crate::support::app::{spawn_app, spawn_app_with, Backend, Launch, Options, TestApp};
 use crate::support::webdriver::{Browser, ENTER, WINDOW};
 use crate::support::{charm_dir, eventually};
 use crate::support::{until, PATIENCE};
@@ -123,6 +123,20 @@ async fn the_page_is_served_without_a_token_under_a_strict_policy() {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     let body: Value = missing.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not-found");
+}
+
+#[tokio::test]
+async fn a_berth_serve_process_serves_the_page_at_its_root() {
+    let app = spawn_app_with(Options {
+        launch: Launch::Process,
+        ..Options::default()
+    })
+    .await;
+    let page = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(page.headers().contains_key("content-security-policy"));
+    assert!(page.text().await.unwrap().contains("/dashboard/dashboard.js"));
 }
 
 #[actix_web::test]

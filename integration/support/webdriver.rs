@@ -152,7 +152,7 @@ impl Browser {
         let driver = Mutex::new(
             command
                 .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", driver_path.display())),
+                .unwrap_or_else(|e| panic!("cannot run chromedriver {}: {e}", driver_path.display())),
         );
         let client = reqwest::Client::builder()
             .no_proxy()
