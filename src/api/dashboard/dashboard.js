@@ -30,11 +30,13 @@
   /** The longest: with one fetch at a time, the page is never more than
    * about this plus two fetches behind. */
   const REFRESH_MAX_MS = 250;
+  /** The wait before fetching again after a fetch failed. */
+  const REFRESH_RETRY_MS = 2000;
   /** How long tile work may take in one frame before yielding. */
   const FRAME_BUDGET_MS = 12;
   /** The same while thousands of tiles wait: each frame also lays out the
-   * whole grid, whatever changed in it, so fewer and fuller frames finish
-   * sooner (at 10,000 machines, about 2 seconds instead of 4). */
+   * whole grid, however little changed in it, so fewer and fuller frames
+   * finish sooner. */
   const BULK_FRAME_BUDGET_MS = 50;
   const BULK_TILES = 2000;
   /** Waits between reconnections of the event stream. */
@@ -46,6 +48,8 @@
   const UNITS_SHOWN = 500;
   /** The column for machines not in a zone yet (pending, or in error). */
   const NO_ZONE = "";
+  /** How a failed status read is announced. */
+  const STATUS_UNREADABLE = "Cannot read the status";
   /** What the sign-in form says when the controller refuses the token. */
   const REFUSED =
     "The controller refused that token (401): it is not this controller's admin token, " +
@@ -182,11 +186,11 @@
     try {
       status = await api("GET", "/v1/status");
     } catch (e) {
-      // A refused token has already signed out, saying why.
+      // A refused token has already signed out, saying why. Any other
+      // failure keeps a stored token, for a reload to try again.
       if (e instanceof Unauthorized || generation !== session.generation) return;
       session.token = null;
-      sessionStorage.removeItem(TOKEN_KEY);
-      showSignIn(`Cannot sign in: ${e.message}`);
+      showSignIn(`Cannot sign in: ${e.message}. Reload the page to try again.`);
       return;
     }
     if (generation !== session.generation) return;
@@ -328,14 +332,21 @@
       const applying = performance.now();
       apply(status);
       performance.measure("berth:status-applied", { start: applying });
+      // The status reads again: take back the message saying it did not.
+      const region = $("announce");
+      if (region.textContent.startsWith(STATUS_UNREADABLE)) announce("");
       if (refresh.zones) {
         refresh.zones = false;
         await refreshZones();
       }
     } catch (e) {
       if (!(e instanceof Unauthorized) && generation === session.generation) {
-        announce(`Cannot read the status: ${e.message}`, "error");
-        refresh.again = true;
+        // Try again a little later (the next change or reconnection may
+        // come sooner).
+        announce(`${STATUS_UNREADABLE}: ${e.message}`, "error");
+        setTimeout(() => {
+          if (generation === session.generation) requestRefresh();
+        }, REFRESH_RETRY_MS);
       }
     } finally {
       if (generation === session.generation) {
