@@ -136,7 +136,11 @@ async fn a_berth_serve_process_serves_the_page_at_its_root() {
     assert_eq!(page.status(), StatusCode::OK);
     assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
     assert!(page.headers().contains_key("content-security-policy"));
-    assert!(page.text().await.unwrap().contains("/dashboard/dashboard.js"));
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("/dashboard/dashboard.js"));
 }
 
 #[actix_web::test]

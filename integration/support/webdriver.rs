@@ -149,11 +149,10 @@ impl Browser {
         // Its own process group, which the browser it starts joins, so that
         // both are stopped together.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let driver = Mutex::new(
-            command
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run chromedriver {}: {e}", driver_path.display())),
-        );
+        let driver =
+            Mutex::new(command.spawn().unwrap_or_else(|e| {
+                panic!("cannot run chromedriver {}: {e}", driver_path.display())
+            }));
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(60))
