@@ -1305,6 +1305,7 @@ async fn the_openapi_document_lists_every_route() {
     let doc = json_of(response).await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let expected: BTreeSet<(String, String)> = [
+        ("get", "/"),
         ("get", "/healthz"),
         ("get", "/metrics"),
         ("get", "/v1/status"),

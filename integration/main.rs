@@ -13,11 +13,14 @@
 //!
 //! The store tests and the engine tests run on both backends; the API
 //! tests (see [`api`]) and the command line tests (see [`cli`]) run the
-//! HTTP server over SQLite without an engine.
+//! HTTP server over SQLite without an engine. The dashboard's tests (see
+//! [`dashboard`]) use it in a headless Chromium driven over WebDriver
+//! ([`support::webdriver`]).
 
 mod api;
 mod applications;
 mod cli;
+mod dashboard;
 #[cfg(feature = "ec2")]
 mod ec2;
 mod engine;

@@ -12,10 +12,24 @@
 #   test starts its own sshd on a loopback port with generated keys.
 #   Installed from Debian's packages when missing and we are root (or set
 #   BERTH_SSHD to an sshd binary).
+# - Headless Chromium and chromedriver, for the dashboard's tests: installed
+#   from Debian's packages when missing and we are root (or set
+#   BERTH_CHROMEDRIVER to a chromedriver; BERTH_SKIP_BROWSER_TESTS=1 skips
+#   those tests).
 #
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Installs Debian packages (as root), refreshing the package lists once.
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 
 have_postgres() {
   [ -n "${BERTH_TEST_POSTGRES_URL:-}" ] && return 0
@@ -30,8 +44,7 @@ have_libpq() {
 if ! have_postgres || ! have_libpq; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing PostgreSQL from the system's packages" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql libpq-dev >/dev/null
+    apt_install postgresql libpq-dev
   else
     echo "the tests need PostgreSQL's server binaries and libpq: install postgresql and libpq-dev," >&2
     echo "or set BERTH_PG_BIN to a directory with initdb and postgres, or BERTH_TEST_POSTGRES_URL" >&2
@@ -47,8 +60,7 @@ have_sshd() {
 if ! have_sshd; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing OpenSSH's server from the system's packages" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+    apt_install openssh-server openssh-client
   else
     echo "the manual provider's tests need OpenSSH's server: install openssh-server," >&2
     echo "or set BERTH_SSHD to an sshd binary" >&2
@@ -68,8 +80,7 @@ if ! have_moto; then
   echo "installing moto ${MOTO_VERSION} into .venv" >&2
   if ! python3 -m venv .venv >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      apt_install python3-venv
       python3 -m venv .venv
     else
       echo "the EC2 tests need python3 with venv (python3-venv) to install moto" >&2
@@ -77,6 +88,27 @@ if ! have_moto; then
     fi
   fi
   .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==${MOTO_VERSION}"
+fi
+
+have_browser() {
+  [ "${BERTH_SKIP_BROWSER_TESTS:-}" = 1 ] && return 0
+  if [ -n "${BERTH_CHROMEDRIVER:-}" ]; then
+    [ -x "${BERTH_CHROMEDRIVER}" ]
+    return
+  fi
+  [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/chromium ]
+}
+
+if ! have_browser; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Chromium and chromedriver from the system's packages" >&2
+    apt_install chromium chromium-driver
+  else
+    echo "the dashboard's tests need headless Chromium and its WebDriver: install the packages" >&2
+    echo "chromium and chromium-driver, or set BERTH_CHROMEDRIVER to a chromedriver," >&2
+    echo "or set BERTH_SKIP_BROWSER_TESTS=1 to skip those tests" >&2
+    exit 1
+  fi
 fi
 
 cargo test --features test-hooks "$@"

@@ -1,6 +1,7 @@
 //! What the integration tests share: the one way to start berth
 //! ([`app::spawn_app`]), waiting for conditions ([`eventually`]), stores on
-//! both backends, and moto's EC2 server.
+//! both backends, moto's EC2 server, and a headless Chromium for the
+//! dashboard ([`webdriver`]).
 
 pub mod app;
 pub mod controller;
@@ -10,6 +11,7 @@ pub mod eventually;
 pub mod moto;
 pub mod postgres;
 pub mod sshd;
+pub mod webdriver;
 
 pub use eventually::{eventually, throughout, until, until_within, PATIENCE};
 

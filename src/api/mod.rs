@@ -1,6 +1,7 @@
 //! berth's HTTP API: the JSON routes under `/v1` that the command line and
 //! other clients use, the provider webhooks, the machine agents' check-in,
-//! `/healthz`, `/metrics`, and the OpenAPI document describing them all.
+//! `/healthz`, `/metrics`, the OpenAPI document describing them all, and
+//! the dashboard page at `/` that calls them.
 //!
 //! Requests are parsed at this edge into domain types (constraints, bases,
 //! placement, names) and handed to the [`Store`]; the provisioning engine
@@ -17,10 +18,12 @@
 //!   OpenAPI.
 //! - [`webhooks`], [`agents`]: what providers and machine agents call.
 //! - [`openapi`]: the OpenAPI 3 document.
+//! - [`dashboard`]: the page at `/`, built into the binary.
 
 pub mod agents;
 pub mod applications;
 pub mod auth;
+pub mod dashboard;
 pub mod errors;
 pub mod input;
 pub mod machines;
@@ -199,6 +202,14 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/zones/{zone}/disable").post(zones::disable));
 }
 
+/// The dashboard's page, script and style: no token (they hold no
+/// secret) and outside the concurrency limit, as `/healthz` is.
+pub fn dashboard_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/").get(dashboard::index))
+        .service(resource(dashboard::SCRIPT_PATH).get(dashboard::script))
+        .service(resource(dashboard::STYLE_PATH).get(dashboard::style));
+}
+
 /// Builds the shared state: reads the admin token's hash and renders the
 /// OpenAPI document.
 ///
@@ -269,6 +280,7 @@ pub fn server_with_status(
             .app_data(web::QueryConfig::default().error_handler(errors::query_error))
             .app_data(web::PathConfig::default().error_handler(errors::path_error))
             .service(resource("/healthz").get(observe::healthz))
+            .configure(dashboard_routes)
             .service(
                 resource("/metrics")
                     .wrap(from_fn(auth::require_admin))

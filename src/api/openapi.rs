@@ -6,7 +6,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    agents, applications, errors, input, machines, model, observe, relations, webhooks, zones,
+    agents, applications, dashboard, errors, input, machines, model, observe, relations, webhooks,
+    zones,
 };
 use crate::status::view;
 
@@ -57,6 +58,7 @@ impl Modify for SecuritySchemes {
     modifiers(&SecuritySchemes),
     security(("admin_token" = [])),
     paths(
+        dashboard::index,
         observe::healthz,
         observe::get_metrics,
         observe::get_status,
@@ -95,7 +97,7 @@ impl Modify for SecuritySchemes {
         (name = "machines", description = "add-machine, remove-machine, retry-provisioning"),
         (name = "relations", description = "integrate, remove-relation"),
         (name = "zones", description = "Availability zones"),
-        (name = "observe", description = "Status, events, health, metrics"),
+        (name = "observe", description = "Status, events, health, metrics, the dashboard"),
         (name = "agents", description = "Machine agent check-in"),
         (name = "webhooks", description = "Provider notifications"),
     )
@@ -145,9 +147,10 @@ mod tests {
     }
 
     #[test]
-    fn every_route_but_healthz_documents_401_and_503() {
+    fn every_route_but_healthz_and_the_dashboard_documents_401_and_503() {
         for (method, path, op) in operations() {
-            if path == "/healthz" {
+            // Neither needs a token nor counts against the request limit.
+            if path == "/healthz" || path == "/" {
                 continue;
             }
             for status in ["401", "503"] {
@@ -175,11 +178,20 @@ mod tests {
     }
 
     #[test]
-    fn healthz_and_connect_need_no_token() {
+    fn healthz_the_dashboard_and_connect_need_no_token() {
         let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        for path in ["/healthz", "/"] {
+            assert_eq!(
+                json["paths"][path]["get"]["security"],
+                serde_json::json!([{}]),
+                "{path}"
+            );
+        }
         assert_eq!(
-            json["paths"]["/healthz"]["get"]["security"],
-            serde_json::json!([{}])
+            json["paths"]["/"]["get"]["responses"]["200"]["content"]
+                .as_object()
+                .map(|c| c.keys().cloned().collect::<Vec<_>>()),
+            Some(vec!["text/html".to_string()])
         );
         assert_eq!(
             json["paths"]["/v1/agents/{machine}/connect"]["post"]["security"],
