@@ -20,6 +20,7 @@
 mod api;
 mod applications;
 mod cli;
+mod crash;
 mod dashboard;
 #[cfg(feature = "ec2")]
 mod ec2;
