@@ -429,6 +429,62 @@ async fn unknown_applications_units_machines_and_routes_are_404() {
 }
 
 #[tokio::test]
+async fn a_405_names_the_methods_the_path_answers_in_allow() {
+    let app = spawn_app().await;
+    for (method, path, allow) in [
+        (Method::PATCH, "/v1/status", "GET"),
+        (Method::DELETE, "/v1/machines", "POST"),
+        (Method::GET, "/v1/machines/0/lxd/1", "DELETE"),
+        (Method::POST, "/v1/model/constraints", "GET, PUT"),
+        (Method::GET, "/v1/agents/3/connect", "POST"),
+        (Method::DELETE, "/healthz", "GET"),
+        (Method::POST, "/", "GET"),
+    ] {
+        let response = app.send(method.clone(), path, None).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        assert_eq!(
+            response
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_a_json_object_is_refused_and_changes_nothing() {
+    let app = spawn_app().await;
+    let before = app.store().revision();
+    for (path, body) in [
+        ("/v1/machines", "[]"),
+        ("/v1/machines", "[1, null]"),
+        ("/v1/machines", "null"),
+        ("/v1/applications", "[\"wordpress\"]"),
+        ("/v1/machines/retry", "true"),
+        ("/v1/relations", "\"a b\""),
+    ] {
+        let message = error_of(
+            app.send_raw(Method::POST, path, body).await,
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+        )
+        .await;
+        assert!(
+            message.contains("expected a JSON object as the request body"),
+            "{path} {body}: {message}"
+        );
+    }
+    assert_eq!(app.store().revision(), before);
+    assert!(app.store().machines().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_unit_placed_on_a_machine_of_another_base_is_a_conflict_and_changes_nothing() {
     let app = spawn_app().await;
     app.add_machines(&json!({"base": "ubuntu@20.04"})).await;

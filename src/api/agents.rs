@@ -83,10 +83,10 @@ route_error!(AgentError {
 pub async fn connect(
     shared: web::Data<Shared>,
     machine: web::Path<String>,
-    body: web::Json<ConnectRequest>,
+    body: web::Json<input::Object<ConnectRequest>>,
 ) -> Result<HttpResponse, AgentError> {
     let id = input::machine(&machine)?;
-    let password = Secret::new(body.into_inner().password);
+    let password = Secret::new(body.into_inner().0.password);
     let credential = shared.state.store.agent_connect(id, password).await?;
     Ok(HttpResponse::Ok().json(ConnectResponse {
         machine: id.to_string(),

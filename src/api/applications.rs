@@ -170,9 +170,9 @@ async fn load_charm(arg: String) -> Result<ParsedCharm, ApplicationError> {
 )]
 pub async fn deploy(
     shared: web::Data<Shared>,
-    body: web::Json<DeployRequest>,
+    body: web::Json<input::Object<DeployRequest>>,
 ) -> Result<HttpResponse, ApplicationError> {
-    let body = body.into_inner();
+    let body = body.into_inner().0;
     let constraints = input::constraints(body.constraints.as_deref())?;
     let base = input::base(body.base.as_deref())?;
     let placement = body
@@ -237,7 +237,7 @@ pub async fn deploy(
 pub async fn add_units(
     shared: web::Data<Shared>,
     app: web::Path<String>,
-    body: web::Json<AddUnitsRequest>,
+    body: web::Json<input::Object<AddUnitsRequest>>,
 ) -> Result<HttpResponse, ApplicationError> {
     let application = input::application(&app)?;
     let count = input::count("num_units", body.num_units.unwrap_or(1), 1)?;
@@ -274,7 +274,7 @@ pub async fn add_units(
 )]
 pub async fn remove_units(
     shared: web::Data<Shared>,
-    body: web::Json<RemoveUnitsRequest>,
+    body: web::Json<input::Object<RemoveUnitsRequest>>,
 ) -> Result<HttpResponse, ApplicationError> {
     if body.units.is_empty() {
         return Err(InputError::Request("units must name at least one unit".into()).into());
@@ -360,7 +360,7 @@ pub async fn get_constraints(
 pub async fn set_constraints(
     shared: web::Data<Shared>,
     app: web::Path<String>,
-    body: web::Json<ConstraintsRequest>,
+    body: web::Json<input::Object<ConstraintsRequest>>,
 ) -> Result<HttpResponse, ApplicationError> {
     let application = input::application(&app)?;
     let constraints = input::constraints(Some(&body.constraints))?;

@@ -258,12 +258,29 @@ pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, RequestError> {
     })
 }
 
-/// Every resource's default service: a JSON 405.
-pub async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, RequestError> {
-    Err(RequestError::MethodNotAllowed {
+/// Every resource's default service: a JSON 405 with an `Allow` header
+/// naming the methods the path answers (as the OpenAPI document has them;
+/// the few undocumented paths, the dashboard's files, answer GET only).
+pub async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let allow = req
+        .app_data::<actix_web::web::Data<crate::api::Shared>>()
+        .zip(req.match_pattern())
+        .and_then(|(shared, pattern)| {
+            shared
+                .allowed_methods
+                .get(&crate::api::openapi::documented_path(&pattern))
+                .cloned()
+        })
+        .unwrap_or_else(|| "GET".to_string());
+    let mut response = RequestError::MethodNotAllowed {
         method: req.method().to_string(),
         path: req.path().to_string(),
-    })
+    }
+    .error_response();
+    if let Ok(value) = HeaderValue::from_str(&allow) {
+        response.headers_mut().insert(header::ALLOW, value);
+    }
+    response
 }
 
 #[cfg(test)]

@@ -222,6 +222,43 @@ pub fn warnings(constraints: &Constraints, provider: &ProviderInfo) -> Vec<Strin
         .collect()
 }
 
+/// A request body that must be a JSON object: `web::Json<Object<T>>`.
+/// serde would otherwise read an array as a struct's fields in order, so
+/// `[]` would be taken for an empty request (and, say, add a machine).
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<T> std::ops::Deref for Object<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let kind = match &value {
+            serde_json::Value::Object(_) => None,
+            serde_json::Value::Array(_) => Some("an array"),
+            serde_json::Value::String(_) => Some("a string"),
+            serde_json::Value::Number(_) => Some("a number"),
+            serde_json::Value::Bool(_) => Some("a boolean"),
+            serde_json::Value::Null => Some("null"),
+        };
+        if let Some(kind) = kind {
+            return Err(D::Error::custom(format!(
+                "expected a JSON object as the request body, got {kind}"
+            )));
+        }
+        serde_json::from_value(value)
+            .map(Object)
+            .map_err(D::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -313,6 +350,38 @@ mod tests {
         assert_eq!(
             warnings(&c, &provider),
             ["constraint \"virt-type\" is not supported by provider \"sim\" and is ignored"]
+        );
+    }
+
+    #[test]
+    fn a_body_must_be_an_object_not_an_array_or_a_scalar() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct AllDefault {
+            #[serde(default)]
+            count: Option<u32>,
+        }
+        for (body, kind) in [
+            ("[]", "an array"),
+            ("[1]", "an array"),
+            ("3", "a number"),
+            ("null", "null"),
+            ("\"x\"", "a string"),
+        ] {
+            let error = serde_json::from_str::<Object<AllDefault>>(body).unwrap_err();
+            assert!(
+                error.to_string().contains(&format!(
+                    "expected a JSON object as the request body, got {kind}"
+                )),
+                "{body}: {error}"
+            );
+        }
+        let ok: Object<AllDefault> = serde_json::from_str(r#"{"count": 2}"#).unwrap();
+        assert_eq!(ok.count, Some(2));
+        let unknown = serde_json::from_str::<Object<AllDefault>>(r#"{"colour": 1}"#).unwrap_err();
+        assert!(
+            unknown.to_string().contains("unknown field `colour`"),
+            "{unknown}"
         );
     }
 }

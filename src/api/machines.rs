@@ -106,7 +106,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
 )]
 pub async fn add_machines(
     shared: web::Data<Shared>,
-    body: web::Json<AddMachinesRequest>,
+    body: web::Json<input::Object<AddMachinesRequest>>,
 ) -> Result<HttpResponse, MachineError> {
     let count = input::count("count", body.count.unwrap_or(1), 1)?;
     let constraints = input::constraints(body.constraints.as_deref())?;
@@ -195,7 +195,7 @@ pub async fn remove_machine(
 )]
 pub async fn retry(
     shared: web::Data<Shared>,
-    body: web::Json<RetryRequest>,
+    body: web::Json<input::Object<RetryRequest>>,
 ) -> Result<HttpResponse, MachineError> {
     let constraints = body
         .constraints

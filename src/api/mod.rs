@@ -154,6 +154,9 @@ pub struct Shared {
     pub replays: webhooks::ReplayCache,
     /// The OpenAPI document, rendered once.
     pub openapi_json: String,
+    /// The methods each documented path answers, by path as the document
+    /// writes it (`/v1/machines/{id}`), for 405's `Allow` header.
+    pub allowed_methods: std::collections::HashMap<String, String>,
     /// The status document, kept up to date, and its latest rendering.
     pub status: StatusCache,
 }
@@ -222,10 +225,13 @@ fn shared(state: ApiState, status: StatusCache) -> std::io::Result<Shared> {
         .store
         .admin_token_hash()
         .map_err(|e| std::io::Error::other(format!("cannot read the admin token: {e}")))?;
-    let openapi_json = openapi::document()
+    let document = openapi::document();
+    let allowed_methods = openapi::allowed_methods(&document);
+    let openapi_json = document
         .to_json()
         .map_err(|e| std::io::Error::other(format!("cannot render the OpenAPI document: {e}")))?;
     Ok(Shared {
+        allowed_methods,
         admin_token_hash,
         requests: Arc::new(Semaphore::new(state.limits.max_concurrent_requests)),
         event_streams: Arc::new(Semaphore::new(state.limits.max_event_streams)),

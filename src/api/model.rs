@@ -52,7 +52,7 @@ pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, 
 )]
 pub async fn set_constraints(
     shared: web::Data<Shared>,
-    body: web::Json<ConstraintsRequest>,
+    body: web::Json<input::Object<ConstraintsRequest>>,
 ) -> Result<HttpResponse, ModelError> {
     let constraints = input::constraints(Some(&body.constraints))?;
     let warnings = input::warnings(&constraints, &shared.state.provider);

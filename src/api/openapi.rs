@@ -104,6 +104,55 @@ impl Modify for SecuritySchemes {
 )]
 pub struct ApiDoc;
 
+/// The methods each path of `document` answers, as an `Allow` header
+/// value (`GET, PUT`), by the path as the document writes it.
+pub fn allowed_methods(
+    document: &utoipa::openapi::OpenApi,
+) -> std::collections::HashMap<String, String> {
+    document
+        .paths
+        .paths
+        .iter()
+        .map(|(path, item)| {
+            let methods: Vec<&str> = [
+                ("GET", item.get.is_some()),
+                ("PUT", item.put.is_some()),
+                ("POST", item.post.is_some()),
+                ("DELETE", item.delete.is_some()),
+                ("PATCH", item.patch.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(method, has)| has.then_some(method))
+            .collect();
+            (path.clone(), methods.join(", "))
+        })
+        .collect()
+}
+
+/// A route pattern as actix writes it (`/v1/machines/{id:.+}`) in the
+/// document's form (`/v1/machines/{id}`).
+pub fn documented_path(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    // Inside `{...}`, and past its `:` (the regex, left out).
+    let (mut in_name, mut in_regex) = (false, false);
+    for c in pattern.chars() {
+        match c {
+            '{' if !in_name => {
+                in_name = true;
+                out.push(c);
+            }
+            '}' if in_name => {
+                (in_name, in_regex) = (false, false);
+                out.push(c);
+            }
+            ':' if in_name => in_regex = true,
+            _ if in_regex => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The document, with the crate's version.
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();

@@ -67,7 +67,7 @@ fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputErr
 )]
 pub async fn integrate(
     shared: web::Data<Shared>,
-    body: web::Json<RelationRequest>,
+    body: web::Json<input::Object<RelationRequest>>,
 ) -> Result<HttpResponse, RelationError> {
     let (a, b) = pair(&body)?;
     let record = shared.state.store.integrate(a, b).await?;
@@ -98,7 +98,7 @@ pub async fn integrate(
 )]
 pub async fn remove_relation(
     shared: web::Data<Shared>,
-    body: web::Json<RelationRequest>,
+    body: web::Json<input::Object<RelationRequest>>,
 ) -> Result<HttpResponse, RelationError> {
     let (a, b) = pair(&body)?;
     shared.state.store.remove_relation(a, b).await?;
