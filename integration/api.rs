@@ -73,6 +73,9 @@ async fn every_other_route_refuses_a_missing_or_wrong_token() {
         (Method::GET, "/v1/zones"),
         (Method::POST, "/v1/zones/a/enable"),
         (Method::POST, "/v1/zones/a/disable"),
+        (Method::GET, "/v1/sim/faults"),
+        (Method::PUT, "/v1/sim/faults"),
+        (Method::DELETE, "/v1/sim/faults"),
         (Method::GET, "/v1/no-such-route"),
     ];
     let before = app.store().revision();

@@ -24,5 +24,6 @@ mod engine;
 mod manual;
 mod process;
 mod serve;
+mod sim_faults;
 mod store;
 mod support;
