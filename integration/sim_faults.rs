@@ -26,7 +26,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support::app::{spawn_app, spawn_app_with, Backend, Cloud, Options, Site, TestApp};
-use crate::support::until;
+use crate::support::{eventually, until, PATIENCE};
 
 async fn json_of(response: Response) -> Value {
     response.json().await.unwrap()
@@ -243,10 +243,28 @@ async fn spawn_engine(config: ProvisionerConfig) -> TestApp {
         config,
     ))
     .await;
-    // The engine has asked for the zones: faults set from here on meet
-    // machines, not the engine's start.
-    until(app.store(), "zones recorded", |s| s.zones.len() == 3).await;
+    started(&app, app.sim()).await;
     app
+}
+
+/// Waits for the engine's start, which asks the cloud for its zones and
+/// its instances: once it has both, faults set from here on meet
+/// machines, not the start.
+async fn started(app: &TestApp, sim: &SimProvider) {
+    until(app.store(), "zones recorded", |s| s.zones.len() == 3).await;
+    eventually(
+        "the engine's start to list the instances",
+        PATIENCE,
+        || async {
+            let counts = sim.call_counts();
+            if counts.admitted >= 2 {
+                Ok(())
+            } else {
+                Err(counts)
+            }
+        },
+    )
+    .await;
 }
 
 async fn set(app: &TestApp, faults: Value) {
@@ -571,7 +589,7 @@ async fn throttled_one_launch_a_call_the_broker_learns_the_limit_and_keeps_under
         ..Options::default()
     })
     .await;
-    until(app.store(), "zones recorded", |s| s.zones.len() == 3).await;
+    started(&app, &sim).await;
     sim.set_faults(FaultSet {
         throttle: Some(Throttle {
             burst: 2,
