@@ -350,8 +350,9 @@ impl SimProvider {
 
     /// Replaces the faults in force with `faults` and returns them. The
     /// instances running or starting in a zone that is down stop, and
-    /// their stop is reported like any other change; a throttle starts
-    /// with a full bucket; calls hanging answer once `hang` is off.
+    /// their stop is reported like any other change; a new or changed
+    /// throttle starts with a full bucket (the same one keeps its tokens);
+    /// calls hanging answer once `hang` is off.
     ///
     /// # Errors
     ///
