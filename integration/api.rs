@@ -73,6 +73,9 @@ async fn every_other_route_refuses_a_missing_or_wrong_token() {
         (Method::GET, "/v1/zones"),
         (Method::POST, "/v1/zones/a/enable"),
         (Method::POST, "/v1/zones/a/disable"),
+        (Method::GET, "/v1/sim/faults"),
+        (Method::PUT, "/v1/sim/faults"),
+        (Method::DELETE, "/v1/sim/faults"),
         (Method::GET, "/v1/no-such-route"),
     ];
     let before = app.store().revision();
@@ -1383,6 +1386,9 @@ async fn the_openapi_document_lists_every_route() {
         ("get", "/v1/zones"),
         ("post", "/v1/zones/{zone}/enable"),
         ("post", "/v1/zones/{zone}/disable"),
+        ("get", "/v1/sim/faults"),
+        ("put", "/v1/sim/faults"),
+        ("delete", "/v1/sim/faults"),
         ("post", "/v1/agents/{machine}/connect"),
         ("post", "/v1/agents/{machine}/heartbeat"),
         ("post", "/v1/webhooks/{provider}"),

@@ -569,6 +569,84 @@ fn zones_are_listed_disabled_and_enabled() {
 }
 
 #[test]
+fn sim_faults_are_shown_set_and_cleared() {
+    let controller = start_controller();
+    assert_eq!(ok(&controller, &["sim-faults"]), "No faults are set.\n");
+    let table = "Fault          Setting\n\
+                 zones down     sim-b\n\
+                 zone capacity  sim-a=3\n\
+                 failure rate   0.3\n\
+                 hang           provider calls do not answer\n\
+                 throttle       5/2 (a burst of 5, 2 a second)\n\
+                 silent agents  0.1\n";
+    assert_eq!(
+        ok(
+            &controller,
+            &[
+                "sim-faults",
+                "set",
+                "--zones-down",
+                "sim-b",
+                "--failure-rate",
+                "0.3",
+                "--hang",
+                "--throttle",
+                "5/2",
+                "--silent-agents",
+                "0.1",
+                "--zone-capacity",
+                "sim-a=3",
+            ],
+        ),
+        table
+    );
+    assert_eq!(ok(&controller, &["sim-faults"]), table);
+    let faults: Value = controller
+        .runtime
+        .block_on(async { controller.faults().await.json().await.unwrap() });
+    assert_eq!(
+        faults,
+        json!({
+            "zones_down": ["sim-b"],
+            "zone_capacity": {"sim-a": 3},
+            "failure_rate": 0.3,
+            "hang": true,
+            "throttle": {"burst": 5, "per_second": 2.0},
+            "silent_agents": 0.1,
+        })
+    );
+
+    // The controller's refusal changes nothing.
+    let output = berth(&controller, &["sim-faults", "set", "--zones-down", "sim-z"]);
+    assert_eq!(output.code, 1);
+    assert_eq!(
+        output.err,
+        "ERROR zones_down names zone \"sim-z\", which the simulated cloud does not have; \
+         expected one of sim-a, sim-b, sim-c\n"
+    );
+    // So does a value the command line refuses itself.
+    let output = berth(&controller, &["sim-faults", "set", "--failure-rate", "1.5"]);
+    assert_eq!(output.code, 2);
+    assert!(
+        output.err.contains("expected a number between 0 and 1"),
+        "{}",
+        output.err
+    );
+    assert_eq!(ok(&controller, &["sim-faults"]), table);
+
+    // A set replaces the whole set.
+    assert_eq!(
+        ok(&controller, &["sim-faults", "set", "--failure-rate", "0.5"]),
+        "Fault         Setting\nfailure rate  0.5\n"
+    );
+    assert_eq!(
+        ok(&controller, &["sim-faults", "clear"]),
+        "No faults are set.\n"
+    );
+    assert_eq!(ok(&controller, &["sim-faults"]), "No faults are set.\n");
+}
+
+#[test]
 fn wait_times_out_with_exit_code_1_when_machines_stay_pending() {
     let controller = start_controller();
     ok(&controller, &["add-machine"]);

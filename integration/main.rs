@@ -28,6 +28,7 @@ mod engine;
 mod manual;
 mod process;
 mod serve;
+mod sim_faults;
 mod store;
 mod store_faults;
 #[cfg(feature = "test-hooks")]

@@ -91,7 +91,7 @@ impl Application {
         // simulated cloud reads its whole ledger), so that the first
         // request after a start does not wait for either.
         let status = prepare_status(&store, config.provider.kind.name());
-        let (provider, limits) = open_provider(&config, &data_dir).await?;
+        let (provider, limits, sim) = open_provider(&config, &data_dir).await?;
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
             source,
@@ -122,6 +122,7 @@ impl Application {
             metrics,
             webhook_secret: Some(webhook_secret),
             limits: Limits::default(),
+            sim,
         };
         let status = status.await.unwrap_or_default();
         let server = api::server_with_status(listener, state, status).map_err(AppError::Api)?;
@@ -249,10 +250,12 @@ fn prepare_status(store: &Store, cloud: &'static str) -> tokio::task::JoinHandle
     })
 }
 
+/// The provider `config` names, its rate limits, and the simulated cloud
+/// again when that is the provider (for its fault routes).
 async fn open_provider(
     config: &Config,
     data_dir: &Path,
-) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
+) -> Result<(Arc<dyn Provider>, RateLimits, Option<Arc<SimProvider>>), AppError> {
     match config.provider.kind {
         ProviderKind::Sim => {
             let failed = |message: String| AppError::Provider {
@@ -267,9 +270,13 @@ async fn open_provider(
                     .await
                     .map_err(|e| failed(e.to_string()))?
                     .map_err(|e| failed(e.to_string()))?;
-            Ok((Arc::new(sim), RateLimits::default()))
+            let sim = Arc::new(sim);
+            Ok((sim.clone(), RateLimits::default(), Some(sim)))
         }
-        ProviderKind::Ec2 => open_ec2(config).await,
+        ProviderKind::Ec2 => {
+            let (provider, limits) = open_ec2(config).await?;
+            Ok((provider, limits, None))
+        }
     }
 }
 

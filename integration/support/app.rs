@@ -324,16 +324,18 @@ async fn assemble(options: Options, site: Site) -> TestApp {
     let address = format!("http://127.0.0.1:{port}");
     let (engine, sim, api_link, provider) = match options.engine {
         None => {
-            let provider = match &options.cloud {
-                Cloud::Sim(_) => sim_info(),
-                Cloud::Given { provider, .. } => info_of(provider.as_ref()),
+            // The simulated cloud's faults can be set without an engine:
+            // an in-memory cloud nothing launches on.
+            let (provider, sim) = match &options.cloud {
+                Cloud::Sim(config) => (
+                    sim_info(),
+                    Some(Arc::new(
+                        SimProvider::open(config.clone(), None).expect("open sim"),
+                    )),
+                ),
+                Cloud::Given { provider, .. } => (info_of(provider.as_ref()), None),
             };
-            (
-                None,
-                None,
-                link.clone() as Arc<dyn ControllerLink>,
-                provider,
-            )
+            (None, sim, link.clone() as Arc<dyn ControllerLink>, provider)
         }
         Some(config) => {
             let (provider, sim, limits): (Arc<dyn Provider>, _, _) = match options.cloud {
@@ -364,6 +366,7 @@ async fn assemble(options: Options, site: Site) -> TestApp {
         metrics: metrics.clone(),
         webhook_secret: options.webhook_secret.map(Secret::new),
         limits: options.limits,
+        sim: sim.clone(),
     };
     let server = server(listener, state).expect("server");
     let handle = server.handle();
@@ -694,6 +697,18 @@ impl TestApp {
     pub async fn disable_zone(&self, zone: &str) -> Response {
         self.send(Method::POST, &format!("/v1/zones/{zone}/disable"), None)
             .await
+    }
+
+    pub async fn faults(&self) -> Response {
+        self.send(Method::GET, "/v1/sim/faults", None).await
+    }
+
+    pub async fn set_faults(&self, faults: &Value) -> Response {
+        self.send(Method::PUT, "/v1/sim/faults", Some(faults)).await
+    }
+
+    pub async fn clear_faults(&self) -> Response {
+        self.send(Method::DELETE, "/v1/sim/faults", None).await
     }
 
     pub async fn agent_connect(&self, machine: &str, password: &str) -> Response {

@@ -17,6 +17,7 @@
 //!   event stream, healthz, metrics (machine counts from the same cache),
 //!   OpenAPI.
 //! - [`webhooks`], [`agents`]: what providers and machine agents call.
+//! - [`sim`]: the simulated cloud's faults, set by an administrator.
 //! - [`openapi`]: the OpenAPI 3 document.
 //! - [`dashboard`]: the page at `/`, built into the binary.
 
@@ -31,6 +32,7 @@ pub mod model;
 pub mod observe;
 pub mod openapi;
 pub mod relations;
+pub mod sim;
 pub mod webhooks;
 pub mod zones;
 
@@ -48,6 +50,7 @@ use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::domain::placement::PlacementSupport;
 use crate::metrics::Metrics;
+use crate::providers::sim::SimProvider;
 use crate::status::cache::{self, StatusCache};
 use crate::store::Store;
 
@@ -136,6 +139,9 @@ pub struct ApiState {
     /// with 503 (the controller is not set up to receive them).
     pub webhook_secret: Option<Secret>,
     pub limits: Limits,
+    /// The simulated cloud, when it is the provider: its faults are set
+    /// through `/v1/sim/faults`.
+    pub sim: Option<Arc<SimProvider>>,
 }
 
 /// What every worker shares: the state, plus what the server derives from
@@ -202,7 +208,13 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/relations/remove").post(relations::remove_relation))
         .service(resource("/zones").get(zones::list))
         .service(resource("/zones/{zone}/enable").post(zones::enable))
-        .service(resource("/zones/{zone}/disable").post(zones::disable));
+        .service(resource("/zones/{zone}/disable").post(zones::disable))
+        .service(
+            resource("/sim/faults")
+                .get(sim::get_faults)
+                .put(sim::set_faults)
+                .delete(sim::clear_faults),
+        );
 }
 
 /// The dashboard's page, script and style: no token (they hold no

@@ -6,8 +6,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    agents, applications, dashboard, errors, input, machines, model, observe, relations, webhooks,
-    zones,
+    agents, applications, dashboard, errors, input, machines, model, observe, relations, sim,
+    webhooks, zones,
 };
 use crate::status::view;
 
@@ -80,6 +80,9 @@ impl Modify for SecuritySchemes {
         zones::list,
         zones::enable,
         zones::disable,
+        sim::get_faults,
+        sim::set_faults,
+        sim::clear_faults,
         agents::connect,
         agents::heartbeat,
         webhooks::receive,
@@ -97,6 +100,7 @@ impl Modify for SecuritySchemes {
         (name = "machines", description = "add-machine, remove-machine, retry-provisioning"),
         (name = "relations", description = "integrate, remove-relation"),
         (name = "zones", description = "Availability zones"),
+        (name = "sim", description = "The simulated cloud's faults"),
         (name = "observe", description = "Status, events, health, metrics, the dashboard"),
         (name = "agents", description = "Machine agent check-in"),
         (name = "webhooks", description = "Provider notifications"),
@@ -223,6 +227,39 @@ mod tests {
                     "{method} {path} lacks {status}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_fault_set_states_its_bounds_and_uniqueness() {
+        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let schemas = &json["components"]["schemas"];
+        let faults = &schemas["FaultSet"]["properties"];
+        for share in ["failure_rate", "silent_agents"] {
+            assert_eq!(faults[share]["minimum"], 0.0, "{share}");
+            assert_eq!(faults[share]["maximum"], 1.0, "{share}");
+        }
+        assert_eq!(faults["zones_down"]["uniqueItems"], true);
+        assert_eq!(
+            faults["zone_capacity"]["additionalProperties"]["minimum"],
+            0
+        );
+        let throttle = &schemas["Throttle"];
+        assert_eq!(throttle["properties"]["burst"]["minimum"], 1);
+        assert_eq!(
+            throttle["properties"]["per_second"]["exclusiveMinimum"],
+            0.0
+        );
+        assert_eq!(
+            throttle["required"],
+            serde_json::json!(["burst", "per_second"])
+        );
+        let faults_path = &json["paths"]["/v1/sim/faults"];
+        for method in ["get", "put", "delete"] {
+            assert!(
+                faults_path[method]["responses"].get("404").is_some(),
+                "{method}"
+            );
         }
     }
 

@@ -204,6 +204,16 @@ impl Client {
         self.send("DELETE", path, None, self.admin()).map(drop)
     }
 
+    /// `DELETE path` with the admin token, reading the answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`].
+    pub fn delete_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        let text = self.send("DELETE", path, None, self.admin())?;
+        self.decode(path, &text)
+    }
+
     /// Sends one request and returns the answer's body.
     ///
     /// # Errors

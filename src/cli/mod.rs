@@ -21,6 +21,7 @@
 //! - [`machines`]: add-machine, remove-machine, retry-provisioning.
 //! - [`relations`]: integrate, remove-relation.
 //! - [`zones`]: zones, enable-zone, disable-zone.
+//! - [`sim`]: sim-faults, the simulated cloud's faults.
 //! - [`status`]: status (tabular, JSON, YAML; `--watch`).
 //! - [`wait`]: wait until every machine is started or in error.
 //! - [`agent`]: the machine agent's check-in and heartbeats.
@@ -35,6 +36,7 @@ pub mod follow;
 pub mod machines;
 pub mod model;
 pub mod relations;
+pub mod sim;
 pub mod status;
 pub mod token;
 pub mod wait;
@@ -151,6 +153,13 @@ pub enum Command {
     EnableZone(zones::ZoneArgs),
     /// Keep new machines out of a zone.
     DisableZone(zones::ZoneArgs),
+    /// Show the simulated cloud's faults, replace them (`set`) or clear
+    /// them (`clear`).
+    ///
+    /// For trying out how berth copes: zones down, zone capacity, failing
+    /// launches, provider calls that hang or are throttled, agents that
+    /// never check in. Only a controller on the simulated cloud has them.
+    SimFaults(sim::SimFaultsArgs),
     /// Wait until every machine is started or in error.
     Wait(wait::WaitArgs),
     /// Run the machine agent: check in with a one-time password, then send
@@ -355,6 +364,7 @@ pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Re
         Command::Zones => zones::list(session, io),
         Command::EnableZone(args) => zones::set_enabled(args, true, session, io),
         Command::DisableZone(args) => zones::set_enabled(args, false, session, io),
+        Command::SimFaults(args) => sim::run(args, session, io),
         Command::Wait(args) => wait::run(args, session, io),
         Command::Agent(args) => agent::run(args, session, io, &mut agent::RealClock),
         Command::Completion(args) => docs::completion(args, io),

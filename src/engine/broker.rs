@@ -7,7 +7,12 @@
 //!   up to `Provider::max_launch_batch` requests, grouped so that one call
 //!   carries only launches the provider can make together (same zone,
 //!   type, base and image),
-//! - retries throttling with backoff instead of failing the machines,
+//! - retries throttling with backoff instead of failing the machines, and
+//!   paces itself to the provider's own limit: a throttled call slows its
+//!   kind's bucket (or, for a kind without one, gives it one at half the
+//!   rate it was being called at), and calls that go through speed it up
+//!   again, back to the configured limit ([`TokenBucket::slow_down`],
+//!   [`TokenBucket::speed_up`]),
 //! - gives every call a timeout, and runs it as its own task so that a
 //!   provider that panics or hangs fails that call (as a transient error)
 //!   and nothing else,
@@ -15,7 +20,7 @@
 //!   the provider (answering every call with that one error) except for a
 //!   probe now and then, until a call succeeds again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,6 +46,16 @@ const THROTTLE_BACKOFF: Duration = Duration::from_millis(500);
 /// While the provider refuses our credentials, one call in this long is let
 /// through to find out whether they work again.
 const UNAUTHORIZED_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// A throttled kind is never slowed below this many calls a second.
+const SLOWEST_RATE: f64 = 0.1;
+/// Each call that goes through speeds a slowed bucket up by this factor.
+const SPEED_UP: f64 = 1.05;
+/// A kind without a configured limit that was throttled is unlimited again
+/// once its rate is back above this.
+const UNLIMITED_ABOVE: f64 = 100.0;
+/// How far back the calls of a kind are counted to tell the rate it is
+/// being called at.
+const RATE_WINDOW: Duration = Duration::from_secs(1);
 
 /// A token bucket: `capacity` calls at once, refilled at `per_second`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,6 +129,67 @@ impl TokenBucket {
     fn drain(&mut self) {
         self.tokens = self.tokens.min(0.0);
     }
+
+    /// The provider said we are too fast: halve the rate (or take the
+    /// rate calls were being made at, `observed`, if that is lower), never
+    /// below [`SLOWEST_RATE`], with no bursts until it recovers; and spend
+    /// everything.
+    fn slow_down(&mut self, observed: f64) {
+        self.limit.per_second = (self.limit.per_second.min(observed) / 2.0).max(SLOWEST_RATE);
+        self.limit.capacity = 1.0;
+        self.tokens = self.tokens.min(self.limit.capacity);
+        self.drain();
+    }
+
+    /// A call went through: a bucket slowed by [`TokenBucket::slow_down`]
+    /// speeds up by [`SPEED_UP`], up to `configured` (its bursts too, once
+    /// its rate is back). Returns whether a bucket with nothing configured
+    /// is fast enough to be dropped.
+    fn speed_up(&mut self, configured: Option<Bucket>) -> bool {
+        let faster = self.limit.per_second * SPEED_UP;
+        match configured {
+            Some(limit) => {
+                if faster >= limit.per_second {
+                    self.limit = limit;
+                } else {
+                    self.limit.per_second = faster;
+                }
+                false
+            }
+            None => {
+                self.limit.per_second = faster;
+                faster > UNLIMITED_ABOVE
+            }
+        }
+    }
+}
+
+/// When the last calls of one kind were let through, to tell the rate it
+/// is being called at.
+#[derive(Debug, Default)]
+struct RecentCalls(VecDeque<Instant>);
+
+impl RecentCalls {
+    fn record(&mut self, now: Instant) {
+        self.0.push_back(now);
+        self.forget_before(now);
+    }
+
+    fn forget_before(&mut self, now: Instant) {
+        while let Some(first) = self.0.front() {
+            if now.saturating_duration_since(*first) > RATE_WINDOW {
+                self.0.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Calls a second over the last [`RATE_WINDOW`]; at least 1.
+    fn rate(&mut self, now: Instant) -> f64 {
+        self.forget_before(now);
+        (self.0.len() as f64 / RATE_WINDOW.as_secs_f64()).max(1.0)
+    }
 }
 
 word_enum! {
@@ -130,11 +206,85 @@ word_enum! {
 /// it succeeded (for `/metrics`).
 pub type CallObserver = Arc<dyn Fn(CallKind, Duration, bool) + Send + Sync>;
 
+/// The rate limits in force, per kind: the configured ones, as the
+/// provider's throttling has slowed them, and one for each kind without a
+/// configured limit that the provider throttled.
+#[derive(Debug, Default)]
+struct Buckets {
+    configured: BTreeMap<CallKind, Bucket>,
+    active: BTreeMap<CallKind, TokenBucket>,
+    recent: BTreeMap<CallKind, RecentCalls>,
+}
+
+impl Buckets {
+    fn new(limits: RateLimits) -> Buckets {
+        let mut buckets = Buckets::default();
+        for (kind, limit) in [
+            (CallKind::Launch, limits.launch),
+            (CallKind::Terminate, limits.terminate),
+            (CallKind::Describe, limits.describe),
+        ] {
+            if let Some(limit) = limit {
+                buckets.configured.insert(kind, limit);
+                buckets.active.insert(kind, TokenBucket::new(limit));
+            }
+        }
+        buckets
+    }
+
+    /// Takes a token of `kind` and returns the wait until it is there.
+    fn reserve(&mut self, kind: CallKind, now: Instant) -> Duration {
+        self.recent.entry(kind).or_default().record(now);
+        self.active
+            .get_mut(&kind)
+            .map_or(Duration::ZERO, |b| b.reserve(now))
+    }
+
+    /// The provider throttled a call of `kind`.
+    fn throttled(&mut self, kind: CallKind, now: Instant) {
+        let observed = self.recent.entry(kind).or_default().rate(now);
+        let bucket = self.active.entry(kind).or_insert_with(|| {
+            TokenBucket::new(Bucket {
+                capacity: 1.0,
+                per_second: observed,
+            })
+        });
+        bucket.slow_down(observed);
+        log::info!(
+            "provider throttled a {} call: pacing {} calls at {:.2}/s",
+            kind.as_str(),
+            kind.as_str(),
+            bucket.limit.per_second
+        );
+    }
+
+    /// A call of `kind` went through without being throttled.
+    fn answered(&mut self, kind: CallKind) {
+        let configured = self.configured.get(&kind).copied();
+        let Some(bucket) = self.active.get_mut(&kind) else {
+            return;
+        };
+        if configured == Some(bucket.limit) {
+            return;
+        }
+        if bucket.speed_up(configured) {
+            self.active.remove(&kind);
+            log::info!("provider takes {} calls unpaced again", kind.as_str());
+        }
+    }
+
+    /// The rate of `kind`'s bucket, if it has one.
+    #[cfg(test)]
+    fn rate(&self, kind: CallKind) -> Option<f64> {
+        self.active.get(&kind).map(|b| b.limit.per_second)
+    }
+}
+
 /// What the broker shares with the tasks that make the calls.
 struct Gate {
     provider: Arc<dyn Provider>,
     in_flight: Semaphore,
-    buckets: Mutex<BTreeMap<CallKind, TokenBucket>>,
+    buckets: Mutex<Buckets>,
     timeout: Duration,
     /// Set after an authentication error: the message, and when a probe
     /// was last let through.
@@ -162,9 +312,7 @@ impl Gate {
             }
         }
         let wait = match self.buckets.lock() {
-            Ok(mut buckets) => buckets
-                .get_mut(&kind)
-                .map_or(Duration::ZERO, |b| b.reserve(Instant::now())),
+            Ok(mut buckets) => buckets.reserve(kind, Instant::now()),
             Err(_) => Duration::ZERO,
         };
         if !wait.is_zero() {
@@ -175,9 +323,13 @@ impl Gate {
 
     fn throttled(&self, kind: CallKind) {
         if let Ok(mut buckets) = self.buckets.lock() {
-            if let Some(bucket) = buckets.get_mut(&kind) {
-                bucket.drain();
-            }
+            buckets.throttled(kind, Instant::now());
+        }
+    }
+
+    fn answered(&self, kind: CallKind) {
+        if let Ok(mut buckets) = self.buckets.lock() {
+            buckets.answered(kind);
         }
     }
 
@@ -256,9 +408,14 @@ impl Gate {
                 Err(e) => Some(e.clone()),
             };
             self.outcome(kind, started, error.as_ref());
+            let throttled = error.as_ref().is_some_and(is_throttling);
+            if throttled {
+                self.throttled(kind);
+            } else {
+                self.answered(kind);
+            }
             match error {
-                Some(e) if is_throttling(&e) && tries < THROTTLE_RETRIES => {
-                    self.throttled(kind);
+                Some(_) if throttled && tries < THROTTLE_RETRIES => {
                     tries += 1;
                     log::warn!(
                         "provider throttled a {} call; trying again in {backoff:?}",
@@ -294,22 +451,12 @@ impl ProviderBroker {
         timeout: Duration,
         observer: Option<CallObserver>,
     ) -> ProviderBroker {
-        let mut buckets = BTreeMap::new();
-        for (kind, limit) in [
-            (CallKind::Launch, limits.launch),
-            (CallKind::Terminate, limits.terminate),
-            (CallKind::Describe, limits.describe),
-        ] {
-            if let Some(limit) = limit {
-                buckets.insert(kind, TokenBucket::new(limit));
-            }
-        }
         let max_batch = provider.max_launch_batch().max(1);
         ProviderBroker {
             gate: Arc::new(Gate {
                 provider,
                 in_flight: Semaphore::new(workers.max(1)),
-                buckets: Mutex::new(buckets),
+                buckets: Mutex::new(Buckets::new(limits)),
                 timeout,
                 refused: Mutex::new(None),
                 observer,
@@ -560,6 +707,74 @@ mod tests {
         });
         bucket.drain();
         assert!(bucket.reserve(bucket.at) > Duration::ZERO);
+    }
+
+    #[test]
+    fn a_throttled_kind_without_a_limit_gets_one_at_half_the_rate_it_was_called_at() {
+        let mut buckets = Buckets::new(RateLimits::default());
+        let now = Instant::now();
+        for _ in 0..8 {
+            assert_eq!(buckets.reserve(CallKind::Launch, now), Duration::ZERO);
+        }
+        assert_eq!(buckets.rate(CallKind::Launch), None);
+        buckets.throttled(CallKind::Launch, now);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(4.0));
+        // Spent: the next call waits a quarter of a second.
+        assert_eq!(
+            buckets.reserve(CallKind::Launch, now),
+            Duration::from_millis(250)
+        );
+        // Other kinds are not paced.
+        assert_eq!(buckets.reserve(CallKind::Describe, now), Duration::ZERO);
+        assert_eq!(buckets.rate(CallKind::Describe), None);
+    }
+
+    #[test]
+    fn each_throttle_halves_the_rate_down_to_the_slowest() {
+        let mut buckets = Buckets::new(RateLimits::ec2());
+        let now = Instant::now();
+        // Called slowly, the configured rate is what is halved.
+        buckets.reserve(CallKind::Launch, now);
+        buckets.throttled(CallKind::Launch, now);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(0.5));
+        for _ in 0..10 {
+            buckets.throttled(CallKind::Launch, now);
+        }
+        assert_eq!(buckets.rate(CallKind::Launch), Some(SLOWEST_RATE));
+    }
+
+    #[test]
+    fn calls_that_go_through_bring_a_slowed_bucket_back_to_its_limit() {
+        let mut buckets = Buckets::new(RateLimits::ec2());
+        let now = Instant::now();
+        buckets.throttled(CallKind::Launch, now);
+        let slowed = buckets.rate(CallKind::Launch).unwrap();
+        buckets.answered(CallKind::Launch);
+        let faster = buckets.rate(CallKind::Launch).unwrap();
+        assert!((faster - slowed * SPEED_UP).abs() < 1e-9, "{faster}");
+        for _ in 0..100 {
+            buckets.answered(CallKind::Launch);
+        }
+        assert_eq!(
+            buckets.active[&CallKind::Launch].limit,
+            RateLimits::ec2().launch.unwrap()
+        );
+    }
+
+    #[test]
+    fn a_kind_without_a_limit_is_unpaced_again_once_it_is_fast() {
+        let mut buckets = Buckets::new(RateLimits::default());
+        let now = Instant::now();
+        buckets.throttled(CallKind::Terminate, now);
+        assert_eq!(buckets.rate(CallKind::Terminate), Some(0.5));
+        let mut calls = 0;
+        while buckets.rate(CallKind::Terminate).is_some() {
+            buckets.answered(CallKind::Terminate);
+            calls += 1;
+            assert!(calls < 1000, "never unpaced");
+        }
+        // From 0.5/s to 100/s at 5% a call.
+        assert!((100..=120).contains(&calls), "{calls}");
     }
 
     #[test]

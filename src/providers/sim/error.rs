@@ -41,4 +41,6 @@ pub enum SimError {
     UnknownInstanceType(String),
     #[error("{0}")]
     FailureRate(String),
+    #[error("{0}")]
+    Faults(String),
 }

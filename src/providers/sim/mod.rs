@@ -11,6 +11,9 @@
 //! can be repeated exactly. It starts lxd containers on its instances.
 //!
 //! - [`config`]: `[provider.sim]`, [`SimConfig`].
+//! - [`faults`]: the faults an administrator sets while it runs,
+//!   [`FaultSet`]: zones down, zone capacity, transient failures, calls
+//!   that hang or are throttled, agents that never check in.
 //! - `ledger`: the instances, indexed in memory; `file`: their SQLite file.
 //! - `events`: the timeline of starts and check-ins, the reports still to be
 //!   delivered, and the one task that works through them.
@@ -37,8 +40,9 @@
 //!
 //! # Caveats
 //!
-//! - Outages, capacity and the failure rate set at run time are not stored:
-//!   a reopened cloud takes them from its configuration again.
+//! - The fault set given at run time ([`SimProvider::set_faults`]) is not
+//!   stored: a reopened cloud takes its outages, capacity and failure rate
+//!   from its configuration again.
 //! - The ledger file holds each waiting agent's one-time password, as a
 //!   cloud holds an instance's user data.
 //! - A ledger file belongs to one open cloud at a time (see
@@ -50,6 +54,7 @@
 pub mod config;
 mod error;
 mod events;
+pub mod faults;
 mod file;
 mod ledger;
 mod records;
@@ -75,12 +80,14 @@ use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::instance_types::Catalogue;
 use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
+use crate::providers::sim::faults::RequestBucket;
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::ledger::Ledger;
 use crate::providers::sim::records::{tagged_machine, Batch, Change, Record, RngPosition};
 
 pub use config::SimConfig;
 pub use error::SimError;
+pub use faults::{CallCounts, FaultSet, Throttle};
 pub use records::{AgentState, LedgerEntry, Tags};
 
 /// The most launches one call carries.
@@ -155,12 +162,13 @@ struct Settings {
     heartbeat_interval: Duration,
 }
 
-/// What an administrator may change at run time.
-#[derive(Clone, Debug)]
+/// What an administrator may change at run time: the faults in force,
+/// and the throttle's bucket and counts.
 struct Knobs {
-    outages: BTreeSet<String>,
-    capacity: HashMap<String, usize>,
-    failure_rate: f64,
+    faults: FaultSet,
+    /// The bucket of `faults.throttle`.
+    bucket: Option<RequestBucket>,
+    counts: CallCounts,
 }
 
 /// What launches and terminations change, under one lock.
@@ -168,12 +176,24 @@ struct State {
     ledger: Ledger,
     /// Draws instance ids and transient failures.
     rng: ChaCha8Rng,
+    /// Draws which agents are silent: a generator of its own, so that
+    /// the ids and failures a seed gives do not depend on the faults set.
+    fault_rng: ChaCha8Rng,
 }
+
+/// What the generator of silent agents is seeded with, beside the seed.
+const FAULT_SEED_SALT: u64 = 0x5ee0_fa17;
+
+/// The message of a call refused for want of a throttle token, in EC2's
+/// words.
+pub const THROTTLED_MESSAGE: &str = "RequestLimitExceeded: Request limit exceeded.";
 
 struct Inner {
     settings: Settings,
     /// Its own lock, so `zones()` never waits for a ledger write.
     knobs: Mutex<Knobs>,
+    /// Whether provider calls hang: they wait until this is false.
+    hang: tokio::sync::watch::Sender<bool>,
     state: Mutex<State>,
     /// Shared with the background task, which holds the rest of the cloud
     /// only while it works on the ledger, never while it waits for the
@@ -254,11 +274,16 @@ impl SimProvider {
                 heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
             },
             knobs: Mutex::new(Knobs {
-                outages: config.outages.iter().cloned().collect(),
-                capacity: config.capacity.clone().into_iter().collect(),
-                failure_rate: config.failure_rate,
+                faults: FaultSet::from_config(&config),
+                bucket: None,
+                counts: CallCounts::default(),
             }),
-            state: Mutex::new(State { ledger, rng }),
+            hang: tokio::sync::watch::Sender::new(false),
+            state: Mutex::new(State {
+                ledger,
+                rng,
+                fault_rng: ChaCha8Rng::seed_from_u64(config.seed ^ FAULT_SEED_SALT),
+            }),
             events: Arc::new(Events::new()),
         };
         inner.resume();
@@ -276,9 +301,9 @@ impl SimProvider {
         self.inner.check_zone(zone)?;
         let mut knobs = lock(&self.inner.knobs);
         if out {
-            knobs.outages.insert(zone.to_string());
+            knobs.faults.zones_down.insert(zone.to_string());
         } else {
-            knobs.outages.remove(zone);
+            knobs.faults.zones_down.remove(zone);
         }
         Ok(())
     }
@@ -293,8 +318,11 @@ impl SimProvider {
         self.inner.check_zone(zone)?;
         let mut knobs = lock(&self.inner.knobs);
         match capacity {
-            Some(n) => knobs.capacity.insert(zone.to_string(), n),
-            None => knobs.capacity.remove(zone),
+            Some(n) => knobs
+                .faults
+                .zone_capacity
+                .insert(zone.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
+            None => knobs.faults.zone_capacity.remove(zone),
         };
         Ok(())
     }
@@ -306,8 +334,68 @@ impl SimProvider {
     /// [`SimError::FailureRate`] outside 0..=1.
     pub fn set_failure_rate(&self, rate: f64) -> Result<(), SimError> {
         config::check_failure_rate(rate).map_err(SimError::FailureRate)?;
-        lock(&self.inner.knobs).failure_rate = rate;
+        lock(&self.inner.knobs).faults.failure_rate = rate;
         Ok(())
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> FaultSet {
+        lock(&self.inner.knobs).faults.clone()
+    }
+
+    /// The cloud's zones, in order.
+    pub fn zone_names(&self) -> &[String] {
+        &self.inner.settings.zones
+    }
+
+    /// Replaces the faults in force with `faults` and returns them. The
+    /// instances running or starting in a zone that is down stop, and
+    /// their stop is reported like any other change; a new or changed
+    /// throttle starts with a full bucket (the same one keeps its tokens);
+    /// calls hanging answer once `hang` is off.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Faults`] for a set [`FaultSet::validate`] refuses
+    /// (nothing changes); [`SimError::LedgerWrite`] if the stops could not
+    /// be recorded (the faults are in force).
+    pub async fn set_faults(&self, faults: FaultSet) -> Result<FaultSet, SimError> {
+        faults
+            .validate(&self.inner.settings.zones)
+            .map_err(SimError::Faults)?;
+        let down = faults.zones_down.clone();
+        {
+            let mut knobs = lock(&self.inner.knobs);
+            let same_throttle = knobs.bucket.as_ref().map(RequestBucket::limit) == faults.throttle;
+            if !same_throttle {
+                knobs.bucket = faults
+                    .throttle
+                    .map(|limit| RequestBucket::new(limit, Instant::now()));
+            }
+            knobs.faults = faults.clone();
+        }
+        self.inner.hang.send_replace(faults.hang);
+        if !down.is_empty() {
+            let now_ms = wall_ms();
+            let reports = Arc::clone(&self.inner)
+                .run(move |_, state| stop_in_zones(state, &down, now_ms))
+                .await
+                .map_err(|e| SimError::LedgerWrite(e.message))?
+                .map_err(SimError::LedgerWrite)?;
+            if !reports.is_empty() {
+                self.inner
+                    .events
+                    .send_all(reports.into_iter().map(Outgoing::Changed));
+                self.inner.ensure_driver();
+            }
+        }
+        Ok(faults)
+    }
+
+    /// How many provider calls were answered, and how many refused by the
+    /// throttle.
+    pub fn call_counts(&self) -> CallCounts {
+        lock(&self.inner.knobs).counts
     }
 
     /// Starts an instance behind berth's back, as someone with the cloud's
@@ -480,7 +568,7 @@ fn zone_specific(message: String) -> ProviderError {
 /// One launch call's decisions, before they are committed.
 struct LaunchPlan<'a> {
     settings: &'a Settings,
-    knobs: &'a Knobs,
+    faults: &'a FaultSet,
     now_ms: i64,
     records: Vec<Record>,
     ids: HashSet<String>,
@@ -514,6 +602,11 @@ impl LaunchPlan<'_> {
         match planned {
             Ok((id, zone, hardware)) => {
                 let tags = Tags::from(request.tags);
+                let agent = if self.silent_agent(state) {
+                    AgentState::Silent
+                } else {
+                    AgentState::Waiting
+                };
                 let record = Record {
                     seq: state.ledger.next_seq() + self.records.len() as u64,
                     entry: LedgerEntry {
@@ -527,7 +620,7 @@ impl LaunchPlan<'_> {
                         client_token: Some(request.client_token.clone()),
                         host_instance: request.host_instance,
                         launched_at_ms: self.now_ms,
-                        agent: AgentState::Waiting,
+                        agent,
                     },
                     agent_machine: Some(request.machine),
                     password: Some(request.agent.one_time_password),
@@ -557,12 +650,12 @@ impl LaunchPlan<'_> {
                 "InvalidParameterValue: Invalid availability zone: [{zone}]"
             )));
         }
-        if self.knobs.outages.contains(zone) {
+        if self.faults.zones_down.contains(zone) {
             return Err(zone_specific(format!("zone {zone} is unavailable")));
         }
         let extra = self.extra_live.get(zone).copied().unwrap_or(0);
-        if let Some(&capacity) = self.knobs.capacity.get(zone) {
-            if state.ledger.live_in_zone(zone) + extra >= capacity {
+        if let Some(&capacity) = self.faults.zone_capacity.get(zone) {
+            if state.ledger.live_in_zone(zone) + extra >= capacity as usize {
                 return Err(zone_specific(format!(
                     "InsufficientInstanceCapacity: We currently do not have sufficient {} \
                      capacity in the Availability Zone you requested ({zone}). Our system will \
@@ -644,12 +737,24 @@ impl LaunchPlan<'_> {
         // Drawn whatever the rate, so that the draws that follow do not
         // depend on it.
         let draw: f64 = state.rng.random();
-        if draw < self.knobs.failure_rate {
+        if draw < self.faults.failure_rate {
             return Err(transient(
                 "InternalError: simulated transient failure".to_string(),
             ));
         }
         Ok(())
+    }
+}
+
+impl LaunchPlan<'_> {
+    /// Whether a new instance's agent stays silent. Drawn only while some
+    /// agents are, from the faults' own generator.
+    fn silent_agent(&self, state: &mut State) -> bool {
+        if self.faults.silent_agents <= 0.0 {
+            return false;
+        }
+        let draw: f64 = state.fault_rng.random();
+        draw < self.faults.silent_agents
     }
 }
 
@@ -668,7 +773,7 @@ fn check_image(request: &LaunchRequest) -> Result<(), ProviderError> {
 /// Returns the results in request order and the ids of the new instances.
 fn launch_in(
     settings: &Settings,
-    knobs: &Knobs,
+    faults: &FaultSet,
     state: &mut State,
     requests: Vec<LaunchRequest>,
     now_ms: i64,
@@ -676,7 +781,7 @@ fn launch_in(
     let rng_before = state.rng.clone();
     let mut plan = LaunchPlan {
         settings,
-        knobs,
+        faults,
         now_ms,
         records: Vec::new(),
         ids: HashSet::new(),
@@ -778,6 +883,46 @@ fn terminate_in(
             (failed, Vec::new())
         }
     }
+}
+
+/// Stops the instances (and containers) starting or running in `zones`,
+/// in one write, and returns the changes to report.
+///
+/// # Errors
+///
+/// The ledger's; nothing is stopped then.
+fn stop_in_zones(
+    state: &mut State,
+    zones: &BTreeSet<String>,
+    now_ms: i64,
+) -> Result<Vec<InstanceStateChange>, String> {
+    let mut changes = Vec::new();
+    let mut reports = Vec::new();
+    for record in state.ledger.records() {
+        let entry = &record.entry;
+        if !zones.contains(&entry.zone)
+            || !matches!(entry.state, InstanceState::Pending | InstanceState::Running)
+        {
+            continue;
+        }
+        let at = next_change_ms(record, now_ms);
+        changes.push(Change {
+            seq: record.seq,
+            state: InstanceState::Stopped,
+            agent: entry.agent,
+            changed_at_ms: at,
+        });
+        reports.push(InstanceStateChange {
+            instance_id: entry.id.clone(),
+            state: InstanceState::Stopped,
+            at_ms: at,
+        });
+    }
+    state.ledger.commit(Batch {
+        changes,
+        ..Batch::default()
+    })?;
+    Ok(reports)
 }
 
 /// What the due events did.
@@ -895,6 +1040,32 @@ impl Inner {
                 .map_err(|e| transient(format!("InternalError: {e}")))
         } else {
             Ok(self.with_state(f))
+        }
+    }
+
+    /// What every provider call goes through first: it waits while calls
+    /// hang, then takes a throttle token or is refused.
+    ///
+    /// # Errors
+    ///
+    /// A transient `RequestLimitExceeded` error when the throttle has no
+    /// token.
+    async fn admit(&self) -> Result<(), ProviderError> {
+        let mut hang = self.hang.subscribe();
+        // The sender lives as long as the cloud, so this only ends when
+        // calls stop hanging.
+        let _ = hang.wait_for(|hanging| !*hanging).await;
+        let mut knobs = lock(&self.knobs);
+        let admitted = match &mut knobs.bucket {
+            Some(bucket) => bucket.try_take(Instant::now()),
+            None => true,
+        };
+        if admitted {
+            knobs.counts.admitted += 1;
+            Ok(())
+        } else {
+            knobs.counts.refused += 1;
+            Err(transient(THROTTLED_MESSAGE.to_string()))
         }
     }
 
@@ -1212,6 +1383,7 @@ impl Provider for SimProvider {
 
     async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
         self.inner.ensure_driver();
+        self.inner.admit().await?;
         let knobs = lock(&self.inner.knobs);
         Ok(self
             .inner
@@ -1219,7 +1391,7 @@ impl Provider for SimProvider {
             .zones
             .iter()
             .map(|zone| {
-                let out = knobs.outages.contains(zone);
+                let out = knobs.faults.zones_down.contains(zone);
                 ProviderZone {
                     name: zone.clone(),
                     available: !out,
@@ -1233,11 +1405,14 @@ impl Provider for SimProvider {
     /// the broker sends at most [`MAX_LAUNCH_BATCH`].
     async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
         let count = requests.len();
-        let knobs = lock(&self.inner.knobs).clone();
+        if let Err(e) = self.inner.admit().await {
+            return vec![Err(e); count];
+        }
+        let faults = lock(&self.inner.knobs).faults.clone();
         let now = Instant::now();
         let now_ms = wall_ms();
         let outcome = Arc::clone(&self.inner)
-            .run(move |settings, state| launch_in(settings, &knobs, state, requests, now_ms))
+            .run(move |settings, state| launch_in(settings, &faults, state, requests, now_ms))
             .await;
         match outcome {
             Ok((results, started)) => {
@@ -1254,6 +1429,9 @@ impl Provider for SimProvider {
 
     async fn terminate(&self, instance_ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
         let count = instance_ids.len();
+        if let Err(e) = self.inner.admit().await {
+            return vec![Err(e); count];
+        }
         let now_ms = wall_ms();
         let outcome = Arc::clone(&self.inner)
             .run(move |_, state| terminate_in(state, &instance_ids, now_ms))
@@ -1280,6 +1458,7 @@ impl Provider for SimProvider {
 
     async fn instances(&self, controller_uuid: &str) -> Result<Vec<Instance>, ProviderError> {
         self.inner.ensure_driver();
+        self.inner.admit().await?;
         let uuid = controller_uuid.to_string();
         Arc::clone(&self.inner)
             .run(move |_, state| {

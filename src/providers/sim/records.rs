@@ -26,6 +26,8 @@ word_enum! {
         Connected => "connected",
         /// The controller refused the agent every time it tried.
         Refused => "refused",
+        /// The agent never checks in (a fault set on the cloud).
+        Silent => "silent",
     }
 }
 

@@ -1003,3 +1003,214 @@ fn the_cloud_describes_itself() {
         .collect();
     assert_eq!(unsupported, [Key::VirtType, Key::Spaces]);
 }
+
+#[tokio::test]
+async fn a_zone_set_down_stops_what_runs_there_and_refuses_launches() {
+    let cloud = sim(SimConfig::default());
+    let (link, mut heard) = recorder(0);
+    cloud.attach(link);
+    let in_b = ok_id(&cloud.launch(vec![request(1, "sim-b")]).await[0]);
+    let in_a = ok_id(&cloud.launch(vec![request(2, "sim-a")]).await[0]);
+    eventually(|| {
+        cloud
+            .ledger()
+            .iter()
+            .all(|e| e.agent == AgentState::Connected)
+    })
+    .await;
+    let faults = FaultSet {
+        zones_down: ["sim-b".to_string()].into(),
+        ..FaultSet::default()
+    };
+    assert_eq!(cloud.set_faults(faults.clone()).await.unwrap(), faults);
+    assert_eq!(cloud.faults(), faults);
+    loop {
+        if hear(&mut heard).await == Heard::Changed(in_b.clone(), InstanceState::Stopped) {
+            break;
+        }
+    }
+    let states: BTreeMap<String, InstanceState> = cloud
+        .ledger()
+        .into_iter()
+        .map(|e| (e.id, e.state))
+        .collect();
+    assert_eq!(states[&in_b], InstanceState::Stopped);
+    assert_eq!(states[&in_a], InstanceState::Running);
+    let zones = cloud.zones().await.unwrap();
+    assert!(!zones.iter().find(|z| z.name == "sim-b").unwrap().available);
+    let refused = cloud.launch(vec![request(3, "sim-b")]).await;
+    assert_eq!(
+        refused[0].as_ref().unwrap_err().class,
+        FailureClass::ZoneSpecific
+    );
+    // Cleared, the zone takes launches again; what stopped stays stopped.
+    cloud.set_faults(FaultSet::default()).await.unwrap();
+    assert!(cloud.launch(vec![request(3, "sim-b")]).await[0].is_ok());
+    assert_eq!(cloud.ledger()[0].state, InstanceState::Stopped);
+}
+
+#[tokio::test]
+async fn a_fault_set_that_does_not_validate_changes_nothing() {
+    let cloud = sim(SimConfig::default());
+    let before = FaultSet {
+        failure_rate: 0.5,
+        ..FaultSet::default()
+    };
+    cloud.set_faults(before.clone()).await.unwrap();
+    let bad = [
+        FaultSet {
+            failure_rate: 1.5,
+            ..FaultSet::default()
+        },
+        FaultSet {
+            zones_down: ["sim-z".to_string()].into(),
+            hang: true,
+            ..FaultSet::default()
+        },
+        FaultSet {
+            throttle: Some(Throttle {
+                burst: 0,
+                per_second: 1.0,
+            }),
+            ..FaultSet::default()
+        },
+    ];
+    for faults in bad {
+        let err = cloud.set_faults(faults).await.unwrap_err();
+        assert!(matches!(err, SimError::Faults(_)), "{err}");
+        assert_eq!(cloud.faults(), before);
+    }
+    // Not hanging: this answers.
+    assert_eq!(cloud.zones().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn the_configurations_faults_are_the_opening_set_and_clearing_ends_them() {
+    let cloud = sim(SimConfig {
+        outages: vec!["sim-c".into()],
+        failure_rate: 1.0,
+        ..SimConfig::default()
+    });
+    assert_eq!(
+        cloud.faults().zones_down,
+        ["sim-c".to_string()].into_iter().collect()
+    );
+    assert_eq!(cloud.faults().failure_rate, 1.0);
+    let failed = cloud.launch(vec![request(0, "sim-a")]).await;
+    assert_eq!(
+        failed[0].as_ref().unwrap_err().class,
+        FailureClass::Transient
+    );
+    cloud.set_faults(FaultSet::default()).await.unwrap();
+    assert!(cloud.faults().is_healthy());
+    assert!(cloud.launch(vec![request(0, "sim-a")]).await[0].is_ok());
+}
+
+#[tokio::test]
+async fn throttled_calls_are_refused_as_request_limit_exceeded_until_the_bucket_refills() {
+    let cloud = sim(SimConfig::default());
+    cloud
+        .set_faults(FaultSet {
+            throttle: Some(Throttle {
+                burst: 2,
+                per_second: 20.0,
+            }),
+            ..FaultSet::default()
+        })
+        .await
+        .unwrap();
+    assert!(cloud.zones().await.is_ok());
+    assert!(cloud.instances(CONTROLLER).await.is_ok());
+    let refused = cloud.launch(vec![request(0, "sim-a")]).await;
+    let error = refused[0].as_ref().unwrap_err();
+    assert_eq!(error.class, FailureClass::Transient);
+    assert!(error.message.contains("RequestLimitExceeded"), "{error}");
+    assert_eq!(
+        cloud.call_counts(),
+        CallCounts {
+            admitted: 2,
+            refused: 1
+        }
+    );
+    // A refused launch launched nothing.
+    assert!(cloud.ledger().is_empty());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(cloud.launch(vec![request(0, "sim-a")]).await[0].is_ok());
+}
+
+#[tokio::test]
+async fn hanging_calls_answer_once_the_hang_is_cleared() {
+    let cloud = Arc::new(sim(SimConfig::default()));
+    cloud
+        .set_faults(FaultSet {
+            hang: true,
+            ..FaultSet::default()
+        })
+        .await
+        .unwrap();
+    let timed_out = tokio::time::timeout(Duration::from_millis(50), cloud.zones()).await;
+    assert!(timed_out.is_err(), "a hanging call answered");
+    let waiting = tokio::spawn({
+        let cloud = cloud.clone();
+        async move { cloud.launch(vec![request(0, "sim-a")]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiting.is_finished());
+    cloud.set_faults(FaultSet::default()).await.unwrap();
+    let launched = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the call answered")
+        .unwrap();
+    assert!(launched[0].is_ok());
+}
+
+#[tokio::test]
+async fn silent_agents_never_check_in() {
+    let cloud = sim(SimConfig::default());
+    let (link, mut heard) = recorder(0);
+    cloud.attach(link);
+    cloud
+        .set_faults(FaultSet {
+            silent_agents: 1.0,
+            ..FaultSet::default()
+        })
+        .await
+        .unwrap();
+    let silent = ok_id(&cloud.launch(vec![request(1, "sim-a")]).await[0]);
+    cloud.set_faults(FaultSet::default()).await.unwrap();
+    let talking = ok_id(&cloud.launch(vec![request(2, "sim-a")]).await[0]);
+    let mut agents = Vec::new();
+    while agents.is_empty() {
+        if let Heard::Agent(machine, _) = hear(&mut heard).await {
+            agents.push(machine);
+        }
+    }
+    assert_eq!(agents, [MachineId::new(2)]);
+    eventually(|| cloud.ledger()[1].agent == AgentState::Connected).await;
+    let ledger = cloud.ledger();
+    assert_eq!(
+        (ledger[0].id.clone(), ledger[0].agent),
+        (silent, AgentState::Silent)
+    );
+    assert_eq!(ledger[0].state, InstanceState::Running);
+    assert_eq!(ledger[1].id, talking);
+}
+
+#[tokio::test]
+async fn the_ids_a_seed_gives_do_not_depend_on_silent_agents() {
+    let ids = |silent: f64| async move {
+        let cloud = sim(SimConfig::default());
+        cloud
+            .set_faults(FaultSet {
+                silent_agents: silent,
+                ..FaultSet::default()
+            })
+            .await
+            .unwrap();
+        let results = cloud
+            .launch((0..5).map(|m| request(m, "sim-a")).collect())
+            .await;
+        results.iter().map(ok_id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(0.0).await, ids(0.5).await);
+}
