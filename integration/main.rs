@@ -19,6 +19,7 @@
 
 mod api;
 mod applications;
+mod auth;
 mod cli;
 mod crash;
 mod dashboard;
