@@ -20,7 +20,7 @@ use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support::app::{now_secs, spawn_app, spawn_app_with, Options, WEBHOOK_SECRET};
-use crate::support::charm_dir;
+use crate::support::{charm_dir, ec2_event};
 
 /// How long a test waits for an event before it fails (a bound, not a
 /// timing assertion).
@@ -992,21 +992,6 @@ async fn a_container_agent_checks_in_by_its_id_with_slashes() {
 
 // ---------------------------------------------------------------------------
 // Webhooks
-
-fn ec2_event(instance: &str, state: &str) -> String {
-    json!({
-        "version": "0",
-        "id": "7bf73129-1428-4cd3-a780-95db273d1602",
-        "detail-type": "EC2 Instance State-change Notification",
-        "source": "aws.ec2",
-        "account": "123456789012",
-        "time": "2026-11-21T05:00:00Z",
-        "region": "us-east-1",
-        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")],
-        "detail": {"instance-id": instance, "state": state},
-    })
-    .to_string()
-}
 
 #[tokio::test]
 async fn an_eventbridge_state_change_is_forwarded_to_the_engine() {

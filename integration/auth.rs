@@ -11,21 +11,7 @@ use serde_json::{json, Value};
 use berth::api::webhooks::sign;
 
 use crate::support::app::{now_secs, spawn_app, spawn_app_with, Options, TestApp, WEBHOOK_SECRET};
-
-fn ec2_event(instance: &str, state: &str) -> String {
-    json!({
-        "version": "0",
-        "id": "5d1a3b1e-1428-4cd3-a780-95db273d1602",
-        "detail-type": "EC2 Instance State-change Notification",
-        "source": "aws.ec2",
-        "account": "123456789012",
-        "time": "2026-11-23T09:00:00Z",
-        "region": "us-east-1",
-        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")],
-        "detail": {"instance-id": instance, "state": state},
-    })
-    .to_string()
-}
+use crate::support::ec2_event;
 
 async fn checked_in(app: &TestApp, machine: &str) -> (String, String) {
     let otp = app.launch(machine).await;

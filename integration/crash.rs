@@ -4,7 +4,6 @@
 //! every unit's machine is started, each on its own instance, the cloud
 //! runs exactly those instances, and the change log has no gap.
 
-use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use berth::app::ADMIN_TOKEN_FILE;
 use berth::providers::sim::SimConfig;
 
 use crate::support::app::{berth_command, Backend, Site};
-use crate::support::eventually;
+use crate::support::{all_started, assert_one_live_instance_each, eventually};
 
 const UNITS: usize = 500;
 const KILLS: usize = 5;
@@ -148,16 +147,7 @@ async fn killed_five_times_mid_deploy_nothing_is_lost(backend: Backend) {
             let status = status(&client, &serve, &token)
                 .await
                 .ok_or_else(|| "no status".to_string())?;
-            let machines = status["machines"].as_object().cloned().unwrap_or_default();
-            let started = machines
-                .values()
-                .filter(|m| m["juju-status"]["current"] == "started")
-                .count();
-            if machines.len() == UNITS && started == UNITS {
-                Ok(machines)
-            } else {
-                Err(format!("{started} of {} started", machines.len()))
-            }
+            all_started(&status, UNITS)
         },
     )
     .await;
@@ -175,19 +165,7 @@ async fn killed_five_times_mid_deploy_nothing_is_lost(backend: Backend) {
     serve.kill();
 
     // Each machine on its own instance, and the cloud runs exactly those.
-    let instances: BTreeSet<String> = machines
-        .values()
-        .map(|m| m["instance-id"].as_str().unwrap_or_default().to_string())
-        .collect();
-    assert_eq!(instances.len(), UNITS);
-    let running: BTreeSet<String> = site
-        .open_sim(SimConfig::default())
-        .ledger()
-        .into_iter()
-        .filter(|entry| !entry.state.is_gone())
-        .map(|entry| entry.id)
-        .collect();
-    assert_eq!(running, instances);
+    assert_one_live_instance_each(&machines, &site.open_sim(SimConfig::default()));
 
     // The change log has no gap and no reorder.
     let store = site.open_store();

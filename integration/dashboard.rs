@@ -10,25 +10,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use berth::engine::config::ProvisionerConfig;
 use berth::providers::sim::SimConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::support::app::{spawn_app, spawn_app_with, Backend, Launch, Options, TestApp};
 use crate::support::webdriver::{Browser, ENTER, WINDOW};
-use crate::support::{charm_dir, eventually};
+use crate::support::{charm_dir, eventually, fast_provisioner};
 use crate::support::{until, PATIENCE};
-
-fn fast_provisioner() -> ProvisionerConfig {
-    ProvisionerConfig {
-        backoff_initial_ms: 5,
-        backoff_max_ms: 40,
-        call_timeout_s: 2,
-        reconcile_interval_s: 0,
-        ..ProvisionerConfig::default()
-    }
-}
 
 /// A subordinate charm, joined to its principals' units.
 const NTP: &str = "name: ntp\nsubordinate: true\nrequires:\n  juju-info:\n    interface: juju-info\n    scope: container\n";

@@ -28,17 +28,7 @@ use berth::store::Store;
 
 use crate::on_each_backend;
 use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp};
-use crate::support::{eventually, throughout, until, PATIENCE};
-
-fn fast_provisioner() -> ProvisionerConfig {
-    ProvisionerConfig {
-        backoff_initial_ms: 5,
-        backoff_max_ms: 40,
-        call_timeout_s: 2,
-        reconcile_interval_s: 0,
-        ..ProvisionerConfig::default()
-    }
-}
+use crate::support::{eventually, fast_provisioner, live_instances, throughout, until, PATIENCE};
 
 /// An app with the engine on `config` over the simulated cloud on `sim`.
 async fn spawn_engine(backend: Backend, sim: SimConfig, config: ProvisionerConfig) -> TestApp {
@@ -111,14 +101,6 @@ fn last_error(machine: &MachineRecord) -> String {
         .unwrap_or_default()
 }
 
-fn live_instances(sim: &SimProvider) -> Vec<String> {
-    sim.ledger()
-        .into_iter()
-        .filter(|e| !e.state.is_gone())
-        .map(|e| e.id)
-        .collect()
-}
-
 async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone(
     backend: Backend,
 ) {
@@ -143,7 +125,7 @@ async fn nine_units_spread_three_per_zone_and_a_second_applications_three_one_pe
         .iter()
         .filter_map(|m| m.instance_id().map(str::to_string))
         .collect();
-    let live: BTreeSet<String> = live_instances(app.sim()).into_iter().collect();
+    let live = live_instances(app.sim());
     assert_eq!(recorded, live);
     assert!(status
         .machines
@@ -643,7 +625,7 @@ fn an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_
             "the live instances to be the recorded ones",
             PATIENCE,
             || async {
-                let live: BTreeSet<String> = live_instances(app.sim()).into_iter().collect();
+                let live = live_instances(app.sim());
                 if live == unique {
                     Ok(())
                 } else {

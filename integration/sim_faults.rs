@@ -26,7 +26,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support::app::{spawn_app, spawn_app_with, Backend, Cloud, Options, Site, TestApp};
-use crate::support::{eventually, until, PATIENCE};
+use crate::support::{eventually, fast_provisioner, until, PATIENCE};
 
 async fn json_of(response: Response) -> Value {
     response.json().await.unwrap()
@@ -228,11 +228,8 @@ async fn another_provider_has_no_faults_to_set() {
 
 fn provisioner() -> ProvisionerConfig {
     ProvisionerConfig {
-        backoff_initial_ms: 5,
-        backoff_max_ms: 40,
         call_timeout_s: 1,
-        reconcile_interval_s: 0,
-        ..ProvisionerConfig::default()
+        ..fast_provisioner()
     }
 }
 

@@ -4,7 +4,6 @@
 //! writer's included) is replaced and the deploy finishes with nothing
 //! lost or duplicated.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -15,8 +14,8 @@ use berth::providers::sim::SimConfig;
 use berth::store::db::DatabaseUrl;
 
 use crate::support::app::{spawn_app_with, Backend, Options, Site};
-use crate::support::eventually;
 use crate::support::postgres::OwnServer;
+use crate::support::{all_started, assert_one_live_instance_each, eventually};
 
 const UNITS: usize = 500;
 
@@ -78,19 +77,7 @@ async fn a_postgres_restart_mid_deploy_answers_503_meanwhile_and_loses_nothing()
     let started = eventually(
         "every machine started after the restart",
         Duration::from_secs(180),
-        || async {
-            let status = app.status_json().await;
-            let machines = status["machines"].as_object().cloned().unwrap_or_default();
-            let started = machines
-                .values()
-                .filter(|m| m["juju-status"]["current"] == "started")
-                .count();
-            if machines.len() == UNITS && started == UNITS {
-                Ok(machines)
-            } else {
-                Err(format!("{started} of {} started", machines.len()))
-            }
-        },
+        || async { all_started(&app.status_json().await, UNITS) },
     )
     .await;
     eprintln!(
@@ -98,17 +85,5 @@ async fn a_postgres_restart_mid_deploy_answers_503_meanwhile_and_loses_nothing()
         resumed.elapsed().as_secs_f64()
     );
     // Each on its own instance, and the cloud runs exactly those.
-    let instances: BTreeSet<String> = started
-        .values()
-        .map(|m| m["instance-id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(instances.len(), UNITS);
-    let running: BTreeSet<String> = app
-        .sim()
-        .ledger()
-        .into_iter()
-        .filter(|entry| !entry.state.is_gone())
-        .map(|entry| entry.id)
-        .collect();
-    assert_eq!(running, instances);
+    assert_one_live_instance_each(&started, app.sim());
 }

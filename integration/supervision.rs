@@ -5,16 +5,15 @@
 //! with nothing lost or duplicated: every machine started, each on its own
 //! instance, and the cloud runs exactly those.
 
-use std::collections::BTreeSet;
-
 use serde_json::{json, Value};
 
-use berth::engine::config::ProvisionerConfig;
 use berth::engine::supervision::{hooks, kinds};
 use berth::providers::sim::SimConfig;
 
 use crate::support::app::{spawn_app_with, Backend, Options};
-use crate::support::{eventually, PATIENCE};
+use crate::support::{
+    all_started, assert_one_live_instance_each, eventually, fast_provisioner, PATIENCE,
+};
 
 const KINDS: [&str; 5] = [
     kinds::PROVISIONER,
@@ -33,13 +32,7 @@ async fn every_kind_of_actor_panics_once_and_the_deploy_still_completes(backend:
     let app = spawn_app_with(Options::engine(
         backend,
         SimConfig::default(),
-        ProvisionerConfig {
-            backoff_initial_ms: 5,
-            backoff_max_ms: 40,
-            call_timeout_s: 2,
-            reconcile_interval_s: 0,
-            ..ProvisionerConfig::default()
-        },
+        fast_provisioner(),
     ))
     .await;
     let deployed = app
@@ -51,54 +44,14 @@ async fn every_kind_of_actor_panics_once_and_the_deploy_still_completes(backend:
         assert!(added.status().is_success());
     }
     let machines = eventually("all 10 machines started", PATIENCE, || async {
-        let status = app.status_json().await;
-        let mut machines = Vec::new();
-        for (id, machine) in status["machines"].as_object().cloned().unwrap_or_default() {
-            machines.push((id, machine.clone()));
-            for (cid, container) in machine["containers"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default()
-            {
-                machines.push((cid, container));
-            }
-        }
-        let started = machines
-            .iter()
-            .filter(|(_, m)| m["juju-status"]["current"] == "started")
-            .count();
-        if machines.len() == 10 && started == 10 {
-            Ok(machines)
-        } else {
-            let waiting: Vec<String> = machines
-                .iter()
-                .filter(|(_, m)| m["juju-status"]["current"] != "started")
-                .map(|(id, m)| format!("{id}: {} {}", m["juju-status"], m["machine-status"]))
-                .collect();
-            Err(format!(
-                "{started} of {} started; {waiting:?}",
-                machines.len()
-            ))
-        }
+        all_started(&app.status_json().await, 10)
     })
     .await;
     for kind in KINDS {
         assert_eq!(hooks::pending(kind), 0, "the {kind} actor's panic fired");
     }
     // Each machine on its own instance, and the cloud runs exactly those.
-    let instances: BTreeSet<String> = machines
-        .iter()
-        .map(|(_, m)| m["instance-id"].as_str().unwrap_or_default().to_string())
-        .collect();
-    assert_eq!(instances.len(), 10, "{machines:?}");
-    let running: BTreeSet<String> = app
-        .sim()
-        .ledger()
-        .into_iter()
-        .filter(|entry| !entry.state.is_gone())
-        .map(|entry| entry.id)
-        .collect();
-    assert_eq!(running, instances);
+    assert_one_live_instance_each(&machines, app.sim());
     // Each restart is counted.
     let metrics = app.metrics().await.text().await.unwrap();
     for kind in KINDS {
