@@ -41,6 +41,9 @@ use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp
 use crate::support::{eventually, moto, until_within};
 
 const REGION: &str = "ca-central-1";
+/// What instances are told to reach: never contacted (the tests check
+/// agents in themselves), and not loopback, which EC2 launches refuse.
+const CONTROLLER_URL: &str = "http://controller.invalid:17070";
 /// Long enough for anything these tests wait for; a test that needs it
 /// has failed.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -93,7 +96,7 @@ async fn any_image(client: &Client) -> String {
 
 async fn open_provider(client: &Client) -> Arc<Ec2Provider> {
     let table: toml::Table = format!(
-        "region = \"{REGION}\"\nendpoint_url = \"{}\"\n[images]\n\"ubuntu@24.04/amd64\" = \"{}\"\n",
+        "region = \"{REGION}\"\nendpoint_url = \"{}\"\nimage_has_agent = true\n[images]\n\"ubuntu@24.04/amd64\" = \"{}\"\n",
         moto::endpoint(),
         any_image(client).await
     )
@@ -117,6 +120,7 @@ async fn spawn_ec2(provider: Arc<dyn Provider>, site: Option<Site>) -> TestApp {
             limits: RateLimits::ec2(),
         },
         engine: Some(provisioner()),
+        controller_url: Some(CONTROLLER_URL.to_string()),
         ..Options::default()
     })
     .await
@@ -602,7 +606,7 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
     // moto carries two of Canonical's images, among them xenial's.
     let client = moto_client().await;
     let table: toml::Table = format!(
-        "region = \"{REGION}\"\nendpoint_url = \"{}\"\n",
+        "region = \"{REGION}\"\nendpoint_url = \"{}\"\nimage_has_agent = true\n",
         moto::endpoint()
     )
     .parse()
@@ -781,6 +785,7 @@ mod scripted {
             subnets: Default::default(),
         };
         let mut config = Ec2Config::for_region(REGION);
+        config.image_has_agent = true;
         config.images.insert(
             berth::providers::ec2::ImageKey {
                 base: berth::domain::base::Base::DEFAULT,

@@ -191,6 +191,75 @@ async fn an_ec2_controller_with_a_misspelt_setting_refuses_to_start_and_names_it
     );
 }
 
+/// A loopback HTTP server that answers every request with `status`, as a
+/// download server for the agent binary; returns its URL.
+#[cfg(feature = "ec2")]
+fn download_server(status: u16) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/berth", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 2048];
+            let _ = stream.read(&mut request);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    url
+}
+
+#[cfg(feature = "ec2")]
+#[actix_web::test]
+async fn an_ec2_controller_that_instances_could_not_use_refuses_to_start_and_names_the_setting() {
+    let missing_binary = download_server(404);
+    let cases: [(Option<&str>, String, &str); 5] = [
+        (
+            Some("http://127.0.0.1:17070"),
+            "image_has_agent = true".into(),
+            "cannot start the ec2 provider: controller_url \"http://127.0.0.1:17070\" names a loopback address",
+        ),
+        (
+            Some("https://0.0.0.0:17070"),
+            "image_has_agent = true".into(),
+            "cannot start the ec2 provider: controller_url \"https://0.0.0.0:17070\" names the unspecified address",
+        ),
+        (
+            None,
+            "image_has_agent = true".into(),
+            "cannot start the ec2 provider: controller_url is not set",
+        ),
+        (
+            Some("https://controller.invalid:17070"),
+            String::new(),
+            "cannot start the ec2 provider: instances would have no berth agent: stock images do not carry it; set provider.ec2.agent_binary_url",
+        ),
+        (
+            Some("https://controller.invalid:17070"),
+            format!("agent_binary_url = \"{missing_binary}\""),
+            "cannot start the ec2 provider: provider.ec2.agent_binary_url",
+        ),
+    ];
+    for (controller_url, extra, expected) in cases {
+        let site = Site::new(Backend::Sqlite);
+        // The endpoint is a closed loopback port: the checks must fail
+        // before anything calls EC2.
+        let mut config = ec2_config_for(
+            &site,
+            &format!("region = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:9\"\n{extra}"),
+        );
+        config.controller_url = controller_url.map(str::to_string);
+        let error = Application::build(config).await.err().unwrap().to_string();
+        assert!(error.starts_with(expected), "{controller_url:?} {extra:?}: {error}");
+        if extra.contains("agent_binary_url") {
+            assert!(error.contains("it answered 404"), "{error}");
+        }
+    }
+}
+
 #[cfg(not(feature = "ec2"))]
 #[actix_web::test]
 async fn without_the_ec2_feature_an_ec2_controller_refuses_to_start_and_says_why() {

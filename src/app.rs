@@ -313,13 +313,22 @@ pub fn serve_with_args(args: &crate::cli::ServeArgs) -> Result<(), AppError> {
 /// The EC2 provider of `[provider.ec2]`, with AWS's published rate limits.
 #[cfg(feature = "ec2")]
 async fn open_ec2(config: &Config) -> Result<(Arc<dyn Provider>, RateLimits), AppError> {
-    use crate::providers::ec2::{Ec2Config, Ec2Provider};
+    use crate::providers::ec2::{preflight, Ec2Config, Ec2Provider};
     let failed = |message: String| AppError::Provider {
         kind: "ec2",
         message,
     };
     let table = config.provider.ec2.clone().unwrap_or_default();
     let ec2 = Ec2Config::from_table(&table).map_err(|e| failed(e.to_string()))?;
+    // What instances need, before anything is spent on them.
+    preflight::check_controller_url(
+        config.controller_url.as_deref(),
+        &config.listen.to_string(),
+    )
+    .map_err(|e| failed(e.to_string()))?;
+    preflight::check_agent_binary(&ec2)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
     let provider = Ec2Provider::open(ec2)
         .await
         .map_err(|e| failed(e.to_string()))?;

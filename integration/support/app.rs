@@ -155,6 +155,11 @@ pub struct Options {
     pub gated_link: bool,
     /// How the engine reaches hosts enlisted over SSH.
     pub manual: ManualConfig,
+    /// The URL the engine gives new instances' agents; by default the
+    /// app's own loopback address. A cloud provider refuses to launch with
+    /// a loopback URL, so tests of one name a host that is never
+    /// contacted, such as `controller.invalid`.
+    pub controller_url: Option<String>,
 }
 
 impl Default for Options {
@@ -169,6 +174,7 @@ impl Default for Options {
             webhook_secret: Some(WEBHOOK_SECRET),
             gated_link: false,
             manual: ManualConfig::default(),
+            controller_url: None,
         }
     }
 }
@@ -350,7 +356,10 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                 provider.clone(),
                 &config,
                 limits,
-                address.clone(),
+                options
+                    .controller_url
+                    .clone()
+                    .unwrap_or_else(|| address.clone()),
                 metrics.clone(),
                 &options.manual,
             )

@@ -8,7 +8,8 @@
 //! subnet_ids = ["subnet-0a1b2c3d"]          # optional: at most one per zone
 //! security_group_ids = ["sg-0a1b2c3d"]      # optional
 //! key_name = "ops"                          # optional
-//! agent_binary_url = "https://example.com/berth"  # optional, see the user data
+//! agent_binary_url = "https://example.com/berth"  # where instances download berth
+//! image_has_agent = false                   # or: the images carry /usr/local/bin/berth
 //!
 //! [provider.ec2.images]                     # optional: else looked up
 //! "ubuntu@22.04/amd64" = "ami-0123456789abcdef0"
@@ -55,6 +56,8 @@ struct RawConfig {
     key_name: Option<String>,
     #[serde(default)]
     agent_binary_url: Option<String>,
+    #[serde(default)]
+    image_has_agent: bool,
     #[serde(default)]
     images: BTreeMap<String, String>,
     #[serde(default)]
@@ -131,6 +134,9 @@ pub struct Ec2Config {
     /// Where new instances download the `berth` binary from, when their
     /// image does not have it at `/usr/local/bin/berth`.
     pub agent_binary_url: Option<String>,
+    /// The operator's word that the images carry the berth binary at
+    /// `/usr/local/bin/berth`, so no `agent_binary_url` is needed.
+    pub image_has_agent: bool,
     /// Images named in the configuration, by base and architecture.
     pub images: BTreeMap<ImageKey, String>,
     pub image_lookup: ImageLookup,
@@ -209,6 +215,7 @@ impl Ec2Config {
             security_group_ids: Vec::new(),
             key_name: None,
             agent_binary_url: None,
+            image_has_agent: false,
             images: BTreeMap::new(),
             image_lookup: ImageLookup::default(),
         }
@@ -283,6 +290,7 @@ impl Ec2Config {
             security_group_ids: raw.security_group_ids,
             key_name: raw.key_name,
             agent_binary_url: raw.agent_binary_url,
+            image_has_agent: raw.image_has_agent,
             images,
             image_lookup,
         })
@@ -322,6 +330,7 @@ mod tests {
             security_group_ids = ["sg-01"]
             key_name = "ops"
             agent_binary_url = "https://example.com/berth"
+            image_has_agent = true
             [images]
             "ubuntu@22.04/amd64" = "ami-0123456789abcdef0"
             "ubuntu@24.04/edge/arm64" = "ami-0f"
@@ -343,6 +352,7 @@ mod tests {
             config.agent_binary_url.as_deref(),
             Some("https://example.com/berth")
         );
+        assert!(config.image_has_agent);
         assert_eq!(
             config.images.get(&key("ubuntu@22.04", Arch::Amd64)),
             Some(&"ami-0123456789abcdef0".to_string())

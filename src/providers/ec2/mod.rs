@@ -9,6 +9,8 @@
 //! - [`config`]: `[provider.ec2]`, parsed once.
 //! - [`errors`]: EC2's error codes as [`FailureClass`]es.
 //! - [`user_data`]: the cloud-init that starts the machine agent.
+//! - [`preflight`]: what instances need (a reachable controller URL, an
+//!   agent binary), checked at start and before the first launch.
 //!
 //! # What it reads at open
 //!
@@ -92,6 +94,7 @@
 
 pub mod config;
 pub mod errors;
+pub mod preflight;
 pub mod user_data;
 
 #[cfg(test)]
@@ -241,6 +244,9 @@ pub struct Ec2Provider {
     images: Mutex<HashMap<String, ImageInfo>>,
     /// The instance launched for each client token, and when.
     launched: Mutex<HashMap<String, (Instance, Instant)>>,
+    /// Set once the agent binary is known to be there (see
+    /// [`preflight::check_agent_binary`]); checked again until it is.
+    agent_binary_checked: tokio::sync::OnceCell<()>,
 }
 
 impl Ec2Provider {
@@ -333,6 +339,7 @@ impl Ec2Provider {
             looked_up: Mutex::new(HashMap::new()),
             images: Mutex::new(HashMap::new()),
             launched: Mutex::new(HashMap::new()),
+            agent_binary_checked: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -542,6 +549,8 @@ impl Ec2Provider {
                 ),
             ));
         }
+        preflight::check_controller_url(Some(&request.agent.controller_url), "")
+            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
         let user_data = user_data::cloud_config(
             &request.agent.controller_url,
             request.machine,
@@ -932,6 +941,14 @@ impl Provider for Ec2Provider {
     /// One RunInstances per request, all at once (see the module
     /// documentation for why); the image is resolved once per batch.
     async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        if let Err(e) = self
+            .agent_binary_checked
+            .get_or_try_init(|| preflight::check_agent_binary(&self.config))
+            .await
+        {
+            let refused = ProviderError::new(FailureClass::Permanent, e.to_string());
+            return requests.iter().map(|_| Err(refused.clone())).collect();
+        }
         let mut prepared = Vec::with_capacity(requests.len());
         let mut seen = HashMap::new();
         for request in requests {

@@ -53,8 +53,16 @@ fn client(rules: &[&Rule]) -> Client {
         .retry_config(RetryConfig::disabled()))
 }
 
+/// A region's configuration whose images carry the agent.
+fn region_config() -> Ec2Config {
+    Ec2Config {
+        image_has_agent: true,
+        ..Ec2Config::for_region("us-east-1")
+    }
+}
+
 fn config() -> Ec2Config {
-    let mut config = Ec2Config::for_region("us-east-1");
+    let mut config = region_config();
     config.images.insert(
         ImageKey {
             base: Base::DEFAULT,
@@ -781,7 +789,7 @@ async fn without_a_configured_image_the_newest_match_of_the_owner_is_used_and_ca
                 .build()
         });
     let p = provider_with(
-        Ec2Config::for_region("us-east-1"),
+        region_config(),
         facts(),
         &[&lookup, &describe, &run],
     );
@@ -802,7 +810,7 @@ async fn without_a_configured_image_the_newest_match_of_the_owner_is_used_and_ca
 async fn a_lookup_that_finds_nothing_fails_permanently_naming_owner_and_pattern() {
     let lookup =
         mock!(Client::describe_images).then_output(|| DescribeImagesOutput::builder().build());
-    let p = provider_with(Ec2Config::for_region("us-east-1"), facts(), &[&lookup]);
+    let p = provider_with(region_config(), facts(), &[&lookup]);
     let error = p
         .launch(vec![request("1", "us-east-1a", "t3a.medium")])
         .await
@@ -1189,4 +1197,37 @@ impl actix::Handler<InstanceFailed> for LaunchListener {
             let _ = answer.send(Err(msg.0));
         }
     }
+}
+
+#[tokio::test]
+async fn a_launch_with_a_loopback_controller_url_is_refused_before_any_call() {
+    let run = mock!(Client::run_instances).then_output(|| RunInstancesOutput::builder().build());
+    let p = provider_with(config(), facts(), &[&run]);
+    let mut loopback = request("1", "us-east-1a", "t3a.medium");
+    loopback.agent.controller_url = "http://127.0.0.1:17070".to_string();
+    let error = p.launch(vec![loopback]).await.remove(0).unwrap_err();
+    assert_eq!(error.class, FailureClass::Permanent);
+    assert!(error.message.starts_with("controller_url \"http://127.0.0.1:17070\" names a loopback address"), "{}", error.message);
+    assert_eq!(run.num_calls(), 0);
+}
+
+#[tokio::test]
+async fn without_an_agent_binary_nothing_is_launched() {
+    let run = mock!(Client::run_instances).then_output(|| RunInstancesOutput::builder().build());
+    let mut without = config();
+    without.image_has_agent = false;
+    let p = provider_with(without, facts(), &[&run]);
+    let results = p
+        .launch(vec![
+            request("1", "us-east-1a", "t3a.medium"),
+            request("2", "us-east-1a", "t3a.medium"),
+        ])
+        .await;
+    assert_eq!(results.len(), 2);
+    for result in results {
+        let error = result.unwrap_err();
+        assert_eq!(error.class, FailureClass::Permanent);
+        assert!(error.message.contains("provider.ec2.agent_binary_url"), "{}", error.message);
+    }
+    assert_eq!(run.num_calls(), 0);
 }

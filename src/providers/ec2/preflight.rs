@@ -1,0 +1,242 @@
+//! What an EC2 instance needs from berth before one is worth launching,
+//! checked when the controller starts (a failure stops the start) and
+//! again before the provider's first launch (a failure there is a
+//! provisioning error on the machine, not a launch that can only time
+//! out):
+//!
+//! - **A controller URL instances can reach.** Judged by its form only,
+//!   never by connecting (the instances connect, not the controller): not
+//!   a loopback or unspecified address, not `localhost`.
+//! - **An agent binary.** Either `agent_binary_url`, which must answer a
+//!   `HEAD` request with a success, or `image_has_agent = true`, the
+//!   operator's word that the images already carry `/usr/local/bin/berth`.
+//!
+//! The credentials and the region are checked by opening the provider,
+//! which reads the region's zones and instance types (one cheap call
+//! each).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::providers::ec2::config::Ec2Config;
+
+/// How long the agent binary's URL has to answer.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why instances launched now could not work.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PreflightError {
+    #[error("controller_url is not set, so instances would be told to reach the controller at its listen address {0}, which they cannot reach: set controller_url to an address of this controller that the instances can reach, such as https://controller.example.com:17070")]
+    NoControllerUrl(String),
+    #[error("controller_url {url:?} names {why}, which an instance cannot reach: set controller_url to an address of this controller that the instances can reach")]
+    UnreachableControllerUrl { url: String, why: &'static str },
+    #[error("controller_url {0:?} is not a URL: expected http://host:port or https://host:port")]
+    BadControllerUrl(String),
+    #[error("instances would have no berth agent: stock images do not carry it; set provider.ec2.agent_binary_url to where instances can download the berth binary, or provider.ec2.image_has_agent = true if your images have /usr/local/bin/berth")]
+    NoAgentBinary,
+    #[error("provider.ec2.agent_binary_url {url:?} cannot be used: {why}; instances could not download the berth agent")]
+    AgentBinaryUnavailable { url: String, why: String },
+}
+
+/// The host part of an `http(s)://host[:port][/path]` URL (without the
+/// brackets of an IPv6 literal), or `None` if `url` is not one.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split_once(']')?.0
+    } else {
+        authority.split(':').next()?
+    };
+    (!host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c.is_control()))
+        .then_some(host)
+}
+
+/// Checks `controller_url` (or, when it is not set, the `listen` address
+/// the controller would tell instances instead) by its form alone.
+///
+/// # Errors
+///
+/// [`PreflightError`] naming `controller_url` and why instances could not
+/// reach it.
+pub fn check_controller_url(
+    controller_url: Option<&str>,
+    listen: &str,
+) -> Result<(), PreflightError> {
+    let Some(url) = controller_url else {
+        return Err(PreflightError::NoControllerUrl(listen.to_string()));
+    };
+    let host = url_host(url).ok_or_else(|| PreflightError::BadControllerUrl(url.to_string()))?;
+    let unreachable = |why| {
+        Err(PreflightError::UnreachableControllerUrl {
+            url: url.to_string(),
+            why,
+        })
+    };
+    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost")
+    {
+        return unreachable("localhost");
+    }
+    match host.parse::<IpAddr>() {
+        Ok(ip) if ip.is_loopback() => unreachable("a loopback address"),
+        Ok(ip) if ip.is_unspecified() => unreachable("the unspecified address"),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that instances will have an agent: the image carries it, or
+/// `agent_binary_url` answers a `HEAD` request with a success.
+///
+/// # Errors
+///
+/// [`PreflightError::NoAgentBinary`], or
+/// [`PreflightError::AgentBinaryUnavailable`] with the answer or the
+/// failure.
+pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError> {
+    let Some(url) = config.agent_binary_url.clone() else {
+        return if config.image_has_agent {
+            Ok(())
+        } else {
+            Err(PreflightError::NoAgentBinary)
+        };
+    };
+    let unavailable = |why: String| PreflightError::AgentBinaryUnavailable {
+        url: url.clone(),
+        why,
+    };
+    let target = url.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        ureq::AgentBuilder::new()
+            .timeout(HEAD_TIMEOUT)
+            .build()
+            .head(&target)
+            .call()
+    })
+    .await
+    .map_err(|e| unavailable(e.to_string()))?;
+    match answer {
+        Ok(response) if (200..300).contains(&response.status()) => Ok(()),
+        Ok(response) => Err(unavailable(format!("it answered {}", response.status()))),
+        Err(ureq::Error::Status(status, _)) => {
+            Err(unavailable(format!("it answered {status}")))
+        }
+        Err(ureq::Error::Transport(transport)) => Err(unavailable(transport.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    #[test]
+    fn a_reachable_controller_url_passes() {
+        for url in [
+            "https://controller.invalid:17070",
+            "http://203.0.113.7:17070",
+            "https://[2001:db8::1]:17070/",
+            "http://user@controller.invalid",
+        ] {
+            assert_eq!(check_controller_url(Some(url), "127.0.0.1:17070"), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn loopback_unspecified_and_localhost_controller_urls_are_refused_by_name() {
+        for (url, why) in [
+            ("http://127.0.0.1:17070", "a loopback address"),
+            ("http://127.8.9.10", "a loopback address"),
+            ("https://[::1]:17070", "a loopback address"),
+            ("http://0.0.0.0:17070", "the unspecified address"),
+            ("http://[::]:17070", "the unspecified address"),
+            ("http://localhost:17070", "localhost"),
+            ("http://LOCALHOST", "localhost"),
+            ("http://berth.localhost:1", "localhost"),
+        ] {
+            let e = check_controller_url(Some(url), "127.0.0.1:17070").unwrap_err();
+            assert_eq!(
+                e,
+                PreflightError::UnreachableControllerUrl {
+                    url: url.to_string(),
+                    why
+                }
+            );
+            assert!(e.to_string().starts_with("controller_url"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_missing_or_malformed_controller_url_is_refused_by_name() {
+        let e = check_controller_url(None, "127.0.0.1:17070").unwrap_err();
+        assert!(e.to_string().contains("controller_url is not set"), "{e}");
+        assert!(e.to_string().contains("127.0.0.1:17070"), "{e}");
+        for bad in ["controller.invalid:17070", "ftp://x", "http://", "http://[::1", "http:// x"] {
+            assert_eq!(
+                check_controller_url(Some(bad), "x"),
+                Err(PreflightError::BadControllerUrl(bad.to_string())),
+                "{bad}"
+            );
+        }
+    }
+
+    /// A one-shot HTTP server on loopback answering every request with
+    /// `status`; returns its URL.
+    fn answering(status: u16) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/berth", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(1) {
+                let mut stream = stream.unwrap();
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+            }
+        });
+        url
+    }
+
+    fn with_url(url: Option<String>, image_has_agent: bool) -> Ec2Config {
+        Ec2Config {
+            agent_binary_url: url,
+            image_has_agent,
+            ..Ec2Config::for_region("us-east-1")
+        }
+    }
+
+    #[tokio::test]
+    async fn an_agent_binary_must_be_downloadable_or_in_the_image() {
+        assert_eq!(check_agent_binary(&with_url(None, true)).await, Ok(()));
+        assert_eq!(
+            check_agent_binary(&with_url(None, false)).await,
+            Err(PreflightError::NoAgentBinary)
+        );
+        assert_eq!(
+            check_agent_binary(&with_url(Some(answering(200)), false)).await,
+            Ok(())
+        );
+        let missing = answering(404);
+        let e = check_agent_binary(&with_url(Some(missing.clone()), true))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("provider.ec2.agent_binary_url {missing:?} cannot be used: it answered 404; instances could not download the berth agent")
+        );
+        // Nothing listens there any more.
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/berth", listener.local_addr().unwrap())
+        };
+        let e = check_agent_binary(&with_url(Some(closed), false))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PreflightError::AgentBinaryUnavailable { .. }), "{e}");
+    }
+}
