@@ -1252,6 +1252,28 @@ async fn the_event_stream_resumes_from_a_revision_without_loss() {
 }
 
 #[tokio::test]
+async fn a_stream_from_before_the_server_started_catches_up_from_the_store_then_follows() {
+    let first = spawn_app().await;
+    // More changes than one catch-up read takes, all before the second
+    // server's change feed starts: they come from the store.
+    first.add_machines(&json!({"count": 300})).await;
+    let head = first.store().revision();
+    let site = first.site.clone();
+    drop(first);
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        ..Options::default()
+    })
+    .await;
+    let since = 1;
+    let mut events = EventReader::new(app.events(Some(since), None).await);
+    let expected: Vec<i64> = (since + 1..=head).collect();
+    assert_eq!(events.revisions(expected.len()).await, expected);
+    app.add_machines(&json!({"count": 2})).await;
+    assert_eq!(events.revisions(2).await, [head + 1, head + 2]);
+}
+
+#[tokio::test]
 async fn the_event_stream_honours_last_event_id_over_since() {
     let app = spawn_app().await;
     app.add_machines(&json!({"count": 5})).await;

@@ -121,7 +121,10 @@ impl Application {
             },
             metrics,
             webhook_secret: Some(webhook_secret),
-            limits: Limits::default(),
+            limits: Limits {
+                max_event_streams: event_stream_limit(config.api.max_event_streams),
+                ..Limits::default()
+            },
             sim,
         };
         let status = status.await.unwrap_or_default();
@@ -170,6 +173,61 @@ impl Application {
         log::info!("berth controller stopped");
         served
     }
+}
+
+/// File descriptors kept for everything but event streams: other
+/// requests, the store's connections, the provider's, logs.
+const DESCRIPTORS_FOR_THE_REST: u64 = 1024;
+
+/// How many event streams may be open: `configured`, lowered to what the
+/// process's open-file limit leaves once [`DESCRIPTORS_FOR_THE_REST`] are
+/// set aside. Raises the soft limit to the hard one first, as servers
+/// that hold many connections do.
+fn event_stream_limit(configured: usize) -> usize {
+    let Some(open_files) = raise_open_file_limit() else {
+        return configured;
+    };
+    let allowed = open_files.saturating_sub(DESCRIPTORS_FOR_THE_REST).max(1);
+    let allowed = usize::try_from(allowed).unwrap_or(usize::MAX);
+    if configured > allowed {
+        log::warn!(
+            "api.max_event_streams is {configured} but the open-file limit ({open_files}) leaves room for {allowed}; at most {allowed} event streams will be served"
+        );
+        return allowed;
+    }
+    configured
+}
+
+/// Raises the soft open-file limit to the hard limit and returns the soft
+/// limit now in force (`None` if it cannot be read).
+#[cfg(unix)]
+fn raise_open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`, a valid
+    // rlimit owned by this frame.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    Some(limit.rlim_cur)
+}
+
+#[cfg(not(unix))]
+fn raise_open_file_limit() -> Option<u64> {
+    None
 }
 
 /// Creates `dir` (and parents) readable by its owner only.

@@ -54,6 +54,35 @@ pub struct ProviderConfig {
     pub ec2: Option<toml::Table>,
 }
 
+/// `[api]`: limits of the HTTP API.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// How many event streams (`GET /v1/events`) may be open at once; the
+    /// server lowers it to what its file-descriptor limit allows.
+    pub max_event_streams: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            max_event_streams: crate::api::MAX_EVENT_STREAMS,
+        }
+    }
+}
+
+impl ApiConfig {
+    /// # Errors
+    ///
+    /// A sentence naming the setting that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_event_streams == 0 {
+            return Err("api.max_event_streams must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -74,6 +103,8 @@ pub struct Config {
     pub provisioner: ProvisionerConfig,
     /// `[manual]`: existing hosts enlisted over SSH.
     pub manual: ManualConfig,
+    /// `[api]`: limits of the HTTP API.
+    pub api: ApiConfig,
 }
 
 impl Default for Config {
@@ -89,6 +120,7 @@ impl Default for Config {
             provider: ProviderConfig::default(),
             provisioner: ProvisionerConfig::default(),
             manual: ManualConfig::default(),
+            api: ApiConfig::default(),
         }
     }
 }
@@ -181,6 +213,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.provisioner.validate()?;
         self.provider.sim.validate()?;
+        self.api.validate()?;
         if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
             return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
         }
@@ -304,6 +337,24 @@ mod tests {
         assert_eq!(
             config.provisioner.harvest_mode,
             crate::engine::config::HarvestMode::Destroyed
+        );
+    }
+
+    #[test]
+    fn the_event_stream_limit_is_a_setting_and_zero_is_refused() {
+        let f = file("[api]\nmax_event_streams = 500\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        assert_eq!(config.api.max_event_streams, 500);
+        let e = Config::load(None, env(&[("BERTH_API__MAX_EVENT_STREAMS", "0")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("api.max_event_streams must be at least 1"),
+            "{e}"
+        );
+        let e = Config::load(None, env(&[("BERTH_API__MAX_EVENT_STREAMS", "-3")])).unwrap_err();
+        assert!(
+            e.to_string().contains("BERTH_API__MAX_EVENT_STREAMS"),
+            "{e}"
         );
     }
 

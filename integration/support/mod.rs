@@ -7,6 +7,7 @@ pub mod app;
 pub mod controller;
 pub mod engine_steps;
 pub mod eventually;
+pub mod load;
 #[cfg(feature = "ec2")]
 pub mod moto;
 pub mod postgres;

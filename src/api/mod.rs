@@ -16,6 +16,7 @@
 //! - [`observe`]: status (served from [`crate::status`]'s cache), the
 //!   event stream, healthz, metrics (machine counts from the same cache),
 //!   OpenAPI.
+//! - [`feed`]: the change log's tail, read once for every event stream.
 //! - [`webhooks`], [`agents`]: what providers and machine agents call.
 //! - [`sim`]: the simulated cloud's faults, set by an administrator.
 //! - [`openapi`]: the OpenAPI 3 document.
@@ -26,6 +27,7 @@ pub mod applications;
 pub mod auth;
 pub mod dashboard;
 pub mod errors;
+pub mod feed;
 pub mod input;
 pub mod machines;
 pub mod model;
@@ -45,6 +47,7 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer, Resource};
 use tokio::sync::Semaphore;
 
+use crate::api::feed::ChangeFeed;
 use crate::contracts::provider::ControllerLink;
 use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
@@ -65,9 +68,12 @@ pub const BODY_LIMIT_BYTES: usize = 256 * 1024;
 /// means longer waits; refusing early lets clients back off.
 pub const MAX_CONCURRENT_REQUESTS: usize = 256;
 
-/// How many event streams may be open at once; each holds a connection and
-/// wakes on every change.
-pub const MAX_EVENT_STREAMS: usize = 64;
+/// How many event streams may be open at once unless `[api]
+/// max_event_streams` says otherwise. Streams share one reader of the
+/// change log ([`feed`]), so what each costs is its connection: a file
+/// descriptor and some kilobytes of buffers (measured in RELIABILITY.md).
+/// The server lowers the limit to what its file-descriptor limit allows.
+pub const MAX_EVENT_STREAMS: usize = 10_000;
 
 /// How often an idle event stream sends a comment, so proxies and clients
 /// can tell a quiet stream from a dead one.
@@ -156,6 +162,8 @@ pub struct Shared {
     pub requests: Arc<Semaphore>,
     /// One permit per open event stream.
     pub event_streams: Arc<Semaphore>,
+    /// The change log's tail, which every event stream reads.
+    pub feed: ChangeFeed,
     /// Webhook signatures seen recently, to refuse replays.
     pub replays: webhooks::ReplayCache,
     /// The OpenAPI document, rendered once.
@@ -173,6 +181,14 @@ fn status_parts(shared: &Shared) -> cache::Fresh<'_> {
         cache: &shared.status,
         store: &shared.state.store,
         cloud: &shared.state.provider.name,
+    }
+}
+
+/// Where the feed and the store it follows are.
+fn feed_parts(shared: &Shared) -> feed::Following<'_> {
+    feed::Following {
+        feed: &shared.feed,
+        store: &shared.state.store,
     }
 }
 
@@ -247,6 +263,7 @@ fn shared(state: ApiState, status: StatusCache) -> std::io::Result<Shared> {
         admin_token_hash,
         requests: Arc::new(Semaphore::new(state.limits.max_concurrent_requests)),
         event_streams: Arc::new(Semaphore::new(state.limits.max_event_streams)),
+        feed: ChangeFeed::new(state.store.revision()),
         replays: webhooks::ReplayCache::default(),
         openapi_json,
         status,
@@ -283,6 +300,10 @@ pub fn server_with_status(
     tokio::spawn(cache::keep_fresh(
         Arc::downgrade(&shared.clone().into_inner()),
         status_parts,
+    ));
+    tokio::spawn(feed::keep_following(
+        Arc::downgrade(&shared.clone().into_inner()),
+        feed_parts,
     ));
     let server = HttpServer::new(move || {
         App::new()

@@ -1,7 +1,6 @@
 //! Routes that show state without changing it: status, the change log as
 //! Server-Sent Events, `/healthz`, `/metrics` and the OpenAPI document.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -14,12 +13,10 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::feed::Next;
 use crate::api::Shared;
 use crate::status::view::Status;
-use crate::store::{blocking, Change, Store, StoreError};
-
-/// How many change-log entries one read of the event stream takes.
-pub const EVENT_BATCH: i64 = 256;
+use crate::store::{Change, StoreError};
 
 /// The header a reconnecting `EventSource` sends with the last `id:` it saw.
 pub const LAST_EVENT_ID: &str = "Last-Event-ID";
@@ -227,45 +224,45 @@ pub fn sse_frame(change: &Change) -> Bytes {
 /// The comment an idle stream sends.
 pub const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
 
-/// What an open event stream holds between reads.
+/// What an open event stream holds between pieces.
 struct Follow {
-    store: Store,
-    /// The last revision sent; the next read asks for what follows it.
+    shared: web::Data<Shared>,
+    /// The last revision sent; the next piece starts after it.
     since: i64,
-    head: watch::Receiver<i64>,
-    pending: VecDeque<Change>,
+    /// Changes whenever the feed's tail grows.
+    newest: watch::Receiver<i64>,
     keep_alive: Duration,
     /// Counts this stream against the limit until it is dropped.
     _permit: OwnedSemaphorePermit,
 }
 
 impl Follow {
-    /// The next frame, or `None` to end the stream (the store closed, or a
-    /// read failed: the client reconnects with `Last-Event-ID` and loses
+    /// The next piece: frames from the feed's tail, or from the store when
+    /// the tail has left this stream behind, or a keep-alive comment.
+    /// `None` ends the stream (the server is stopping, or a catch-up read
+    /// failed: the client reconnects with `Last-Event-ID` and loses
     /// nothing).
-    async fn next_frame(&mut self) -> Option<Bytes> {
+    async fn next_piece(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(change) = self.pending.pop_front() {
-                self.since = change.revision;
-                return Some(sse_frame(&change));
+            // Mark the tail seen *before* looking, so growth after the
+            // look still wakes `changed()` below.
+            self.newest.borrow_and_update();
+            let feed = &self.shared.feed;
+            let next = match feed.after(self.since) {
+                Next::Behind => match feed.catch_up(&self.shared.state.store, self.since).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        log::warn!("event stream after revision {} ends: {e}", self.since);
+                        return None;
+                    }
+                },
+                next => next,
+            };
+            if let Next::Frames { body, last } = next {
+                self.since = last;
+                return Some(body);
             }
-            // Mark the head seen *before* reading, so a commit that lands
-            // after the read still wakes `changed()` below.
-            self.head.borrow_and_update();
-            let store = self.store.clone();
-            let since = self.since;
-            match blocking(move || store.changes_since(since, EVENT_BATCH)).await {
-                Ok(changes) if !changes.is_empty() => {
-                    self.pending.extend(changes);
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    log::warn!("event stream after revision {since} ends: {e}");
-                    return None;
-                }
-            }
-            match tokio::time::timeout(self.keep_alive, self.head.changed()).await {
+            match tokio::time::timeout(self.keep_alive, self.newest.changed()).await {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) => return None,
                 Err(_) => return Some(Bytes::from_static(KEEP_ALIVE_FRAME)),
@@ -332,15 +329,13 @@ pub async fn get_events(
             shared.state.metrics.api_overloaded();
             ObserveError::TooManyStreams(shared.state.limits.max_event_streams)
         })?;
-    let store = shared.state.store.clone();
-    let since = start.unwrap_or_else(|| store.revision());
+    let since = start.unwrap_or_else(|| shared.state.store.revision());
     let follow = Follow {
-        head: store.watch_revision(),
-        store,
+        newest: shared.feed.subscribe(),
         since,
-        pending: VecDeque::new(),
         keep_alive: shared.state.limits.event_keep_alive,
         _permit: permit,
+        shared: shared.clone(),
     };
     // The first frame goes out at once, so the client knows the stream is
     // open before anything changes.
@@ -348,8 +343,8 @@ pub async fn get_events(
     let stream =
         futures_util::stream::once(async move { Ok::<_, actix_web::Error>(opening) }).chain(
             futures_util::stream::unfold(follow, |mut follow| async move {
-                let frame = follow.next_frame().await?;
-                Some((Ok::<_, actix_web::Error>(frame), follow))
+                let piece = follow.next_piece().await?;
+                Some((Ok::<_, actix_web::Error>(piece), follow))
             }),
         );
     Ok(HttpResponse::Ok()

@@ -1,0 +1,132 @@
+//! Event streams and status readers under a deploy: `cargo bench --bench
+//! load`.
+//!
+//! For each size (default 10,000 units; set `BERTH_BENCH_SIZES`), against a
+//! real `berth serve` process on SQLite and the simulated cloud with no
+//! delays, it deploys the units twice on fresh data directories: alone,
+//! then with 100 status readers polling and 500 event-stream clients
+//! following the change log from the revision before the deploy (set
+//! `BERTH_BENCH_READERS` and `BERTH_BENCH_STREAMS` to change them). It
+//! prints both times to settled and their ratio, the events delivered, how
+//! long the streams took to receive the last revision after the deploy
+//! settled, the memory each open stream costs and the controller's peak
+//! memory, and writes `target/bench/load.json`. Nothing is asserted: the
+//! figures go into RELIABILITY.md. It checks what the suite checks: every
+//! stream received every revision in order, and no status request failed.
+
+#[path = "../support/load.rs"]
+mod load;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use load::{berth_binary, run, LoadPlan};
+
+fn setting(name: &str, default: Vec<usize>) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or(default)
+}
+
+fn bench_root() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench")
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let readers = setting("BERTH_BENCH_READERS", vec![100])[0];
+    let streams = setting("BERTH_BENCH_STREAMS", vec![500])[0];
+    let dir = bench_root().join("load");
+    let mut rows = Vec::new();
+    println!(
+        "{:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>12} {:>10} {:>9} {:>11} {:>9}",
+        "units",
+        "readers",
+        "streams",
+        "alone s",
+        "loaded s",
+        "ratio",
+        "events",
+        "status rq",
+        "drain s",
+        "KiB/stream",
+        "peak MiB"
+    );
+    for units in setting("BERTH_BENCH_SIZES", vec![10_000]) {
+        let alone = runtime.block_on(run(
+            &berth_binary(),
+            &dir,
+            LoadPlan {
+                units,
+                status_readers: 0,
+                streams: 0,
+            },
+        ));
+        let loaded = runtime.block_on(run(
+            &berth_binary(),
+            &dir,
+            LoadPlan {
+                units,
+                status_readers: readers,
+                streams,
+            },
+        ));
+        let complete = loaded.streams.iter().all(|s| {
+            s.error.is_none()
+                && s.breaks.is_empty()
+                && s.first == Some(loaded.revision_before + 1)
+                && s.last >= Some(loaded.revision_after)
+        });
+        assert!(complete, "a stream missed, repeated or lost revisions");
+        assert!(
+            loaded.status_failures.is_empty(),
+            "status requests failed: {:?}",
+            &loaded.status_failures[..loaded.status_failures.len().min(5)]
+        );
+        let ratio = loaded.settled.as_secs_f64() / alone.settled.as_secs_f64();
+        println!(
+            "{:>8} {:>8} {:>8} {:>9.2} {:>9.2} {:>7.2} {:>12} {:>10} {:>9.2} {:>11.1} {:>9.0}",
+            units,
+            readers,
+            streams,
+            alone.settled.as_secs_f64(),
+            loaded.settled.as_secs_f64(),
+            ratio,
+            loaded.events_delivered(),
+            loaded.status_requests,
+            loaded.streams_drained.as_secs_f64(),
+            loaded.kib_per_stream(),
+            loaded.peak_rss_kib as f64 / 1024.0,
+        );
+        rows.push(json!({
+            "units": units,
+            "status_readers": readers,
+            "streams": streams,
+            "alone_settled_s": alone.settled.as_secs_f64(),
+            "loaded_settled_s": loaded.settled.as_secs_f64(),
+            "ratio": ratio,
+            "revisions": loaded.revision_after - loaded.revision_before,
+            "events_delivered": loaded.events_delivered(),
+            "status_requests": loaded.status_requests,
+            "streams_drained_s": loaded.streams_drained.as_secs_f64(),
+            "kib_per_stream": loaded.kib_per_stream(),
+            "peak_rss_mib": loaded.peak_rss_kib as f64 / 1024.0,
+        }));
+    }
+    let out = bench_root().join("load.json");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&json!({ "sizes": rows })).expect("json"),
+    )
+    .expect("write load.json");
+    println!("wrote {}", out.display());
+}

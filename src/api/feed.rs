@@ -1,0 +1,326 @@
+//! The change log's recent tail, read from the store once for every event
+//! stream.
+//!
+//! One background task ([`keep_following`]) reads each new change once,
+//! renders it as a Server-Sent Events frame, and appends it to a tail held
+//! in memory; every open stream takes its frames from that tail, so a
+//! thousand watchers cost one read of the log, not a thousand, and their
+//! number is bounded by memory and file descriptors rather than by the
+//! store's connection pool.
+//!
+//! # Guarantees
+//!
+//! - The tail holds every change after [`ChangeFeed`]'s `complete_after`
+//!   revision, in order. A stream whose cursor is older (a client resuming
+//!   from long ago, or one so slow that the tail moved past it) reads what
+//!   it missed from the store itself, [`CATCH_UP_BATCH`] changes at a time
+//!   and at most [`CATCH_UP_READERS`] streams at once, then returns to the
+//!   tail. So no stream skips or repeats a change, however slow it is.
+//! - The tail is trimmed from its oldest end to [`TAIL_BYTES`] of frames,
+//!   so its memory does not grow with the log.
+
+use std::collections::VecDeque;
+use std::sync::{PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use actix_web::web::{Bytes, BytesMut};
+use tokio::sync::{watch, Semaphore};
+
+use crate::api::observe::sse_frame;
+use crate::store::{blocking, Change, Store, StoreError};
+
+/// How many change-log entries the follower reads at a time.
+pub const FOLLOW_BATCH: i64 = 1024;
+
+/// How many entries a stream that is behind the tail reads at a time.
+pub const CATCH_UP_BATCH: i64 = 256;
+
+/// How many streams may read the store at once to catch up.
+pub const CATCH_UP_READERS: usize = 4;
+
+/// How many bytes of rendered frames the tail keeps (about 70,000 changes).
+pub const TAIL_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most one piece of a stream carries, so a stream far behind the head
+/// is handed its backlog in pieces the connection can take.
+pub const PIECE_BYTES: usize = 64 * 1024;
+
+/// How long the follower waits before reading again after a failed read.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What a stream at `since` gets next from the tail.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Frames after `since`, concatenated, and the revision of the last.
+    Frames { body: Bytes, last: i64 },
+    /// Nothing after `since` yet: wait for the tail to grow.
+    Waiting,
+    /// The tail no longer holds what follows `since`: read the store.
+    Behind,
+}
+
+/// Rendered change-log frames after `complete_after`, oldest first.
+struct Tail {
+    frames: VecDeque<(i64, Bytes)>,
+    bytes: usize,
+    complete_after: i64,
+    capacity_bytes: usize,
+}
+
+/// The tail of the change log every event stream reads. Created when the
+/// server starts, at the store's revision then; [`keep_following`] keeps
+/// it growing.
+pub struct ChangeFeed {
+    tail: RwLock<Tail>,
+    /// The newest revision in the tail; streams wait on it.
+    newest: watch::Sender<i64>,
+    catch_up: Semaphore,
+}
+
+impl ChangeFeed {
+    /// An empty feed that will hold every change after `revision`.
+    pub fn new(revision: i64) -> ChangeFeed {
+        ChangeFeed::with_capacity(revision, TAIL_BYTES)
+    }
+
+    /// As [`ChangeFeed::new`], keeping at most `capacity_bytes` of frames.
+    pub fn with_capacity(revision: i64, capacity_bytes: usize) -> ChangeFeed {
+        ChangeFeed {
+            tail: RwLock::new(Tail {
+                frames: VecDeque::new(),
+                bytes: 0,
+                complete_after: revision,
+                capacity_bytes,
+            }),
+            newest: watch::channel(revision).0,
+            catch_up: Semaphore::new(CATCH_UP_READERS),
+        }
+    }
+
+    /// The newest revision the tail holds (or started at).
+    pub fn newest(&self) -> i64 {
+        *self.newest.borrow()
+    }
+
+    /// A receiver that changes whenever the tail grows.
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.newest.subscribe()
+    }
+
+    /// Appends `changes` (oldest first, each newer than [`Self::newest`]),
+    /// trims the tail to its capacity and wakes the streams.
+    pub fn append(&self, changes: &[Change]) {
+        let Some(last) = changes.last().map(|c| c.revision) else {
+            return;
+        };
+        {
+            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
+            for change in changes {
+                let frame = sse_frame(change);
+                tail.bytes += frame.len();
+                tail.frames.push_back((change.revision, frame));
+            }
+            while tail.bytes > tail.capacity_bytes {
+                let Some((revision, frame)) = tail.frames.pop_front() else {
+                    break;
+                };
+                tail.bytes -= frame.len();
+                tail.complete_after = revision;
+            }
+        }
+        self.newest.send_replace(last);
+    }
+
+    /// What follows `since`: up to [`PIECE_BYTES`] of frames (at least one).
+    pub fn after(&self, since: i64) -> Next {
+        let tail = self.tail.read().unwrap_or_else(PoisonError::into_inner);
+        if since < tail.complete_after {
+            return Next::Behind;
+        }
+        let start = tail
+            .frames
+            .partition_point(|(revision, _)| *revision <= since);
+        let mut frames = tail.frames.range(start..);
+        let Some((mut last, first)) = frames.next().cloned() else {
+            return Next::Waiting;
+        };
+        let Some((revision, second)) = frames.next() else {
+            return Next::Frames { body: first, last };
+        };
+        let mut body = BytesMut::with_capacity(PIECE_BYTES.min(tail.bytes));
+        body.extend_from_slice(&first);
+        body.extend_from_slice(second);
+        last = *revision;
+        for (revision, frame) in frames {
+            if body.len() + frame.len() > PIECE_BYTES {
+                break;
+            }
+            body.extend_from_slice(frame);
+            last = *revision;
+        }
+        Next::Frames {
+            body: body.freeze(),
+            last,
+        }
+    }
+
+    /// The changes after `since` read from the store, for a stream the
+    /// tail has left behind, rendered as [`Next::Frames`] (or
+    /// [`Next::Waiting`] when the store has none).
+    ///
+    /// # Errors
+    ///
+    /// The store's, when the read fails.
+    pub async fn catch_up(&self, store: &Store, since: i64) -> Result<Next, StoreError> {
+        let _turn = self
+            .catch_up
+            .acquire()
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        let store = store.clone();
+        let changes = blocking(move || store.changes_since(since, CATCH_UP_BATCH)).await?;
+        let Some(last) = changes.last().map(|c| c.revision) else {
+            return Ok(Next::Waiting);
+        };
+        let mut body = BytesMut::new();
+        for change in &changes {
+            body.extend_from_slice(&sse_frame(change));
+        }
+        Ok(Next::Frames {
+            body: body.freeze(),
+            last,
+        })
+    }
+}
+
+/// What [`keep_following`] needs of the server's shared state.
+pub struct Following<'a> {
+    pub feed: &'a ChangeFeed,
+    pub store: &'a Store,
+}
+
+/// Keeps `shared`'s feed up with the change log: reads what follows the
+/// tail whenever the store's head moves. A failed read is retried after a
+/// second (streams wait meanwhile; none ends). Ends when the server has
+/// let go of `shared` or the store has stopped.
+pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) {
+    let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {
+        return;
+    };
+    loop {
+        let Some(current) = shared.upgrade() else {
+            return;
+        };
+        let Following { feed, store } = parts(&current);
+        // Mark the head seen *before* reading, so a commit that lands
+        // after the read still wakes `changed()` below.
+        head.borrow_and_update();
+        let since = feed.newest();
+        let reader = store.clone();
+        match blocking(move || reader.changes_since(since, FOLLOW_BATCH)).await {
+            Ok(changes) if !changes.is_empty() => {
+                feed.append(&changes);
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                log::warn!("event streams: cannot read the change log after revision {since}: {e}; trying again");
+                drop(current);
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+        }
+        drop(current);
+        // Wake now and then to notice a server that has stopped.
+        match tokio::time::timeout(RETRY_AFTER, head.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            Ok(Err(_)) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ChangeKind, Entity, Origin};
+
+    fn change(revision: i64) -> Change {
+        Change {
+            revision,
+            entity: Entity::Machine,
+            id: revision.to_string(),
+            change: ChangeKind::Updated,
+            detail: "state=started".into(),
+            origin: Origin::Engine,
+            at_ms: 0,
+        }
+    }
+
+    fn revisions(body: &Bytes) -> Vec<i64> {
+        String::from_utf8_lossy(body)
+            .lines()
+            .filter_map(|line| line.strip_prefix("id: "))
+            .map(|id| id.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_gets_every_frame_after_its_cursor_in_order() {
+        let feed = ChangeFeed::new(10);
+        assert_eq!(feed.after(10), Next::Waiting);
+        feed.append(&(11..=15).map(change).collect::<Vec<_>>());
+        assert_eq!(feed.newest(), 15);
+        let Next::Frames { body, last } = feed.after(12) else {
+            panic!("expected frames");
+        };
+        assert_eq!(last, 15);
+        assert_eq!(revisions(&body), vec![13, 14, 15]);
+        let Next::Frames { body, last } = feed.after(14) else {
+            panic!("expected frames");
+        };
+        assert_eq!((revisions(&body), last), (vec![15], 15));
+        assert_eq!(feed.after(15), Next::Waiting);
+        // A cursor from before the feed started is behind it.
+        assert_eq!(feed.after(9), Next::Behind);
+    }
+
+    #[test]
+    fn the_tail_is_trimmed_to_its_capacity_and_says_what_it_no_longer_holds() {
+        let frame = sse_frame(&change(10)).len();
+        let feed = ChangeFeed::with_capacity(0, frame * 3);
+        feed.append(&(1..=10).map(change).collect::<Vec<_>>());
+        // Revisions 8, 9 and 10 (and frames of similar size) remain.
+        assert_eq!(feed.after(6), Next::Behind);
+        let Next::Frames { body, .. } = feed.after(7) else {
+            panic!("expected frames");
+        };
+        assert_eq!(revisions(&body), vec![8, 9, 10]);
+    }
+
+    #[test]
+    fn a_piece_is_bounded_but_never_empty() {
+        let feed = ChangeFeed::new(0);
+        let n = 2000;
+        feed.append(&(1..=n).map(change).collect::<Vec<_>>());
+        let mut since = 0;
+        let mut seen = Vec::new();
+        while let Next::Frames { body, last } = feed.after(since) {
+            assert!(body.len() <= PIECE_BYTES);
+            seen.extend(revisions(&body));
+            since = last;
+        }
+        assert_eq!(seen, (1..=n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn subscribers_wake_when_the_tail_grows() {
+        let feed = ChangeFeed::new(0);
+        let mut rx = feed.subscribe();
+        assert!(!rx.has_changed().unwrap());
+        feed.append(&[]);
+        assert!(!rx.has_changed().unwrap());
+        feed.append(&[change(1)]);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 1);
+    }
+}
