@@ -253,7 +253,10 @@ async fn an_ec2_controller_that_instances_could_not_use_refuses_to_start_and_nam
         );
         config.controller_url = controller_url.map(str::to_string);
         let error = Application::build(config).await.err().unwrap().to_string();
-        assert!(error.starts_with(expected), "{controller_url:?} {extra:?}: {error}");
+        assert!(
+            error.starts_with(expected),
+            "{controller_url:?} {extra:?}: {error}"
+        );
         if extra.contains("agent_binary_url") {
             assert!(error.contains("it answered 404"), "{error}");
         }

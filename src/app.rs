@@ -379,11 +379,8 @@ async fn open_ec2(config: &Config) -> Result<(Arc<dyn Provider>, RateLimits), Ap
     let table = config.provider.ec2.clone().unwrap_or_default();
     let ec2 = Ec2Config::from_table(&table).map_err(|e| failed(e.to_string()))?;
     // What instances need, before anything is spent on them.
-    preflight::check_controller_url(
-        config.controller_url.as_deref(),
-        &config.listen.to_string(),
-    )
-    .map_err(|e| failed(e.to_string()))?;
+    preflight::check_controller_url(config.controller_url.as_deref(), &config.listen.to_string())
+        .map_err(|e| failed(e.to_string()))?;
     preflight::check_agent_binary(&ec2)
         .await
         .map_err(|e| failed(e.to_string()))?;

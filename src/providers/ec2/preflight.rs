@@ -51,8 +51,7 @@ fn url_host(url: &str) -> Option<&str> {
     } else {
         authority.split(':').next()?
     };
-    (!host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c.is_control()))
-        .then_some(host)
+    (!host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c.is_control())).then_some(host)
 }
 
 /// Checks `controller_url` (or, when it is not set, the `listen` address
@@ -76,8 +75,7 @@ pub fn check_controller_url(
             why,
         })
     };
-    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost")
-    {
+    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
         return unreachable("localhost");
     }
     match host.parse::<IpAddr>() {
@@ -120,9 +118,7 @@ pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError
     match answer {
         Ok(response) if (200..300).contains(&response.status()) => Ok(()),
         Ok(response) => Err(unavailable(format!("it answered {}", response.status()))),
-        Err(ureq::Error::Status(status, _)) => {
-            Err(unavailable(format!("it answered {status}")))
-        }
+        Err(ureq::Error::Status(status, _)) => Err(unavailable(format!("it answered {status}"))),
         Err(ureq::Error::Transport(transport)) => Err(unavailable(transport.to_string())),
     }
 }
@@ -141,7 +137,11 @@ mod tests {
             "https://[2001:db8::1]:17070/",
             "http://user@controller.invalid",
         ] {
-            assert_eq!(check_controller_url(Some(url), "127.0.0.1:17070"), Ok(()), "{url}");
+            assert_eq!(
+                check_controller_url(Some(url), "127.0.0.1:17070"),
+                Ok(()),
+                "{url}"
+            );
         }
     }
 
@@ -174,7 +174,13 @@ mod tests {
         let e = check_controller_url(None, "127.0.0.1:17070").unwrap_err();
         assert!(e.to_string().contains("controller_url is not set"), "{e}");
         assert!(e.to_string().contains("127.0.0.1:17070"), "{e}");
-        for bad in ["controller.invalid:17070", "ftp://x", "http://", "http://[::1", "http:// x"] {
+        for bad in [
+            "controller.invalid:17070",
+            "ftp://x",
+            "http://",
+            "http://[::1",
+            "http:// x",
+        ] {
             assert_eq!(
                 check_controller_url(Some(bad), "x"),
                 Err(PreflightError::BadControllerUrl(bad.to_string())),
@@ -237,6 +243,9 @@ mod tests {
         let e = check_agent_binary(&with_url(Some(closed), false))
             .await
             .unwrap_err();
-        assert!(matches!(e, PreflightError::AgentBinaryUnavailable { .. }), "{e}");
+        assert!(
+            matches!(e, PreflightError::AgentBinaryUnavailable { .. }),
+            "{e}"
+        );
     }
 }

@@ -788,11 +788,7 @@ async fn without_a_configured_image_the_newest_match_of_the_owner_is_used_and_ca
                 .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
                 .build()
         });
-    let p = provider_with(
-        region_config(),
-        facts(),
-        &[&lookup, &describe, &run],
-    );
+    let p = provider_with(region_config(), facts(), &[&lookup, &describe, &run]);
     assert!(p
         .launch(vec![request("1", "us-east-1a", "t3a.medium")])
         .await[0]
@@ -1207,7 +1203,13 @@ async fn a_launch_with_a_loopback_controller_url_is_refused_before_any_call() {
     loopback.agent.controller_url = "http://127.0.0.1:17070".to_string();
     let error = p.launch(vec![loopback]).await.remove(0).unwrap_err();
     assert_eq!(error.class, FailureClass::Permanent);
-    assert!(error.message.starts_with("controller_url \"http://127.0.0.1:17070\" names a loopback address"), "{}", error.message);
+    assert!(
+        error
+            .message
+            .starts_with("controller_url \"http://127.0.0.1:17070\" names a loopback address"),
+        "{}",
+        error.message
+    );
     assert_eq!(run.num_calls(), 0);
 }
 
@@ -1227,7 +1229,11 @@ async fn without_an_agent_binary_nothing_is_launched() {
     for result in results {
         let error = result.unwrap_err();
         assert_eq!(error.class, FailureClass::Permanent);
-        assert!(error.message.contains("provider.ec2.agent_binary_url"), "{}", error.message);
+        assert!(
+            error.message.contains("provider.ec2.agent_binary_url"),
+            "{}",
+            error.message
+        );
     }
     assert_eq!(run.num_calls(), 0);
 }
