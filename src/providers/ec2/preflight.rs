@@ -106,20 +106,25 @@ pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError
         why,
     };
     let target = url.clone();
+    // The status it answered, or why there was no answer.
     let answer = tokio::task::spawn_blocking(move || {
-        ureq::AgentBuilder::new()
+        match ureq::AgentBuilder::new()
             .timeout(HEAD_TIMEOUT)
             .build()
             .head(&target)
             .call()
+        {
+            Ok(response) => Ok(response.status()),
+            Err(ureq::Error::Status(status, _)) => Ok(status),
+            Err(ureq::Error::Transport(transport)) => Err(transport.to_string()),
+        }
     })
     .await
     .map_err(|e| unavailable(e.to_string()))?;
     match answer {
-        Ok(response) if (200..300).contains(&response.status()) => Ok(()),
-        Ok(response) => Err(unavailable(format!("it answered {}", response.status()))),
-        Err(ureq::Error::Status(status, _)) => Err(unavailable(format!("it answered {status}"))),
-        Err(ureq::Error::Transport(transport)) => Err(unavailable(transport.to_string())),
+        Ok(status) if (200..300).contains(&status) => Ok(()),
+        Ok(status) => Err(unavailable(format!("it answered {status}"))),
+        Err(why) => Err(unavailable(why)),
     }
 }
 
