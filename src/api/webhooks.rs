@@ -187,12 +187,14 @@ pub fn verify(
     mac.update(body);
     mac.verify_slice(&signature)
         .map_err(|_| WebhookError::Forged)?;
-    let age = now - timestamp;
+    let age = now.saturating_sub(timestamp);
     if age > MAX_AGE_SECS {
         return Err(WebhookError::Stale { age });
     }
-    if -age > MAX_AHEAD_SECS {
-        return Err(WebhookError::Future { ahead: -age });
+    if age < -MAX_AHEAD_SECS {
+        return Err(WebhookError::Future {
+            ahead: timestamp.saturating_sub(now),
+        });
     }
     Ok(Verified {
         timestamp,
@@ -220,7 +222,7 @@ impl ReplayCache {
             return Err(WebhookError::Replayed);
         }
         if seen.len() >= REPLAY_CACHE_CAPACITY {
-            seen.retain(|_, t| now - *t <= MAX_AGE_SECS);
+            seen.retain(|_, t| now.saturating_sub(*t) <= MAX_AGE_SECS);
             if seen.len() >= REPLAY_CACHE_CAPACITY {
                 return Err(WebhookError::ReplayCacheFull);
             }
@@ -308,21 +310,26 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn digits(s: &str) -> Option<i64> {
-    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+/// The value of exactly `width` ASCII digits, as RFC 3339 writes each
+/// field of a date and time.
+fn fixed_digits(s: &str, width: usize) -> Option<i64> {
+    (s.len() == width && s.bytes().all(|b| b.is_ascii_digit()))
         .then(|| s.parse().ok())
         .flatten()
 }
 
 /// Milliseconds since the Unix epoch of an RFC 3339 time
 /// (`2026-11-21T05:00:00Z`, `2026-11-21T05:00:00.250+01:00`), or `None`.
+/// Every field has RFC 3339's fixed width (a four-digit year, two-digit
+/// month, day, hour, minute, second and offset); a fraction may have any
+/// number of digits and is read to the millisecond.
 pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     let (date, rest) = s.split_once(['T', 't', ' '])?;
     let mut date_parts = date.split('-');
     let (year, month, day) = (
-        digits(date_parts.next()?)?,
-        digits(date_parts.next()?)?,
-        digits(date_parts.next()?)?,
+        fixed_digits(date_parts.next()?, 4)?,
+        fixed_digits(date_parts.next()?, 2)?,
+        fixed_digits(date_parts.next()?, 2)?,
     );
     if date_parts.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
         return None;
@@ -334,7 +341,11 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
         let (clock, offset) = rest.split_at(at);
         let sign = if offset.starts_with('-') { -1 } else { 1 };
         let (h, m) = offset.get(1..)?.split_once(':')?;
-        (clock, sign * (digits(h)? * 3600 + digits(m)? * 60))
+        let (h, m) = (fixed_digits(h, 2)?, fixed_digits(m, 2)?);
+        if h > 23 || m > 59 {
+            return None;
+        }
+        (clock, sign * (h * 3600 + m * 60))
     };
     let (hms, fraction) = match clock.split_once('.') {
         Some((hms, fraction)) => (hms, Some(fraction)),
@@ -342,20 +353,20 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     };
     let mut hms_parts = hms.split(':');
     let (hour, minute, second) = (
-        digits(hms_parts.next()?)?,
-        digits(hms_parts.next()?)?,
-        digits(hms_parts.next()?)?,
+        fixed_digits(hms_parts.next()?, 2)?,
+        fixed_digits(hms_parts.next()?, 2)?,
+        fixed_digits(hms_parts.next()?, 2)?,
     );
     if hms_parts.next().is_some() || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
     let millis = match fraction {
         None => 0,
-        Some(f) => {
-            digits(f)?;
-            let padded = format!("{f:0<3}");
-            padded.get(..3)?.parse::<i64>().ok()?
+        Some(f) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => {
+            let first_three: String = f.chars().chain("00".chars()).take(3).collect();
+            first_three.parse::<i64>().ok()?
         }
+        Some(_) => return None,
     };
     let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
@@ -639,6 +650,10 @@ mod tests {
             parse_rfc3339_ms("2000-02-29T12:00:00Z"),
             Some(951_825_600_000)
         );
+        assert_eq!(
+            parse_rfc3339_ms("1970-01-01T00:00:00.1239999999999999999999Z"),
+            Some(123)
+        );
         for bad in [
             "",
             "2026-11-21",
@@ -646,6 +661,13 @@ mod tests {
             "2026-11-21T25:00:00Z",
             "2026-11-21T05:00:00",
             "2026-11-21T05:00Z",
+            "26-11-21T05:00:00Z",
+            "2026-1-21T05:00:00Z",
+            "2026-11-21T5:00:00Z",
+            "2026-11-21T05:00:00+1:00",
+            "2026-11-21T05:00:00+24:00",
+            "2026-11-21T05:00:00.Z",
+            "99999999999999999-11-21T05:00:00Z",
         ] {
             assert_eq!(parse_rfc3339_ms(bad), None, "{bad:?}");
         }
@@ -656,5 +678,69 @@ mod tests {
         assert_eq!(WebhookKind::parse("ec2"), Some(WebhookKind::Ec2));
         assert_eq!(WebhookKind::parse("sim"), Some(WebhookKind::Sim));
         assert_eq!(WebhookKind::parse("gce"), None);
+    }
+
+    /// Text shaped like an RFC 3339 time, with fields of any width.
+    const TIME_LIKE: &str = "[0-9]{1,20}-[0-9]{1,3}-[0-9]{1,3}[Tt ][0-9]{1,3}:[0-9]{1,3}:[0-9]{1,3}(\\.[0-9]{0,25})?([Zz]|[+-][0-9]{1,20}:[0-9]{1,20})";
+
+    proptest::proptest! {
+        #[test]
+        fn any_body_is_read_or_refused_without_panicking(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)
+        ) {
+            let _ = parse_ec2(&body);
+            let _ = parse_sim(&body);
+        }
+
+        #[test]
+        fn event_shaped_bodies_are_read_or_refused_without_panicking(
+            source in proptest::prop_oneof![proptest::strategy::Just("aws.ec2".to_string()), "\\PC{0,8}"],
+            time in proptest::prop_oneof![TIME_LIKE, "\\PC{0,30}"],
+            state in "[a-z-]{0,14}",
+            id in "\\PC{0,24}",
+            at_ms in proptest::prelude::any::<i64>(),
+        ) {
+            let ec2 = serde_json::json!({
+                "version": "0", "source": source, "detail-type": EC2_STATE_CHANGE,
+                "time": time, "detail": {"instance-id": id, "state": state},
+            });
+            let _ = parse_ec2(ec2.to_string().as_bytes());
+            let sim = serde_json::json!({"instance_id": id, "state": state, "at_ms": at_ms});
+            let _ = parse_sim(sim.to_string().as_bytes());
+        }
+
+        #[test]
+        fn time_like_text_is_read_or_refused_without_panicking(time in TIME_LIKE) {
+            if let Some(ms) = parse_rfc3339_ms(&time) {
+                proptest::prop_assert!(time.len() >= 20, "{time} read as {ms}");
+            }
+        }
+
+        #[test]
+        fn any_signed_timestamp_is_judged_without_panicking(
+            timestamp in proptest::prelude::any::<i64>(),
+            now in proptest::prelude::any::<i64>(),
+        ) {
+            let body = b"{}";
+            if let Ok(verified) = verify(SECRET, &signed(timestamp, body), body, now) {
+                let cache = ReplayCache::default();
+                proptest::prop_assert!(cache.remember(&verified.signature, timestamp, now).is_ok());
+            }
+        }
+
+        #[test]
+        fn any_signature_headers_are_refused_without_panicking(
+            timestamp in "\\PC{0,24}",
+            signature in "\\PC{0,80}",
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let mut headers = HeaderMap::new();
+            for (name, value) in [("x-berth-timestamp", &timestamp), ("x-berth-signature", &signature)] {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    headers.insert(HeaderName::from_static(name), value);
+                }
+            }
+            proptest::prop_assert!(verify(SECRET, &headers, &body, NOW).is_err());
+        }
     }
 }
