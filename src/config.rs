@@ -298,6 +298,8 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -437,5 +439,174 @@ mod tests {
             env_value("127.0.0.1:80"),
             toml::Value::String("127.0.0.1:80".into())
         );
+    }
+
+    /// Settings by section, as a configuration file names them.
+    const SETTINGS: [(&str, &[&str]); 6] = [
+        (
+            "",
+            &[
+                "listen",
+                "data_dir",
+                "database_url",
+                "controller_url",
+                "webhook_secret",
+            ],
+        ),
+        ("provider", &["kind"]),
+        (
+            "provider.sim",
+            &[
+                "zones",
+                "catalogue",
+                "start_delay_ms",
+                "agent_delay_ms",
+                "failure_rate",
+                "seed",
+                "capacity",
+                "outages",
+                "heartbeat_interval_ms",
+            ],
+        ),
+        (
+            "provider.ec2",
+            &[
+                "region",
+                "endpoint_url",
+                "subnet_ids",
+                "subnet_id",
+                "security_group_ids",
+                "key_name",
+                "agent_binary_url",
+                "image_has_agent",
+                "images",
+            ],
+        ),
+        (
+            "provisioner",
+            &[
+                "workers",
+                "attempts",
+                "backoff_initial_ms",
+                "backoff_max_ms",
+                "bootstrap_timeout_s",
+                "bootstrap_attempts",
+                "harvest_mode",
+                "call_timeout_s",
+                "reconcile_interval_s",
+                "agent_down_after_s",
+                "max_machine_actors",
+            ],
+        ),
+        ("api", &["max_event_streams"]),
+    ];
+
+    /// A TOML value of any kind, with the edges numbers and strings have.
+    fn toml_value() -> impl Strategy<Value = String> {
+        let scalar = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("0".to_string()),
+            Just("-1".to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            Just("nan".to_string()),
+            Just("-inf".to_string()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            "\\PC{0,12}".prop_map(|s| format!("{s:?}")),
+            Just("\"sim\"".to_string()),
+            Just("\"ec2\"".to_string()),
+            Just("\"127.0.0.1:0\"".to_string()),
+            Just("\"http://controller.invalid\"".to_string()),
+        ];
+        prop_oneof![
+            4 => scalar.clone(),
+            1 => proptest::collection::vec(scalar.clone(), 0..4)
+                .prop_map(|v| format!("[{}]", v.join(", "))),
+            1 => proptest::collection::vec(("[a-z-]{1,6}", scalar), 0..3).prop_map(|v| {
+                let pairs: Vec<String> =
+                    v.iter().map(|(k, x)| format!("\"{k}\" = {x}")).collect();
+                format!("{{ {} }}", pairs.join(", "))
+            }),
+        ]
+    }
+
+    /// A configuration file of known and unknown settings, right and wrong.
+    fn config_text() -> impl Strategy<Value = String> {
+        let line = (
+            0..SETTINGS.len(),
+            any::<prop::sample::Index>(),
+            toml_value(),
+        )
+            .prop_map(|(section, key, value)| {
+                let (name, keys) = SETTINGS[section];
+                (name, format!("{} = {value}", key.get(keys)))
+            });
+        proptest::collection::vec(line, 0..8).prop_map(|lines| {
+            let mut sections: std::collections::BTreeMap<&str, Vec<String>> =
+                std::collections::BTreeMap::new();
+            for (section, line) in lines {
+                sections.entry(section).or_default().push(line);
+            }
+            let mut text = String::new();
+            for (section, lines) in sections {
+                if !section.is_empty() {
+                    text.push_str(&format!("[{section}]\n"));
+                }
+                for line in lines {
+                    text.push_str(&line);
+                    text.push('\n');
+                }
+            }
+            text
+        })
+    }
+
+    /// What berth does with a configuration it accepted: the EC2 section
+    /// is parsed too, and the derived paths computed.
+    fn use_config(config: &Config) {
+        let _ = config.database_url();
+        #[cfg(feature = "ec2")]
+        if let Some(table) = &config.provider.ec2 {
+            let _ = crate::providers::ec2::Ec2Config::from_table(table);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_configuration_file_is_accepted_or_refused_without_panicking(text in config_text()) {
+            let f = file(&text);
+            if let Ok(config) = Config::load(Some(f.path()), env(&[])) {
+                use_config(&config);
+            }
+        }
+
+        #[test]
+        fn arbitrary_text_as_a_configuration_file_never_panics(text in "\\PC{0,200}") {
+            let f = file(&text);
+            let _ = Config::load(Some(f.path()), env(&[]));
+        }
+
+        #[test]
+        fn any_environment_is_accepted_or_refused_without_panicking(
+            vars in proptest::collection::vec(
+                (
+                    prop_oneof![
+                        "BERTH_[A-Z_]{0,30}",
+                        Just("BERTH_PROVISIONER__WORKERS".to_string()),
+                        Just("BERTH_PROVIDER__SIM__FAILURE_RATE".to_string()),
+                        Just("BERTH_PROVIDER__KIND".to_string()),
+                        Just("BERTH_LISTEN".to_string()),
+                        Just("BERTH_API__MAX_EVENT_STREAMS".to_string()),
+                    ],
+                    prop_oneof![toml_value(), "\\PC{0,16}"],
+                ),
+                0..5,
+            )
+        ) {
+            if let Ok(config) = Config::load(None, vars) {
+                use_config(&config);
+            }
+        }
     }
 }
