@@ -28,8 +28,10 @@ pub struct DeployRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<String>,
     /// How many units to add: 1 by default, 0 by default for a
-    /// subordinate charm (whose units follow its principals').
+    /// subordinate charm (whose units follow its principals'); at most
+    /// 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1000)]
     pub num_units: Option<u32>,
     /// `ubuntu@22.04`; the charm's default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,8 +79,9 @@ pub struct DeployResponse {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddUnitsRequest {
-    /// How many units: 1 by default.
+    /// How many units: 1 by default, at least 1, at most 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub num_units: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<PlacementList>,

@@ -15,8 +15,9 @@ use crate::store::machines::AddMachines;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMachinesRequest {
-    /// How many machines: 1 by default.
+    /// How many machines: 1 by default, at least 1, at most 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub count: Option<u32>,
     /// `ubuntu@22.04`; berth's default base otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -255,8 +255,7 @@ fn shared(state: ApiState, status: StatusCache) -> std::io::Result<Shared> {
         .map_err(|e| std::io::Error::other(format!("cannot read the admin token: {e}")))?;
     let document = openapi::document();
     let allowed_methods = openapi::allowed_methods(&document);
-    let openapi_json = document
-        .to_json()
+    let openapi_json = openapi::served_json()
         .map_err(|e| std::io::Error::other(format!("cannot render the OpenAPI document: {e}")))?;
     Ok(Shared {
         allowed_methods,

@@ -2,9 +2,11 @@
 //! annotations and the request and response types' `ToSchema` derives, and
 //! served at `/v1/openapi.json`.
 
+use serde_json::{json, Value};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::api::webhooks::WebhookKind;
 use crate::api::{
     agents, applications, dashboard, errors, input, machines, model, observe, relations, sim,
     webhooks, zones,
@@ -164,13 +166,139 @@ pub fn document() -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// The document as `/v1/openapi.json` serves it: [`document`] with the
+/// validation the routes apply that the derives cannot state (the
+/// patterns of names and ids, exact list sizes, the webhook providers)
+/// and each event of `/v1/events` described as Server-Sent Events are:
+/// an `id`, an `event` and a `data` that holds a [`observe::ChangeEvent`]
+/// as JSON.
+///
+/// # Errors
+///
+/// When the document cannot be rendered as JSON.
+pub fn served_json() -> serde_json::Result<String> {
+    let mut json = serde_json::to_value(document())?;
+    state_validation(&mut json);
+    serde_json::to_string(&json)
+}
+
+/// Adds to `doc` what the routes check but the derives cannot say.
+fn state_validation(doc: &mut Value) {
+    use crate::domain::charm::ENDPOINT_SPEC_PATTERN;
+    use crate::domain::names::{APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN, UNIT_NAME_PATTERN};
+
+    for (path, parameter, pattern) in [
+        ("/v1/applications/{app}", "app", APPLICATION_NAME_PATTERN),
+        (
+            "/v1/applications/{app}/constraints",
+            "app",
+            APPLICATION_NAME_PATTERN,
+        ),
+        (
+            "/v1/applications/{app}/units",
+            "app",
+            APPLICATION_NAME_PATTERN,
+        ),
+        ("/v1/machines/{id}", "id", MACHINE_ID_PATTERN),
+        (
+            "/v1/agents/{machine}/connect",
+            "machine",
+            MACHINE_ID_PATTERN,
+        ),
+        (
+            "/v1/agents/{machine}/heartbeat",
+            "machine",
+            MACHINE_ID_PATTERN,
+        ),
+    ] {
+        refine_path_parameter(doc, path, parameter, json!({ "pattern": pattern }));
+    }
+    refine_path_parameter(
+        doc,
+        "/v1/webhooks/{provider}",
+        "provider",
+        json!({ "enum": WebhookKind::ALL.map(WebhookKind::as_str) }),
+    );
+    let schemas = &mut doc["components"]["schemas"];
+    refine(
+        &mut schemas["DeployRequest"]["properties"]["application"],
+        json!({ "pattern": APPLICATION_NAME_PATTERN }),
+    );
+    refine(
+        &mut schemas["RemoveUnitsRequest"]["properties"]["units"],
+        json!({ "minItems": 1, "items": { "type": "string", "pattern": UNIT_NAME_PATTERN } }),
+    );
+    refine(
+        &mut schemas["RetryRequest"]["properties"]["machines"],
+        json!({ "items": { "type": "string", "pattern": MACHINE_ID_PATTERN } }),
+    );
+    refine(
+        &mut schemas["RelationRequest"]["properties"]["endpoints"],
+        json!({
+            "minItems": 2,
+            "maxItems": 2,
+            "items": { "type": "string", "pattern": ENDPOINT_SPEC_PATTERN },
+        }),
+    );
+    refine(
+        &mut doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"]["text/event-stream"],
+        json!({
+            "schema": {
+                "type": "object",
+                "description": "One Server-Sent Event: `id` is the revision, `data` the change.",
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": { "type": "string", "pattern": "^[0-9]+$" },
+                    "event": { "type": "string", "enum": ["change"] },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": { "$ref": "#/components/schemas/ChangeEvent" },
+                    },
+                },
+            },
+        }),
+    );
+}
+
+/// Sets the keys of `with` on the schema of `path`'s path parameter
+/// `parameter`, in every operation of the path.
+fn refine_path_parameter(doc: &mut Value, path: &str, parameter: &str, with: Value) {
+    let Some(item) = doc["paths"].get_mut(path).and_then(Value::as_object_mut) else {
+        debug_assert!(false, "no path {path} in the document");
+        return;
+    };
+    for operation in item.values_mut() {
+        let Some(parameters) = operation
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for documented in parameters {
+            if documented["name"] == parameter && documented["in"] == "path" {
+                refine(&mut documented["schema"], with.clone());
+            }
+        }
+    }
+}
+
+/// Sets the keys of `with` on the object `target` (an object's keys
+/// replace those it has).
+fn refine(target: &mut Value, with: Value) {
+    debug_assert!(target.is_object(), "refining {target} with {with}");
+    if let (Some(target), Value::Object(with)) = (target.as_object_mut(), with) {
+        target.extend(with);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_document_renders_as_json_with_every_security_scheme() {
-        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let json = served();
         assert!(json["openapi"].as_str().unwrap().starts_with("3."));
         let schemes = &json["components"]["securitySchemes"];
         for name in ["admin_token", "agent_credential", "webhook_signature"] {
@@ -178,8 +306,12 @@ mod tests {
         }
     }
 
+    fn served() -> serde_json::Value {
+        serde_json::from_str(&served_json().unwrap()).unwrap()
+    }
+
     fn operations() -> Vec<(String, String, serde_json::Value)> {
-        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let json = served();
         let mut ops = Vec::new();
         for (path, item) in json["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
@@ -232,7 +364,7 @@ mod tests {
 
     #[test]
     fn the_fault_set_states_its_bounds_and_uniqueness() {
-        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let json = served();
         let schemas = &json["components"]["schemas"];
         let faults = &schemas["FaultSet"]["properties"];
         for share in ["failure_rate", "silent_agents"] {
@@ -265,7 +397,7 @@ mod tests {
 
     #[test]
     fn healthz_the_dashboard_and_connect_need_no_token() {
-        let json: serde_json::Value = serde_json::from_str(&document().to_json().unwrap()).unwrap();
+        let json = served();
         for path in ["/healthz", "/"] {
             assert_eq!(
                 json["paths"][path]["get"]["security"],
@@ -283,5 +415,87 @@ mod tests {
             json["paths"]["/v1/agents/{machine}/connect"]["post"]["security"],
             serde_json::json!([{}])
         );
+    }
+
+    #[test]
+    fn counts_state_the_bounds_the_routes_apply() {
+        let json = served();
+        let schemas = &json["components"]["schemas"];
+        for (schema, field, minimum) in [
+            ("DeployRequest", "num_units", 0),
+            ("AddUnitsRequest", "num_units", 1),
+            ("AddMachinesRequest", "count", 1),
+        ] {
+            let documented = &schemas[schema]["properties"][field];
+            assert_eq!(documented["minimum"], minimum, "{schema}.{field}");
+            assert_eq!(
+                documented["maximum"],
+                crate::api::MAX_COUNT_PER_REQUEST,
+                "{schema}.{field}"
+            );
+        }
+        assert_eq!(
+            schemas["Throttle"]["properties"]["burst"]["maximum"],
+            crate::providers::sim::faults::MAX_COUNT
+        );
+    }
+
+    #[test]
+    fn names_and_ids_state_the_patterns_the_routes_apply() {
+        use crate::domain::names::{APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN};
+        let json = served();
+        let parameter = |path: &str, method: &str| {
+            json["paths"][path][method]["parameters"][0]["schema"].clone()
+        };
+        assert_eq!(
+            parameter("/v1/applications/{app}", "delete")["pattern"],
+            APPLICATION_NAME_PATTERN
+        );
+        assert_eq!(
+            parameter("/v1/applications/{app}/constraints", "put")["pattern"],
+            APPLICATION_NAME_PATTERN
+        );
+        assert_eq!(
+            parameter("/v1/machines/{id}", "delete")["pattern"],
+            MACHINE_ID_PATTERN
+        );
+        assert_eq!(
+            parameter("/v1/agents/{machine}/heartbeat", "post")["pattern"],
+            MACHINE_ID_PATTERN
+        );
+        assert_eq!(
+            parameter("/v1/webhooks/{provider}", "post")["enum"],
+            serde_json::json!(["ec2", "sim"])
+        );
+        let endpoints =
+            &json["components"]["schemas"]["RelationRequest"]["properties"]["endpoints"];
+        assert_eq!(
+            (endpoints["minItems"].clone(), endpoints["maxItems"].clone()),
+            (2.into(), 2.into())
+        );
+        assert!(endpoints["items"]["pattern"]
+            .as_str()
+            .unwrap()
+            .starts_with('^'));
+    }
+
+    #[test]
+    fn each_event_is_documented_as_server_sent_events_carry_it() {
+        let json = served();
+        let event = &json["paths"]["/v1/events"]["get"]["responses"]["200"]["content"]
+            ["text/event-stream"]["schema"];
+        assert_eq!(
+            event["required"],
+            serde_json::json!(["id", "event", "data"])
+        );
+        assert_eq!(
+            event["properties"]["data"]["contentMediaType"],
+            "application/json"
+        );
+        assert_eq!(
+            event["properties"]["data"]["contentSchema"]["$ref"],
+            "#/components/schemas/ChangeEvent"
+        );
+        assert!(json["components"]["schemas"].get("ChangeEvent").is_some());
     }
 }

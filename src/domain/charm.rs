@@ -1260,6 +1260,14 @@ impl fmt::Display for EndpointSpec {
     }
 }
 
+/// [`EndpointSpec`]'s grammar as a regular expression, as the API document
+/// states it: `wordpress` or `wordpress:db`.
+pub const ENDPOINT_SPEC_PATTERN: &str = concat!(
+    "^",
+    crate::domain::names::application_name_pattern!(),
+    "(:[a-z][a-z0-9]*([_-][a-z0-9]+)*)?$"
+);
+
 impl FromStr for EndpointSpec {
     type Err = RelationError;
 
@@ -2702,6 +2710,14 @@ options:
     }
 
     proptest! {
+        #[test]
+        fn the_documented_endpoint_pattern_agrees_with_the_parser(
+            s in "[a-z0-9:_-]{0,8}|[a-z][a-z0-9-]{0,6}(:[a-z0-9_-]{0,8}){0,2}"
+        ) {
+            let matches = regex::Regex::new(ENDPOINT_SPEC_PATTERN).unwrap().is_match(&s);
+            prop_assert_eq!(matches, s.parse::<EndpointSpec>().is_ok(), "{:?}", s);
+        }
+
         #[test]
         fn the_metadata_parser_never_panics(s in any::<String>()) {
             let _ = CharmMeta::parse_yaml(&s);

@@ -15,6 +15,40 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::words::{checked_name, text_conversions, word_enum};
 
+/// A number as ids write it (no leading zeros), up to 20 digits: a
+/// little more than a `u64` holds, so the pattern never refuses an id the
+/// parser takes.
+macro_rules! number_pattern {
+    () => {
+        "(0|[1-9][0-9]{0,19})"
+    };
+}
+
+/// [`ApplicationName`]'s rule without anchors, to build patterns from.
+macro_rules! application_name_pattern {
+    () => {
+        "[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*"
+    };
+}
+pub(crate) use application_name_pattern;
+
+/// [`ApplicationName`]'s rule as a regular expression, as the API document
+/// states it.
+pub const APPLICATION_NAME_PATTERN: &str = concat!("^", application_name_pattern!(), "$");
+
+/// [`MachineId`]'s grammar as a regular expression: `4` or `4/lxd/0`.
+pub const MACHINE_ID_PATTERN: &str =
+    concat!("^", number_pattern!(), "(/lxd/", number_pattern!(), ")?$");
+
+/// [`UnitName`]'s grammar as a regular expression: `wordpress/7`.
+pub const UNIT_NAME_PATTERN: &str = concat!(
+    "^",
+    application_name_pattern!(),
+    "/",
+    number_pattern!(),
+    "$"
+);
+
 word_enum! {
     /// The kind of container a machine can be, or host.
     ///
@@ -280,6 +314,33 @@ text_conversions!(UnitName);
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Whether `pattern` and `parses` agree on `s`: the pattern takes every
+    /// string the parser takes, and the parser every string the pattern
+    /// takes but for numbers too big for a `u64`.
+    fn agree(pattern: &str, s: &str, parses: bool) -> Result<(), TestCaseError> {
+        let matches = regex::Regex::new(pattern).unwrap().is_match(s);
+        prop_assert!(!parses || matches, "{s:?} parses but {pattern} refuses it");
+        let too_big = s
+            .split(|c: char| !c.is_ascii_digit())
+            .any(|digits| digits.len() >= 20);
+        prop_assert!(
+            !matches || parses || too_big,
+            "{s:?} matches {pattern} but does not parse"
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn the_documented_patterns_agree_with_the_parsers(
+            s in "[a-z0-9/-]{0,6}|[a-z][a-z0-9-]{0,8}(/(0|[1-9]|0[0-9]|[1-9][0-9]{0,20}|x))?|(0|1|01|[1-9][0-9]{0,20})(/(lxd|kvm|)(/([0-9]{1,3}|))?){0,2}"
+        ) {
+            agree(APPLICATION_NAME_PATTERN, &s, s.parse::<ApplicationName>().is_ok())?;
+            agree(MACHINE_ID_PATTERN, &s, s.parse::<MachineId>().is_ok())?;
+            agree(UNIT_NAME_PATTERN, &s, s.parse::<UnitName>().is_ok())?;
+        }
+    }
 
     #[test]
     fn container_types_parse_and_print_the_same_words() {

@@ -26,7 +26,8 @@ pub struct FaultSet {
     #[schema(example = json!(["sim-b"]))]
     pub zones_down: BTreeSet<String>,
     /// Zone to the most live instances it holds (containers excluded);
-    /// a zone not listed is unlimited. Each a zone of the cloud.
+    /// a zone not listed is unlimited. Each a zone of the cloud, each
+    /// capacity at most 2147483647.
     #[schema(example = json!({"sim-a": 3}))]
     pub zone_capacity: BTreeMap<String, u32>,
     /// The share of launches that fail transiently.
@@ -43,14 +44,18 @@ pub struct FaultSet {
     pub silent_agents: f64,
 }
 
+/// The largest capacity or burst a fault set takes: the bound of the
+/// 32-bit integers the API document gives them.
+pub const MAX_COUNT: u32 = i32::MAX.unsigned_abs();
+
 /// A token bucket over every provider call: `burst` calls at once, refilled
 /// at `per_second`. Each call takes a token; a call that finds none is
 /// refused.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Throttle {
-    /// The bucket's size: at least 1.
-    #[schema(minimum = 1, example = 5)]
+    /// The bucket's size: at least 1, at most 2147483647.
+    #[schema(minimum = 1, maximum = 2147483647, example = 5)]
     pub burst: u32,
     /// Tokens added per second: more than 0.
     #[schema(exclusive_minimum = 0.0, example = 2.0)]
@@ -109,8 +114,9 @@ impl FaultSet {
     /// # Errors
     ///
     /// A message naming the setting, what it holds and what was expected:
-    /// a share outside 0..=1, a zone the cloud does not have, a throttle
-    /// with a burst of 0 or a rate that is not above 0.
+    /// a share outside 0..=1, a zone the cloud does not have, a capacity
+    /// or burst above [`MAX_COUNT`], a throttle with a burst of 0 or a rate
+    /// that is not above 0.
     pub fn validate(&self, zones: &[String]) -> Result<(), String> {
         check_share("failure_rate", self.failure_rate)?;
         check_share("silent_agents", self.silent_agents)?;
@@ -128,12 +134,23 @@ impl FaultSet {
         for zone in &self.zones_down {
             known("zones_down", zone)?;
         }
-        for zone in self.zone_capacity.keys() {
+        for (zone, capacity) in &self.zone_capacity {
             known("zone_capacity", zone)?;
+            if *capacity > MAX_COUNT {
+                return Err(format!(
+                    "zone_capacity of {zone:?} is {capacity}: expected at most {MAX_COUNT}"
+                ));
+            }
         }
         if let Some(throttle) = &self.throttle {
             if throttle.burst == 0 {
                 return Err("throttle.burst is 0: expected at least 1".to_string());
+            }
+            if throttle.burst > MAX_COUNT {
+                return Err(format!(
+                    "throttle.burst is {}: expected at most {MAX_COUNT}",
+                    throttle.burst
+                ));
             }
             if !(throttle.per_second.is_finite() && throttle.per_second > 0.0) {
                 return Err(format!(
@@ -312,6 +329,33 @@ mod tests {
             .validate(&zones())
             .unwrap_err()
             .starts_with("zone_capacity names zone \"sim-y\""));
+    }
+
+    #[test]
+    fn counts_above_32_bit_integers_are_refused() {
+        let zones = ["sim-a".to_string()];
+        let too_big = FaultSet {
+            zone_capacity: BTreeMap::from([("sim-a".to_string(), MAX_COUNT + 1)]),
+            ..FaultSet::default()
+        };
+        assert_eq!(
+            too_big.validate(&zones),
+            Err(
+                "zone_capacity of \"sim-a\" is 2147483648: expected at most 2147483647".to_string()
+            )
+        );
+        let burst = |burst| FaultSet {
+            throttle: Some(Throttle {
+                burst,
+                per_second: 1.0,
+            }),
+            ..FaultSet::default()
+        };
+        assert_eq!(burst(MAX_COUNT).validate(&zones), Ok(()));
+        assert_eq!(
+            burst(u32::MAX).validate(&zones),
+            Err("throttle.burst is 4294967295: expected at most 2147483647".to_string())
+        );
     }
 
     #[test]
