@@ -26,6 +26,7 @@ mod dashboard;
 #[cfg(feature = "ec2")]
 mod ec2;
 mod engine;
+mod hostile_input;
 mod load;
 mod manual;
 mod process;

@@ -5,9 +5,10 @@
 #   own server from them on a free loopback port (or use
 #   BERTH_TEST_POSTGRES_URL if set). Installed from Debian's packages when
 #   missing and we are root.
-# - moto's EC2 server, for the EC2 provider's tests: installed from PyPI
-#   into .venv in the repository when missing (or set BERTH_MOTO_SERVER to
-#   a moto_server binary).
+# - moto's EC2 server, for the EC2 provider's tests, and schemathesis, for
+#   the API's hostile-input test: installed from PyPI into .venv in the
+#   repository when missing (or set BERTH_MOTO_SERVER to a moto_server
+#   binary, BERTH_SCHEMATHESIS to a schemathesis binary).
 # - OpenSSH's server and client, for the manual provider's tests: each
 #   test starts its own sshd on a loopback port with generated keys.
 #   Installed from Debian's packages when missing and we are root (or set
@@ -68,26 +69,36 @@ if ! have_sshd; then
   fi
 fi
 
-# The moto release the EC2 tests are written against.
+# The moto release the EC2 tests are written against, and the schemathesis
+# release the API's hostile-input test runs.
 MOTO_VERSION=5.1.22
+SCHEMATHESIS_VERSION=4.32.5
+
+pip_has() { .venv/bin/pip show "$1" 2>/dev/null | grep -qx "Version: $2"; }
 
 have_moto() {
   [ -n "${BERTH_MOTO_SERVER:-}" ] && [ -x "${BERTH_MOTO_SERVER}" ] && return 0
-  [ -x .venv/bin/moto_server ] && .venv/bin/pip show moto 2>/dev/null | grep -qx "Version: ${MOTO_VERSION}"
+  [ -x .venv/bin/moto_server ] && pip_has moto "${MOTO_VERSION}"
 }
 
-if ! have_moto; then
-  echo "installing moto ${MOTO_VERSION} into .venv" >&2
-  if ! python3 -m venv .venv >/dev/null 2>&1; then
+have_schemathesis() {
+  [ -n "${BERTH_SCHEMATHESIS:-}" ] && [ -x "${BERTH_SCHEMATHESIS}" ] && return 0
+  [ -x .venv/bin/schemathesis ] && pip_has schemathesis "${SCHEMATHESIS_VERSION}"
+}
+
+if ! have_moto || ! have_schemathesis; then
+  echo "installing moto ${MOTO_VERSION} and schemathesis ${SCHEMATHESIS_VERSION} into .venv" >&2
+  if [ ! -x .venv/bin/pip ] && ! python3 -m venv .venv >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       apt_install python3-venv
       python3 -m venv .venv
     else
-      echo "the EC2 tests need python3 with venv (python3-venv) to install moto" >&2
+      echo "the EC2 and API tests need python3 with venv (python3-venv) to install moto and schemathesis" >&2
       exit 1
     fi
   fi
-  .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==${MOTO_VERSION}"
+  .venv/bin/pip install --quiet --disable-pip-version-check \
+    "moto[server]==${MOTO_VERSION}" "schemathesis==${SCHEMATHESIS_VERSION}"
 fi
 
 have_browser() {
