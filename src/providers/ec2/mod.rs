@@ -478,6 +478,10 @@ impl Ec2Provider {
                 format!("the ec2 provider cannot start containers (on {host})"),
             ));
         }
+        // Before anything is asked of EC2: an instance told to reach a
+        // loopback controller could only time out.
+        preflight::check_controller_url(Some(&request.agent.controller_url), "")
+            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
         let Some(instance_type) = self.catalogue.get(&request.instance_type) else {
             return Err(ProviderError::new(
                 FailureClass::Permanent,
@@ -549,8 +553,6 @@ impl Ec2Provider {
                 ),
             ));
         }
-        preflight::check_controller_url(Some(&request.agent.controller_url), "")
-            .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
         let user_data = user_data::cloud_config(
             &request.agent.controller_url,
             request.machine,
