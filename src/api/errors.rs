@@ -86,15 +86,17 @@ pub fn error_response<E: ResponseError + fmt::Debug>(error: &E) -> HttpResponse 
 /// The status a store error answers with.
 ///
 /// The caller's mistakes are 4xx. A store that cannot take more work (no
-/// pooled connection in time, the writer gone) is 503: retrying later may
-/// work. Anything else is a bug or a broken database: 500.
+/// pooled connection in time, the writer gone, a disk full or read-only)
+/// is 503: retrying later may work. Anything else is a bug or a broken database: 500.
 pub fn store_status(error: &StoreError) -> StatusCode {
     match error {
         StoreError::NotFound(_) => StatusCode::NOT_FOUND,
         StoreError::Invalid(_) => StatusCode::BAD_REQUEST,
         StoreError::Conflict(_) => StatusCode::CONFLICT,
         StoreError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        StoreError::Connect(_) | StoreError::WriterGone => StatusCode::SERVICE_UNAVAILABLE,
+        StoreError::Connect(_) | StoreError::WriterGone | StoreError::CannotWrite(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         StoreError::BadUrl(_)
         | StoreError::Migration(_)
         | StoreError::Database(_)
@@ -300,6 +302,10 @@ mod tests {
             (StoreError::Unauthorized("x".into()), 401),
             (StoreError::Connect("x".into()), 503),
             (StoreError::WriterGone, 503),
+            (
+                StoreError::CannotWrite("database or disk is full".into()),
+                503,
+            ),
             (StoreError::BadUrl("x".into()), 500),
             (StoreError::Migration("x".into()), 500),
             (

@@ -27,6 +27,13 @@ pub enum StoreError {
     Invariant(String),
     #[error("the store's writer has stopped")]
     WriterGone,
+    /// The database answers but cannot write: its disk is full or its file
+    /// is read-only. Nothing was written; reads still work.
+    #[error(
+        "the store cannot write ({0}): nothing was changed; free space on the database's disk \
+         or make it writable, then try again"
+    )]
+    CannotWrite(String),
 }
 
 impl StoreError {
@@ -35,6 +42,30 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Connect(_) | StoreError::WriterGone)
     }
+}
+
+/// Whether a database error means the database cannot write at all (a
+/// full disk, a read-only file or file system), rather than anything about
+/// the statement; SQLite's and PostgreSQL's words.
+fn cannot_write(e: &diesel::result::Error) -> Option<String> {
+    let diesel::result::Error::DatabaseError(_, info) = e else {
+        return None;
+    };
+    let message = info.message();
+    let cannot = [
+        // SQLite: SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN.
+        "database or disk is full",
+        "attempt to write a readonly database",
+        "disk I/O error",
+        "unable to open database file",
+        // PostgreSQL: disk_full (53100) and a read-only server.
+        "No space left on device",
+        "could not extend file",
+        "in a read-only transaction",
+    ]
+    .iter()
+    .any(|words| message.contains(words));
+    cannot.then(|| message.trim().to_string())
 }
 
 /// Whether a database error means the connection or the server went away,
@@ -71,11 +102,14 @@ fn connection_lost(e: &diesel::result::Error) -> Option<String> {
 
 impl From<diesel::result::Error> for StoreError {
     fn from(e: diesel::result::Error) -> StoreError {
-        match connection_lost(&e) {
-            Some(why) => StoreError::Connect(format!(
+        if let Some(why) = connection_lost(&e) {
+            return StoreError::Connect(format!(
                 "the database connection was lost ({}); try again shortly",
                 why.trim()
-            )),
+            ));
+        }
+        match cannot_write(&e) {
+            Some(why) => StoreError::CannotWrite(why),
             None => StoreError::Database(Arc::new(e)),
         }
     }
@@ -84,5 +118,44 @@ impl From<diesel::result::Error> for StoreError {
 impl From<r2d2::Error> for StoreError {
     fn from(e: r2d2::Error) -> StoreError {
         StoreError::Connect(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorKind, Error};
+
+    use super::*;
+
+    fn database_error(message: &str) -> StoreError {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_string())).into()
+    }
+
+    #[test]
+    fn a_full_or_read_only_database_cannot_write_and_says_what_to_do() {
+        for message in [
+            "database or disk is full",
+            "attempt to write a readonly database",
+            "could not extend file \"base/16384/16385\": No space left on device",
+            "cannot execute INSERT in a read-only transaction",
+        ] {
+            let error = database_error(message);
+            assert!(
+                matches!(error, StoreError::CannotWrite(_)),
+                "{message}: {error:?}"
+            );
+            let text = error.to_string();
+            assert!(text.contains(message), "{text}");
+            assert!(text.contains("nothing was changed"), "{text}");
+            assert!(!error.is_unavailable(), "the connection itself is fine");
+        }
+    }
+
+    #[test]
+    fn other_database_errors_stay_database_errors() {
+        let error = database_error("UNIQUE constraint failed: machines.id");
+        assert!(matches!(error, StoreError::Database(_)), "{error:?}");
+        let error = database_error("terminating connection due to administrator command");
+        assert!(error.is_unavailable(), "{error:?}");
     }
 }
