@@ -91,6 +91,43 @@ pub struct Store {
     policy: Arc<std::sync::RwLock<crate::domain::machine::Policy>>,
 }
 
+/// Why berth cannot write the SQLite database at `path` (or create it in
+/// its directory), if it cannot: SQLite itself says only "unable to open
+/// database file".
+fn cannot_write_sqlite(path: &std::path::Path) -> Option<String> {
+    let target = if path.exists() {
+        path
+    } else {
+        path.parent().unwrap_or(std::path::Path::new("."))
+    };
+    writable(target).err().map(|e| {
+        format!(
+            "{} cannot be written ({e}); berth needs to write its database there",
+            target.display()
+        )
+    })
+}
+
+/// Whether this process may write `path` (a read-only file system says
+/// so even to root).
+#[cfg(unix)]
+fn writable(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: access reads the NUL-terminated path and nothing else.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(unix))]
+fn writable(_path: &std::path::Path) -> std::io::Result<()> {
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if need be) the store at `url`, bringing its schema
     /// up to date.
@@ -107,9 +144,15 @@ impl Store {
             }
         }
         let manager = db::Manager::new(url.clone());
-        let mut write_conn = manager
-            .connect()
-            .map_err(|e| StoreError::Connect(format!("{url}: {e}")))?;
+        let mut write_conn = manager.connect().map_err(|e| {
+            StoreError::Connect(match url {
+                DatabaseUrl::Sqlite(path) => match cannot_write_sqlite(path) {
+                    Some(why) => format!("{url}: {e}: {why}"),
+                    None => format!("{url}: {e}"),
+                },
+                DatabaseUrl::Postgres(_) => format!("{url}: {e}"),
+            })
+        })?;
         db::run_migrations(&mut write_conn)?;
         model::ensure_model(&mut write_conn)?;
         let revision: i64 = log_head::table
