@@ -278,7 +278,7 @@ fn without_a_token_the_data_directorys_admin_token_is_used() {
     let run_zones = |data_dir: PathBuf| {
         let cli = berth::cli::Cli::try_parse_from(["berth", "--url", &controller.address, "zones"])
             .unwrap();
-        let mut session = Session::new(&cli.url, None, data_dir);
+        let mut session = Session::new(cli.url.as_deref().unwrap(), None, data_dir);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let result = dispatch(
             &cli.command,

@@ -157,3 +157,135 @@ fn a_client_without_a_controller_says_how_to_start_one() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("berth serve"), "{stderr}");
 }
+
+/// Runs `berth` as someone elsewhere would after `berth login`: no
+/// `BERTH_URL`, `BERTH_TOKEN` or `BERTH_DATA_DIR`, another working
+/// directory (and data directory), and `config` as the configuration home.
+fn run_logged_in(config: &std::path::Path, args: &[&str]) -> Output {
+    let elsewhere = tempfile::tempdir().unwrap();
+    berth_command()
+        .args(args)
+        .current_dir(elsewhere.path())
+        .env_remove("BERTH_URL")
+        .env_remove("BERTH_TOKEN")
+        .env("BERTH_DATA_DIR", elsewhere.path().join("no-data-here"))
+        .env("XDG_CONFIG_HOME", config)
+        .output()
+        .expect("berth runs")
+}
+
+fn controller_uuid_of(status: &Output) -> String {
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    status["model"]["controller"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_saves_two_controllers_and_switch_picks_the_one_commands_use() {
+    let (a, b) = (start_controller().await, start_controller().await);
+    let uuid = |c: &TestApp| controller_uuid_of(&run(c, &["status", "--format", "json"]));
+    let (uuid_a, uuid_b) = (uuid(&a), uuid(&b));
+    assert_ne!(uuid_a, uuid_b);
+    let config = tempfile::tempdir().unwrap();
+
+    // Before any login, nothing is saved and commands look locally.
+    let listed = run_logged_in(config.path(), &["controllers"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("no saved controllers"));
+
+    // A wrong token or an unreachable controller: refused, nothing saved.
+    let wrong = run_logged_in(
+        config.path(),
+        &[
+            "login",
+            &a.address,
+            "--token",
+            "not-the-token",
+            "--name",
+            "a",
+        ],
+    );
+    assert_eq!(wrong.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.starts_with("ERROR "), "{stderr}");
+    let unreachable = run_logged_in(
+        config.path(),
+        &[
+            "login",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+            "--name",
+            "gone",
+        ],
+    );
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(!config.path().join("berth/controllers.toml").exists());
+    let bad_name = run_logged_in(
+        config.path(),
+        &["login", &a.address, "--token", &a.token, "--name", "a b"],
+    );
+    assert_eq!(bad_name.status.code(), Some(2));
+    assert!(!config.path().join("berth/controllers.toml").exists());
+
+    for (c, name) in [(&a, "a"), (&b, "b")] {
+        let out = run_logged_in(
+            config.path(),
+            &["login", &c.address, "--token", &c.token, "--name", name],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("logged in to {name}")));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let file = config.path().join("berth/controllers.toml");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    // The last login is current; commands need no flags.
+    let listed = String::from_utf8(run_logged_in(config.path(), &["controllers"]).stdout).unwrap();
+    assert!(
+        listed.contains(&format!("b*          {}", b.address)),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!("a           {}", a.address)),
+        "{listed}"
+    );
+    let status = run_logged_in(config.path(), &["status", "--format", "json"]);
+    assert_eq!(controller_uuid_of(&status), uuid_b);
+
+    let switched = run_logged_in(config.path(), &["switch", "a"]);
+    assert!(switched.status.success());
+    let status = run_logged_in(config.path(), &["status", "--format", "json"]);
+    assert_eq!(controller_uuid_of(&status), uuid_a);
+    // A command works on the current controller.
+    let added = run_logged_in(config.path(), &["add-machine"]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+
+    // Flags still win over the saved controller.
+    let flagged = run_logged_in(
+        config.path(),
+        &["status", "--format", "json", "--url", &b.address],
+    );
+    assert_eq!(controller_uuid_of(&flagged), uuid_b);
+
+    let unknown = run_logged_in(config.path(), &["switch", "c"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&unknown.stderr).trim(),
+        "ERROR no controller named \"c\": expected one of a, b"
+    );
+}

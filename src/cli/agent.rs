@@ -372,7 +372,7 @@ mod tests {
             "3",
         ])
         .unwrap();
-        assert_eq!(cli.url, "http://controller.invalid:17070");
+        assert_eq!(cli.url.as_deref(), Some("http://controller.invalid:17070"));
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! Every command first parses what it can locally (constraints, placement,
 //! bases, names) and refuses bad input with the domain's message and exit
 //! code 2 before anything is sent; then it calls the controller at `--url`
-//! (`BERTH_URL`, by default `http://127.0.0.1:17070`) with the admin token
-//! from `--token` (`BERTH_TOKEN`) or, failing that, from
-//! `<data-dir>/admin.token` (see [`token`]). Failures are one line on
+//! (`BERTH_URL`), else the current controller saved by `berth login`, else
+//! `http://127.0.0.1:17070`, with the admin token from `--token`
+//! (`BERTH_TOKEN`), else the saved controller's, else
+//! `<data-dir>/admin.token` (see [`controllers`] and [`token`]). Failures are one line on
 //! standard error, `ERROR <message>`, where the message is the
 //! controller's own when it answered with an error.
 //!
@@ -25,11 +26,13 @@
 //! - [`status`]: status (tabular, JSON, YAML; `--watch`).
 //! - [`wait`]: wait until every machine is started or in error.
 //! - [`agent`]: the machine agent's check-in and heartbeats.
+//! - [`controllers`]: login, controllers, switch: the saved controllers.
 //! - [`client`], [`token`], [`error`], [`follow`]: what they share.
 
 pub mod agent;
 pub mod applications;
 pub mod client;
+pub mod controllers;
 pub mod docs;
 pub mod error;
 pub mod follow;
@@ -70,26 +73,28 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:17070";
     about = "A provisioning engine in the model of Juju's provisioner",
     long_about = "A provisioning engine in the model of Juju's provisioner.\n\n\
                   `berth serve` runs the controller; the other commands talk to it over HTTP \
-                  at --url (BERTH_URL, by default http://127.0.0.1:17070) with the admin token \
-                  from --token (BERTH_TOKEN), or else from <data-dir>/admin.token, which the \
-                  controller writes when it starts."
+                  at --url (BERTH_URL), else the controller saved by `berth login`, else \
+                  http://127.0.0.1:17070, with the admin token from --token (BERTH_TOKEN), else \
+                  the saved controller's, else <data-dir>/admin.token, which the controller \
+                  writes when it starts."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// The controller's address.
+    /// The controller's address; by default the current controller saved
+    /// by `berth login`, else http://127.0.0.1:17070.
     #[arg(
         long,
         global = true,
         env = "BERTH_URL",
         hide_env_values = true,
-        default_value = DEFAULT_URL,
         value_name = "URL"
     )]
-    pub url: String,
-    /// The admin token; by default read from <data-dir>/admin.token
-    /// (the data directory is BERTH_DATA_DIR, else $XDG_DATA_HOME/berth,
-    /// else ~/.local/share/berth).
+    pub url: Option<String>,
+    /// The admin token; by default the one saved with the controller by
+    /// `berth login`, else read from <data-dir>/admin.token (the data
+    /// directory is BERTH_DATA_DIR, else $XDG_DATA_HOME/berth, else
+    /// ~/.local/share/berth).
     #[arg(
         long,
         global = true,
@@ -153,6 +158,18 @@ pub enum Command {
     EnableZone(zones::ZoneArgs),
     /// Keep new machines out of a zone.
     DisableZone(zones::ZoneArgs),
+    /// Check that a controller answers with a token, save it, and make it
+    /// the current controller.
+    ///
+    /// The URL and token are kept in controllers.toml in the user's
+    /// configuration directory ($XDG_CONFIG_HOME/berth, else
+    /// ~/.config/berth), readable by its owner only. The token is --token
+    /// (BERTH_TOKEN), else <data-dir>/admin.token.
+    Login(controllers::LoginArgs),
+    /// List the saved controllers; the current one is marked with `*`.
+    Controllers,
+    /// Make a saved controller the current one.
+    Switch(controllers::SwitchArgs),
     /// Show the simulated cloud's faults, replace them (`set`) or clear
     /// them (`clear`).
     ///
@@ -321,8 +338,18 @@ where
 /// Runs a parsed command, writing to `io`; returns the exit code.
 pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
     let data_dir = crate::config::default_data_dir(None);
-    let mut session = Session::new(&cli.url, cli.token.clone(), data_dir);
-    match dispatch(&cli.command, &mut session, io) {
+    let saved = controllers::controllers_path();
+    let token = cli.token.as_deref();
+    let outcome = match &cli.command {
+        Command::Login(args) => controllers::login(args, token, &data_dir, &saved, io),
+        Command::Controllers => controllers::list(&saved, io),
+        Command::Switch(args) => controllers::switch(args, &saved, io),
+        command => controllers::resolve(cli.url.as_deref(), token, &saved).and_then(|target| {
+            let mut session = Session::new(&target.url, target.token, data_dir);
+            dispatch(command, &mut session, io)
+        }),
+    };
+    match outcome {
         Ok(()) => {
             let _ = io.out.flush();
             EXIT_OK
@@ -345,6 +372,10 @@ pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Re
     match command {
         Command::Serve(_) => Err(CliError::Usage(
             "'berth serve' is run by the controller's start-up code, not by the command line client"
+                .into(),
+        )),
+        Command::Login(_) | Command::Controllers | Command::Switch(_) => Err(CliError::Usage(
+            "'berth login', 'controllers' and 'switch' manage the saved controllers and talk to no session"
                 .into(),
         )),
         Command::Deploy(args) => applications::deploy(args, session, io),
@@ -414,7 +445,7 @@ pub(crate) mod tests {
     fn the_url_defaults_to_the_local_controller_and_the_token_to_none() {
         let cli = parse(&["status"]).unwrap();
         if std::env::var_os("BERTH_URL").is_none() {
-            assert_eq!(cli.url, "http://127.0.0.1:17070");
+            assert_eq!(cli.url, None);
         }
         if std::env::var_os("BERTH_TOKEN").is_none() {
             assert_eq!(cli.token, None);
@@ -426,7 +457,7 @@ pub(crate) mod tests {
         let before = parse(&["--url", "http://h:1", "--token", "t", "zones"]).unwrap();
         let after = parse(&["zones", "--url", "http://h:1", "--token", "t"]).unwrap();
         for cli in [before, after] {
-            assert_eq!(cli.url, "http://h:1");
+            assert_eq!(cli.url.as_deref(), Some("http://h:1"));
             assert_eq!(cli.token.as_deref(), Some("t"));
         }
     }
