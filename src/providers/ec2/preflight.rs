@@ -253,4 +253,32 @@ mod tests {
             "{e}"
         );
     }
+
+    #[tokio::test]
+    async fn an_https_agent_binary_url_is_checked_over_tls() {
+        // A listener that reads the first byte a client sends, then hangs
+        // up: a TLS client's first byte is a handshake record's (0x16).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("https://{}/berth", listener.local_addr().unwrap());
+        let (first_byte, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let mut byte = [0u8; 1];
+                let _ = stream.read_exact(&mut byte);
+                let _ = first_byte.send(byte[0]);
+            }
+        });
+        let e = check_agent_binary(&with_url(Some(url), false))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, PreflightError::AgentBinaryUnavailable { .. }),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("Unknown Scheme"), "{e}");
+        assert_eq!(
+            received.recv_timeout(std::time::Duration::from_secs(5)),
+            Ok(0x16)
+        );
+    }
 }
