@@ -1377,6 +1377,7 @@ async fn the_openapi_document_lists_every_route() {
         ("get", "/v1/status"),
         ("get", "/v1/openapi.json"),
         ("get", "/v1/events"),
+        ("post", "/v1/charms"),
         ("post", "/v1/applications"),
         ("delete", "/v1/applications/{app}"),
         ("post", "/v1/applications/{app}/units"),

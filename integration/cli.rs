@@ -188,7 +188,11 @@ fn constraint_warnings_go_to_standard_error() {
 fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
     let controller = start_controller();
     let before = controller.store().revision();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["deploy", "/no/such/charm/dir"],
+            "ERROR cannot read the charm /no/such/charm/dir: No such file or directory (os error 2); expected a charm directory or a .charm (zip) archive\n",
+        ),
         (
             &["deploy", "wordpress", "--to", "4,5,,"],
             "ERROR invalid --to parameter \"4,5,,\"\n",
@@ -219,7 +223,7 @@ fn bad_input_is_refused_with_exit_code_2_and_changes_nothing() {
 fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1() {
     let controller = start_controller();
     ok(&controller, &["deploy", "wordpress"]);
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["deploy", "wordpress"],
             "ERROR application \"wordpress\" already exists\n",
@@ -229,10 +233,6 @@ fn the_controllers_refusals_are_its_message_on_standard_error_with_exit_code_1()
             "ERROR application \"ghost\" not found\n",
         ),
         (&["remove-machine", "7"], "ERROR machine 7 not found\n"),
-        (
-            &["deploy", "/no/such/charm/dir"],
-            "ERROR cannot open charm directory /no/such/charm/dir: No such file or directory (os error 2)\n",
-        ),
         (
             &["add-machine", "no-such-host.example"],
             "ERROR cannot honour placement \"no-such-host.example\": provider \"sim\" cannot place on a named host (expected a machine id, lxd[:<machine>] or zone=<zone>)\n",

@@ -20,6 +20,7 @@
 mod api;
 mod applications;
 mod auth;
+mod charm_upload;
 mod cli;
 mod crash;
 mod dashboard;

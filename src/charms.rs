@@ -8,6 +8,11 @@
 //! parses those files and computes the sha256 the store keeps with the
 //! charm; [`resolve`] decides whether a `deploy` argument is a directory or
 //! the name of a charm.
+//!
+//! A charm also travels as a zip archive of its directory (`berth deploy
+//! ./dir` packs it with [`pack_charm_dir`] and `POST /v1/charms` reads it
+//! with [`load_charm_archive`]): the same rules, strict about paths and
+//! sizes, and the same sha256 as the directory it was made from.
 
 use std::fs;
 use std::io;
@@ -61,6 +66,16 @@ pub enum CharmLoadError {
         "{0:?} is not a valid charm name: expected a charm name (such as wordpress) or a path to a charm directory (such as ./wordpress)"
     )]
     InvalidName(String),
+    #[error("not a charm archive: {0}; expected a zip archive of a charm directory")]
+    NotAnArchive(String),
+    #[error(
+        "charm archive entry {0:?} escapes the charm's root: entries must be relative paths without '..'"
+    )]
+    UnsafePath(String),
+    #[error("charm archive has no {METADATA_FILE} at its root: a charm must have one")]
+    ArchiveWithoutMetadata,
+    #[error("charm archive too large: {0}")]
+    ArchiveTooLarge(String),
 }
 
 /// Reads the text of `path`, or `None` if there is no such file.
@@ -184,6 +199,15 @@ fn collect(
     Ok(())
 }
 
+/// Feeds one file (`kind` `file`) or symbolic link (`link`, its target
+/// as `bytes`) to the charm's hash: the kind, then the relative path and
+/// the bytes, each framed by its length.
+fn hash_entry(hasher: &mut Sha256, kind: &[u8], name: &[u8], bytes: &[u8]) {
+    hasher.update(kind);
+    update_framed(hasher, name);
+    update_framed(hasher, bytes);
+}
+
 /// Feeds `bytes` to the hash after their length, so that no two different
 /// sequences of fields hash alike.
 fn update_framed(hasher: &mut Sha256, bytes: &[u8]) {
@@ -206,20 +230,211 @@ fn digest_dir(dir: &Path) -> Result<String, CharmLoadError> {
             Entry::File(path) => {
                 let bytes = fs::read(&path)
                     .map_err(|source| CharmLoadError::Unreadable { path, source })?;
-                hasher.update(b"file");
-                update_framed(&mut hasher, &name);
-                update_framed(&mut hasher, &bytes);
+                hash_entry(&mut hasher, b"file", &name, &bytes);
             }
             Entry::Link(path) => {
                 let target = fs::read_link(&path)
                     .map_err(|source| CharmLoadError::Unreadable { path, source })?;
-                hasher.update(b"link");
-                update_framed(&mut hasher, &name);
-                update_framed(&mut hasher, target.as_os_str().as_encoded_bytes());
+                hash_entry(
+                    &mut hasher,
+                    b"link",
+                    &name,
+                    target.as_os_str().as_encoded_bytes(),
+                );
             }
         }
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// The largest charm archive `POST /v1/charms` takes.
+pub const MAX_ARCHIVE_BYTES: usize = 16 * 1024 * 1024;
+/// The most a charm archive may unpack to, all entries together.
+pub const MAX_UNPACKED_BYTES: u64 = 32 * 1024 * 1024;
+/// The most entries a charm archive may hold.
+pub const MAX_ARCHIVE_ENTRIES: usize = 10_000;
+
+/// One file or link of a charm archive, as read.
+struct ArchiveEntry {
+    name: String,
+    link: bool,
+    bytes: Vec<u8>,
+}
+
+/// Reads every entry of a zip archive, checking each path and the sizes.
+fn read_archive(bytes: &[u8]) -> Result<Vec<ArchiveEntry>, CharmLoadError> {
+    use std::io::Read as _;
+    if bytes.len() > MAX_ARCHIVE_BYTES {
+        return Err(CharmLoadError::ArchiveTooLarge(format!(
+            "{} bytes, at most {MAX_ARCHIVE_BYTES}",
+            bytes.len()
+        )));
+    }
+    let mut archive = zip::ZipArchive::new(io::Cursor::new(bytes))
+        .map_err(|e| CharmLoadError::NotAnArchive(e.to_string()))?;
+    if archive.len() > MAX_ARCHIVE_ENTRIES {
+        return Err(CharmLoadError::ArchiveTooLarge(format!(
+            "{} entries, at most {MAX_ARCHIVE_ENTRIES}",
+            archive.len()
+        )));
+    }
+    let mut entries = Vec::with_capacity(archive.len());
+    let mut unpacked = 0u64;
+    for index in 0..archive.len() {
+        let mut file = archive
+            .by_index(index)
+            .map_err(|e| CharmLoadError::NotAnArchive(e.to_string()))?;
+        let raw_name = file.name().to_string();
+        let escapes = file.enclosed_name().is_none()
+            || raw_name.starts_with('/')
+            || raw_name.contains('\\')
+            || raw_name.split('/').any(|part| part == "..");
+        if escapes {
+            return Err(CharmLoadError::UnsafePath(raw_name));
+        }
+        if file.is_dir() {
+            continue;
+        }
+        // Read no more than what is left of the budget, whatever the entry
+        // says its size is.
+        let budget = MAX_UNPACKED_BYTES - unpacked;
+        let mut content = Vec::new();
+        (&mut file)
+            .take(budget + 1)
+            .read_to_end(&mut content)
+            .map_err(|e| CharmLoadError::NotAnArchive(format!("entry {raw_name:?}: {e}")))?;
+        unpacked += content.len() as u64;
+        if unpacked > MAX_UNPACKED_BYTES {
+            return Err(CharmLoadError::ArchiveTooLarge(format!(
+                "it unpacks to more than {MAX_UNPACKED_BYTES} bytes"
+            )));
+        }
+        entries.push(ArchiveEntry {
+            name: raw_name.trim_start_matches("./").to_string(),
+            link: file.is_symlink(),
+            bytes: content,
+        });
+    }
+    Ok(entries)
+}
+
+/// Loads the charm in a zip archive of a charm directory (as `berth
+/// deploy ./dir` sends it, or a `.charm` file), as `local:<name>-<revision>`,
+/// with the rules of [`load_charm_dir`]: `metadata.yaml` at the archive's
+/// root, optional `config.yaml` and `revision`.
+///
+/// # Guarantees
+///
+/// The sha256 is the one [`load_charm_dir`] gives the directory the
+/// archive was made from: it covers the files and links by their paths
+/// and contents, not the archive's own timestamps, order or compression.
+///
+/// # Errors
+///
+/// [`CharmLoadError::NotAnArchive`] for bytes that are not a zip archive;
+/// [`CharmLoadError::UnsafePath`] for an absolute path or one with `..`;
+/// [`CharmLoadError::ArchiveTooLarge`] beyond [`MAX_ARCHIVE_BYTES`],
+/// [`MAX_ARCHIVE_ENTRIES`] or [`MAX_UNPACKED_BYTES`];
+/// [`CharmLoadError::ArchiveWithoutMetadata`]; and those of the charm's
+/// files, as for a directory.
+pub fn load_charm_archive(bytes: &[u8]) -> Result<ParsedCharm, CharmLoadError> {
+    let mut entries = read_archive(bytes)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let text = |name: &str| -> Result<Option<String>, CharmLoadError> {
+        entries
+            .iter()
+            .find(|entry| entry.name == name && !entry.link)
+            .map(|entry| {
+                String::from_utf8(entry.bytes.clone()).map_err(|e| CharmLoadError::Unreadable {
+                    path: PathBuf::from(name),
+                    source: io::Error::new(io::ErrorKind::InvalidData, e),
+                })
+            })
+            .transpose()
+    };
+    let metadata = text(METADATA_FILE)?.ok_or(CharmLoadError::ArchiveWithoutMetadata)?;
+    let meta = CharmMeta::parse_yaml(&metadata).map_err(|source| CharmLoadError::Invalid {
+        path: PathBuf::from(METADATA_FILE),
+        source,
+    })?;
+    let config = match text(CONFIG_FILE)? {
+        None => CharmConfig::default(),
+        Some(text) => CharmConfig::parse_yaml(&text).map_err(|source| CharmLoadError::Invalid {
+            path: PathBuf::from(CONFIG_FILE),
+            source,
+        })?,
+    };
+    let revision = match text(REVISION_FILE)? {
+        None => 0,
+        Some(text) => text
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| CharmLoadError::BadRevision {
+                path: PathBuf::from(REVISION_FILE),
+                content: text,
+            })?,
+    };
+    let mut hasher = Sha256::new();
+    for entry in &entries {
+        let kind: &[u8] = if entry.link { b"link" } else { b"file" };
+        hash_entry(&mut hasher, kind, entry.name.as_bytes(), &entry.bytes);
+    }
+    Ok(ParsedCharm {
+        charm: Charm::new(Namespace::Local, revision, meta, config),
+        sha256: hex(&hasher.finalize()),
+    })
+}
+
+/// A zip archive of the charm directory `dir`, for `POST /v1/charms`:
+/// its files and symbolic links (not followed) by their relative paths,
+/// in order. The charm is loaded first, so a directory that is not a charm
+/// is refused here, before anything is sent.
+///
+/// # Errors
+///
+/// Those of [`load_charm_dir`]; [`CharmLoadError::Unreadable`] for a file
+/// that cannot be read or a path that is not UTF-8.
+pub fn pack_charm_dir(dir: &Path) -> Result<Vec<u8>, CharmLoadError> {
+    use std::io::Write as _;
+    load_charm_dir(dir)?;
+    let mut entries = Vec::new();
+    collect(dir, &[], &mut entries)?;
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let failed = |path: &Path, e: &dyn std::fmt::Display| CharmLoadError::Unreadable {
+        path: path.to_path_buf(),
+        source: io::Error::other(e.to_string()),
+    };
+    let mut zip = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .unix_permissions(0o644);
+    for (name, entry) in entries {
+        let name_text = String::from_utf8(name).map_err(|e| failed(dir, &e))?;
+        match entry {
+            Entry::File(path) => {
+                let bytes = fs::read(&path).map_err(|source| CharmLoadError::Unreadable {
+                    path: path.clone(),
+                    source,
+                })?;
+                zip.start_file(name_text, options)
+                    .map_err(|e| failed(&path, &e))?;
+                zip.write_all(&bytes).map_err(|e| failed(&path, &e))?;
+            }
+            Entry::Link(path) => {
+                let target = fs::read_link(&path).map_err(|source| CharmLoadError::Unreadable {
+                    path: path.clone(),
+                    source,
+                })?;
+                let target = target
+                    .to_str()
+                    .ok_or_else(|| failed(&path, &"a link target that is not UTF-8"))?;
+                zip.add_symlink(name_text, target, options)
+                    .map_err(|e| failed(&path, &e))?;
+            }
+        }
+    }
+    let archive = zip.finish().map_err(|e| failed(dir, &e))?;
+    Ok(archive.into_inner())
 }
 
 /// Whether a `deploy` argument names a charm directory rather than a
@@ -269,6 +484,110 @@ mod tests {
             fs::write(path, content).unwrap();
         }
         dir
+    }
+
+    /// A zip archive of `files` (name, content), as any zip tool makes.
+    fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut zip = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, content) in files {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(content).unwrap();
+        }
+        zip.finish().unwrap().into_inner()
+    }
+
+    fn archive_error(bytes: &[u8]) -> String {
+        load_charm_archive(bytes).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_packed_directory_loads_as_the_directory_does_with_the_same_digest() {
+        let dir = charm_dir(&[
+            (METADATA_FILE, METADATA),
+            (CONFIG_FILE, CONFIG),
+            (REVISION_FILE, "3\n"),
+            ("hooks/install", "#!/bin/sh\n"),
+        ]);
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("install", dir.path().join("hooks/start")).unwrap();
+        let from_dir = load(&dir);
+        let archive = pack_charm_dir(dir.path()).unwrap();
+        let from_archive = load_charm_archive(&archive).unwrap();
+        assert_eq!(from_archive, from_dir);
+        assert_eq!(from_archive.charm.url().to_string(), "local:wordpress-3");
+        // Packed again, the same bytes: nothing depends on when or where.
+        assert_eq!(pack_charm_dir(dir.path()).unwrap(), archive);
+    }
+
+    #[test]
+    fn a_zip_made_by_another_tool_loads_too() {
+        let archive = zip_of(&[
+            ("metadata.yaml", METADATA.as_bytes()),
+            ("./config.yaml", CONFIG.as_bytes()),
+            ("hooks/", b""),
+        ]);
+        let loaded = load_charm_archive(&archive).unwrap();
+        assert_eq!(loaded.charm.url().to_string(), "local:wordpress-0");
+        assert!(loaded.charm.config().option("port").is_some());
+    }
+
+    #[test]
+    fn archive_entries_that_escape_the_root_are_refused() {
+        for name in ["../evil", "/etc/passwd", "hooks/../../evil", "..\\evil"] {
+            let archive = zip_of(&[("metadata.yaml", METADATA.as_bytes()), (name, b"x")]);
+            assert_eq!(
+                archive_error(&archive),
+                format!("charm archive entry {name:?} escapes the charm's root: entries must be relative paths without '..'"),
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_charm_archive_is_refused_naming_why() {
+        assert!(archive_error(b"not a zip at all").starts_with("not a charm archive: "));
+        assert!(archive_error(b"").starts_with("not a charm archive: "));
+        assert_eq!(
+            archive_error(&zip_of(&[("config.yaml", CONFIG.as_bytes())])),
+            "charm archive has no metadata.yaml at its root: a charm must have one"
+        );
+        assert_eq!(
+            archive_error(&zip_of(&[("wordpress/metadata.yaml", METADATA.as_bytes())])),
+            "charm archive has no metadata.yaml at its root: a charm must have one"
+        );
+        let bad = archive_error(&zip_of(&[("metadata.yaml", b"name: [unclosed")]));
+        assert!(bad.starts_with("metadata.yaml: "), "{bad}");
+        let bad = archive_error(&zip_of(&[
+            ("metadata.yaml", METADATA.as_bytes()),
+            ("revision", b"seven"),
+        ]));
+        assert_eq!(bad, "revision: expected a revision number, got \"seven\"");
+    }
+
+    #[test]
+    fn archives_beyond_the_limits_are_refused_before_they_are_unpacked_whole() {
+        let too_big = vec![0u8; MAX_ARCHIVE_BYTES + 1];
+        assert!(archive_error(&too_big).starts_with("charm archive too large: "));
+        // Zeros deflate to almost nothing: the archive is small, what it
+        // unpacks to is not.
+        let zeros = vec![0u8; usize::try_from(MAX_UNPACKED_BYTES).unwrap() + 1];
+        let bomb = zip_of(&[("metadata.yaml", METADATA.as_bytes()), ("zeros", &zeros)]);
+        assert!(bomb.len() < MAX_ARCHIVE_BYTES / 10);
+        assert_eq!(
+            archive_error(&bomb),
+            format!("charm archive too large: it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        );
+    }
+
+    #[test]
+    fn a_directory_that_is_not_a_charm_is_not_packed() {
+        let dir = charm_dir(&[(CONFIG_FILE, CONFIG)]);
+        assert!(pack_charm_dir(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("must hold metadata.yaml"));
     }
 
     fn load(dir: &tempfile::TempDir) -> ParsedCharm {

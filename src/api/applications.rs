@@ -11,7 +11,7 @@ use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError, PlacementList};
 use crate::api::Shared;
 use crate::charms;
-use crate::domain::charm::ParsedCharm;
+use crate::domain::charm::{CharmUrl, ParsedCharm};
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
 use crate::store::{blocking, StoreError};
@@ -20,8 +20,9 @@ use crate::store::{blocking, StoreError};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeployRequest {
-    /// A charm name (`wordpress`) or the path of a charm directory on the
-    /// controller's machine (`/srv/charms/wordpress`).
+    /// A charm name (`wordpress`), a stored charm's URL (`local:wordpress-3`,
+    /// as `POST /v1/charms` answers), or the path of a charm directory on
+    /// the controller's machine (`/srv/charms/wordpress`).
     #[schema(example = "wordpress")]
     pub charm: String,
     /// The application's name; the charm's name by default.
@@ -146,8 +147,13 @@ pub(crate) fn placed_views(placed: &[PlacedUnit]) -> (Vec<PlacedUnitView>, Vec<S
     (units, machines)
 }
 
-/// Loads the charm a deploy names; a directory is read off the event loop.
-async fn load_charm(arg: String) -> Result<ParsedCharm, ApplicationError> {
+/// Loads the charm a deploy names: a stored charm by its URL, or a name
+/// or a directory (read off the event loop).
+async fn load_charm(shared: &Shared, arg: String) -> Result<ParsedCharm, ApplicationError> {
+    if let Ok(url) = arg.parse::<CharmUrl>() {
+        let store = shared.state.store.clone();
+        return Ok(blocking(move || store.stored_charm(&url)).await?);
+    }
     let loaded = actix_web::rt::task::spawn_blocking(move || charms::resolve(&arg))
         .await
         .map_err(|_| StoreError::Invariant("loading the charm panicked".into()))?;
@@ -165,7 +171,7 @@ async fn load_charm(arg: String) -> Result<ParsedCharm, ApplicationError> {
         (status = 201, description = "Deployed", body = DeployResponse),
         (status = 400, description = "Bad input (constraints, base, placement, charm, config), or a placement the provider cannot honour (`ssh:`, a host name, a directive other than `zone=`, `lxd` without container support)", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 404, description = "A placement names an unknown machine", body = ErrorBody),
+        (status = 404, description = "A placement names an unknown machine, or the charm URL names no stored charm", body = ErrorBody),
         (status = 409, description = "The application exists, or a placement machine has another base", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
@@ -190,7 +196,7 @@ pub async fn deploy(
         .as_deref()
         .map(input::application)
         .transpose()?;
-    let charm = load_charm(body.charm).await?;
+    let charm = load_charm(&shared, body.charm).await?;
     let application = named.unwrap_or_else(|| charm.charm.name().clone());
     let default_units = if charm.charm.is_subordinate() { 0 } else { 1 };
     let units = input::count("num_units", body.num_units.unwrap_or(default_units), 0)?;

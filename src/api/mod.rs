@@ -25,6 +25,7 @@
 pub mod agents;
 pub mod applications;
 pub mod auth;
+pub mod charms;
 pub mod dashboard;
 pub mod errors;
 pub mod feed;
@@ -202,6 +203,7 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/status").get(observe::get_status))
         .service(resource("/openapi.json").get(observe::get_openapi))
         .service(resource("/events").get(observe::get_events))
+        .service(resource("/charms").post(charms::add_charm))
         .service(resource("/applications").post(applications::deploy))
         .service(resource("/applications/{app}").delete(applications::remove_application))
         .service(resource("/applications/{app}/units").post(applications::add_units))

@@ -8,8 +8,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::webhooks::WebhookKind;
 use crate::api::{
-    agents, applications, dashboard, errors, input, machines, model, observe, relations, sim,
-    webhooks, zones,
+    agents, applications, charms, dashboard, errors, input, machines, model, observe, relations,
+    sim, webhooks, zones,
 };
 use crate::status::view;
 
@@ -66,6 +66,7 @@ impl Modify for SecuritySchemes {
         observe::get_status,
         observe::get_openapi,
         observe::get_events,
+        charms::add_charm,
         applications::deploy,
         applications::add_units,
         applications::remove_units,
@@ -97,7 +98,7 @@ impl Modify for SecuritySchemes {
         webhooks::InstanceChangeBody,
     )),
     tags(
-        (name = "applications", description = "deploy, add-unit, remove-unit, remove-application, constraints"),
+        (name = "applications", description = "charm upload, deploy, add-unit, remove-unit, remove-application, constraints"),
         (name = "model", description = "Model constraints"),
         (name = "machines", description = "add-machine, remove-machine, retry-provisioning"),
         (name = "relations", description = "integrate, remove-relation"),

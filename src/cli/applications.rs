@@ -2,11 +2,11 @@
 //! `destroy-unit`), `remove-application`, `set-constraints` and
 //! `constraints`.
 //!
-//! A local charm (`deploy ./wordpress`) is sent as an absolute path: the
-//! controller reads the charm directory from its own disk, which is this
-//! machine's when the controller runs here, as it does by default. To
-//! deploy a local charm to a controller on another machine, the directory
-//! must exist at the same path there.
+//! A local charm (`deploy ./wordpress`, or a `.charm` zip archive) is
+//! uploaded first: the directory is checked and packed here, sent to
+//! `POST /v1/charms`, and deployed by the URL the controller answers, so
+//! the controller never reads this machine's paths and may be anywhere.
+//! The same contents uploaded again are the same charm.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +17,7 @@ use crate::api::applications::{
     AddUnitsRequest, AddUnitsResponse, ConstraintsRequest, ConstraintsResponse, DeployRequest,
     DeployResponse, PlacedUnitView, RemoveUnitsRequest,
 };
+use crate::api::charms::CharmUploaded;
 use crate::api::input::PlacementList;
 use crate::charms::{self, CharmLoadError};
 use crate::cli::client::segment;
@@ -30,8 +31,8 @@ use crate::domain::placement::parse_to_list;
 /// `berth deploy CHARM [APP]`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct DeployArgs {
-    /// A charm name (wordpress) or the path of a charm directory
-    /// (./wordpress), which the controller reads from its own disk.
+    /// A charm name (wordpress), or the path of a charm directory
+    /// (./wordpress) or .charm archive, which is uploaded first.
     #[arg(value_name = "CHARM")]
     pub charm: String,
     /// The application's name; the charm's name by default.
@@ -109,9 +110,9 @@ pub struct ConstraintsArgs {
     pub application: String,
 }
 
-/// The charm argument as the controller should see it: a path made
-/// absolute (the controller does not share this process's working
-/// directory), or a charm name.
+/// The charm argument: a path made absolute (a charm directory or
+/// archive, which [`deploy`] uploads and replaces with the charm's URL),
+/// or a charm name.
 ///
 /// # Errors
 ///
@@ -330,7 +331,10 @@ fn print_placed(io: &mut Io<'_>, units: &[PlacedUnitView]) -> Result<(), CliErro
 ///
 /// Bad input before anything is sent; the controller's refusal.
 pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
-    let request = args.request()?;
+    let mut request = args.request()?;
+    if charms::is_path(&args.charm) {
+        request.charm = upload_charm(session, Path::new(&request.charm))?;
+    }
     let deployed: DeployResponse = session.client()?.post("/v1/applications", &request)?;
     io.warnings(&deployed.warnings)?;
     writeln!(
@@ -339,6 +343,31 @@ pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Resu
         deployed.application, deployed.charm, deployed.base
     )?;
     print_placed(io, &deployed.units)
+}
+
+/// Uploads the charm directory or archive at `path` and returns the URL
+/// the controller stored it under.
+///
+/// # Errors
+///
+/// A directory that is not a charm, or a file that cannot be read, before
+/// anything is sent; the controller's refusal of the archive.
+fn upload_charm(session: &mut Session, path: &Path) -> Result<String, CliError> {
+    let archive = if path.is_dir() {
+        charms::pack_charm_dir(path).map_err(CliError::usage)?
+    } else {
+        std::fs::read(path).map_err(|e| {
+            CliError::Usage(format!(
+                "cannot read the charm {}: {e}; expected a charm directory or a .charm (zip) archive",
+                path.display()
+            ))
+        })?
+    };
+    let uploaded: CharmUploaded =
+        session
+            .client()?
+            .post_bytes("/v1/charms", "application/zip", &archive)?;
+    Ok(uploaded.charm)
 }
 
 /// `berth add-unit`: prints where each unit went.

@@ -180,6 +180,30 @@ impl Client {
         self.send("POST", path, Some(&body), self.admin()).map(drop)
     }
 
+    /// `POST path` with a binary body of `content_type` and the admin
+    /// token, decoding the JSON answer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    pub fn post_bytes<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<T, CliError> {
+        let mut request = self.agent.post(&self.endpoint(path));
+        if let Auth::Bearer(token) = self.admin() {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        let response = request
+            .set("Content-Type", content_type)
+            .send_bytes(body)
+            .map_err(|e| self.failure(e))?;
+        let text = read_body(response).map_err(|e| self.transport(&e.to_string()))?;
+        self.decode(path, &text)
+    }
+
     /// `PUT path` with a JSON body and the admin token.
     ///
     /// # Errors

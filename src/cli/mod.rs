@@ -112,12 +112,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Deploy an application from a charm and add its units.
     ///
-    /// CHARM is a charm name (wordpress) or the path of a charm directory
-    /// (./wordpress). A path is sent to the controller made absolute, and
-    /// the controller reads the directory from its own disk: this works
-    /// as it is when the controller runs on this machine (the default);
-    /// for a controller elsewhere, the directory must be at the same path
-    /// there.
+    /// CHARM is a charm name (wordpress), or the path of a charm directory
+    /// (./wordpress) or a .charm (zip) archive. A local charm is checked
+    /// here, uploaded to the controller (POST /v1/charms), and deployed by
+    /// the URL the controller gives it, so the controller may be on
+    /// another machine; uploading the same contents again reuses the
+    /// stored charm.
     Deploy(applications::DeployArgs),
     /// Add units to an application.
     AddUnit(applications::AddUnitArgs),

@@ -7,7 +7,9 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use crate::domain::base::Base;
-use crate::domain::charm::{infer_relation, CharmMeta, EndpointSpec, ParsedCharm, Scope};
+use crate::domain::charm::{
+    infer_relation, Charm, CharmConfig, CharmMeta, CharmUrl, EndpointSpec, ParsedCharm, Scope,
+};
 use crate::domain::constraints::Constraints;
 use crate::domain::names::ApplicationName;
 use crate::domain::placement::Placement;
@@ -44,8 +46,9 @@ pub struct Deployed {
 }
 
 /// Stores the charm, reusing a stored revision with the same contents and
-/// otherwise taking the next revision for its name. Returns its URL.
-fn store_charm(tx: &mut Tx<'_>, loaded: &ParsedCharm) -> Result<String, StoreError> {
+/// otherwise taking the next revision for its name. Returns its URL, and
+/// whether it is new.
+fn store_charm(tx: &mut Tx<'_>, loaded: &ParsedCharm) -> Result<(String, bool), StoreError> {
     let charm = &loaded.charm;
     let namespace = charm.url().namespace().as_str();
     let name = charm.name().as_str();
@@ -55,7 +58,7 @@ fn store_charm(tx: &mut Tx<'_>, loaded: &ParsedCharm) -> Result<String, StoreErr
         .select((charms::url, charms::revision, charms::sha256))
         .load(tx.conn)?;
     if let Some((url, _, _)) = existing.iter().find(|(_, _, sha)| *sha == loaded.sha256) {
-        return Ok(url.clone());
+        return Ok((url.clone(), false));
     }
     let revision = match existing.iter().map(|(_, r, _)| *r).max() {
         Some(latest) => u32::try_from(latest).unwrap_or(0) + 1,
@@ -84,7 +87,7 @@ fn store_charm(tx: &mut Tx<'_>, loaded: &ParsedCharm) -> Result<String, StoreErr
         ChangeKind::Created,
         format!("sha256={}", loaded.sha256),
     );
-    Ok(url)
+    Ok((url, true))
 }
 
 fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, StoreError> {
@@ -129,7 +132,7 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
     let settings = serde_json::to_string(&settings)
         .map_err(|e| StoreError::Invariant(format!("settings: {e}")))?;
-    let charm_url = store_charm(tx, &request.charm)?;
+    let (charm_url, _) = store_charm(tx, &request.charm)?;
     diesel::insert_into(applications::table)
         .values((
             applications::name.eq(name.as_str()),
@@ -369,7 +372,68 @@ fn remove_application_tx(tx: &mut Tx<'_>, name: &ApplicationName) -> Result<(), 
     Ok(())
 }
 
+/// A charm kept by [`Store::add_charm`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredCharm {
+    /// `local:wordpress-3`.
+    pub url: String,
+    pub sha256: String,
+    /// Whether this upload stored it (`false`: the same contents were
+    /// stored before, under `url`).
+    pub created: bool,
+}
+
 impl Store {
+    /// Stores an uploaded charm, reusing the stored revision with the same
+    /// contents.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn add_charm(&self, charm: ParsedCharm) -> Result<StoredCharm, StoreError> {
+        self.write(move |tx| {
+            let (url, created) = store_charm(tx, &charm)?;
+            Ok(StoredCharm {
+                url,
+                sha256: charm.sha256.clone(),
+                created,
+            })
+        })
+        .await
+    }
+
+    /// A stored charm by its URL (`local:wordpress-3`), as deploy takes it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for a charm that is not stored.
+    pub fn stored_charm(&self, url: &CharmUrl) -> Result<ParsedCharm, StoreError> {
+        let key = url.to_string();
+        self.read(|conn| {
+            let row: Option<(String, String, String)> = charms::table
+                .find(&key)
+                .select((charms::metadata, charms::config_schema, charms::sha256))
+                .get_result(conn)
+                .optional()?;
+            let (metadata, config, sha256) = row.ok_or_else(|| {
+                StoreError::NotFound(format!(
+                    "no charm {key}: upload it first (POST /v1/charms), or deploy it by name or directory"
+                ))
+            })?;
+            let invariant = |what: &str, e: serde_json::Error| {
+                StoreError::Invariant(format!("{what} of {key}: {e}"))
+            };
+            let meta: CharmMeta =
+                serde_json::from_str(&metadata).map_err(|e| invariant("metadata", e))?;
+            let config: CharmConfig =
+                serde_json::from_str(&config).map_err(|e| invariant("config", e))?;
+            Ok(ParsedCharm {
+                charm: Charm::new(url.namespace(), url.revision(), meta, config),
+                sha256,
+            })
+        })
+    }
+
     /// `deploy`: stores the charm and the application, then adds its units
     /// (each snapshotting the merged model and application constraints).
     ///

@@ -1,0 +1,114 @@
+//! `POST /v1/charms`: a charm uploaded as a zip archive of its directory
+//! (what `berth deploy ./dir` sends), checked as strictly as a charm on
+//! disk (see [`crate::charms::load_charm_archive`]) and stored, or found
+//! stored by its contents. Deploy then names it by its URL
+//! (`local:wordpress-3`), so the controller never reads the client's
+//! paths.
+
+use actix_web::web::BytesMut;
+use actix_web::{web, HttpResponse};
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::Shared;
+use crate::charms::{load_charm_archive, CharmLoadError, MAX_ARCHIVE_BYTES};
+use crate::store::StoreError;
+
+/// What an upload stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CharmUploaded {
+    /// The charm's URL, for deploy's `charm`.
+    #[schema(example = "local:wordpress-0")]
+    pub charm: String,
+    /// Lowercase hex sha256 of the charm's files and links (not of the
+    /// archive's bytes): the same directory always has the same digest.
+    pub sha256: String,
+    /// Whether this upload stored it; `false` when the same contents were
+    /// stored before, under the same URL.
+    pub created: bool,
+}
+
+/// Why an upload failed.
+#[derive(thiserror::Error)]
+pub enum CharmUploadError {
+    #[error("charm archive too large: at most {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("cannot read the charm archive: {0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Archive(#[from] CharmLoadError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+route_error!(CharmUploadError {
+    CharmUploadError::TooLarge { .. } => actix_web::http::StatusCode::PAYLOAD_TOO_LARGE,
+    CharmUploadError::Unreadable(_) | CharmUploadError::Archive(_) => {
+        actix_web::http::StatusCode::BAD_REQUEST
+    }
+    CharmUploadError::Store(e) => store_status(e),
+});
+
+/// Reads the body, refusing it once it passes `limit` bytes.
+async fn read_archive(
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Vec<u8>, CharmUploadError> {
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| CharmUploadError::Unreadable(e.to_string()))?;
+        if body.len() + chunk.len() > limit {
+            return Err(CharmUploadError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.to_vec())
+}
+
+/// Uploads a charm: a zip archive of a charm directory, `metadata.yaml`
+/// at its root. Nothing is stored unless the whole archive is a valid
+/// charm; the same contents uploaded again are the same charm.
+#[utoipa::path(
+    post,
+    path = "/v1/charms",
+    operation_id = "add_charm",
+    tag = "applications",
+    request_body(
+        content(
+            (Vec<u8> = "application/zip"),
+            (Vec<u8> = "application/octet-stream"),
+        ),
+        description = "A zip archive of a charm directory, at most 16 MiB (32 MiB unpacked, 10,000 entries): metadata.yaml at its root, optionally config.yaml and revision; every entry a relative path without '..'"
+    ),
+    responses(
+        (status = 201, description = "Stored", body = CharmUploaded),
+        (status = 200, description = "Already stored with the same contents", body = CharmUploaded),
+        (status = 400, description = "Not a zip archive, an entry escaping the charm's root, no metadata.yaml, too much unpacked, or a charm file that breaks the charm rules: nothing stored", body = ErrorBody),
+        (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Overloaded", body = ErrorBody),
+    )
+)]
+pub async fn add_charm(
+    shared: web::Data<Shared>,
+    payload: web::Payload,
+) -> Result<HttpResponse, CharmUploadError> {
+    let archive = read_archive(payload, MAX_ARCHIVE_BYTES).await?;
+    let loaded = actix_web::rt::task::spawn_blocking(move || load_charm_archive(&archive))
+        .await
+        .map_err(|_| StoreError::Invariant("reading the charm archive panicked".into()))??;
+    let stored = shared.state.store.add_charm(loaded).await?;
+    let uploaded = CharmUploaded {
+        charm: stored.url,
+        sha256: stored.sha256,
+        created: stored.created,
+    };
+    Ok(if uploaded.created {
+        HttpResponse::Created().json(uploaded)
+    } else {
+        HttpResponse::Ok().json(uploaded)
+    })
+}
