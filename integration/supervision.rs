@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+use berth::engine::config::ProvisionerConfig;
 use berth::engine::supervision::{hooks, kinds};
 use berth::providers::sim::SimConfig;
 
@@ -32,7 +33,16 @@ async fn every_kind_of_actor_panics_once_and_the_deploy_still_completes(backend:
     let app = spawn_app_with(Options::engine(
         backend,
         SimConfig::default(),
-        fast_provisioner(),
+        ProvisionerConfig {
+            // A provisioner restarted around a launch replaces its machine
+            // actors; on a loaded machine the simulated agent may give up
+            // (it tries three times) before the new actor has taken the
+            // launch's answer. The engine's answer to an agent that never
+            // checks in is to relaunch after the bootstrap timeout: short
+            // here, so that path completes the deploy within the test.
+            bootstrap_timeout_s: 10,
+            ..fast_provisioner()
+        },
     ))
     .await;
     let deployed = app

@@ -33,7 +33,9 @@ use crate::contracts::secrets::Secret;
 use crate::domain::hardware::Hardware;
 use crate::domain::instance::{is_manual_instance, Instance, InstanceState, MANUAL_ZONE};
 use crate::domain::instance_types::{select_for_zone, Requirements, ZoneSelectError};
-use crate::domain::machine::{is_settled, Effect, Event, FailureKind, Machine, MachineState};
+use crate::domain::machine::{
+    accepting_states, is_settled, Effect, Event, FailureKind, Machine, MachineState,
+};
 use crate::domain::names::MachineId;
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::zones::Occupant;
@@ -273,7 +275,14 @@ impl MachineActor {
         self.read_again(
             move |actor, fresh, ctx| {
                 actor.adopt(fresh, ctx);
-                let event = event.unwrap_or(Event::Resume);
+                // An event the stored state no longer takes (a zone chosen
+                // for a machine that another life of this actor has since
+                // sent to retry, say) is dropped, and the machine carries
+                // on from where it is: dropped alone, it would leave the
+                // machine waiting with no timer.
+                let event = event
+                    .filter(|e| accepting_states(e.kind()).contains(&actor.machine.state))
+                    .unwrap_or(Event::Resume);
                 actor.step(event, MachineUpdate::default(), None, ctx);
             },
             ctx,
