@@ -26,7 +26,7 @@ async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a
     )
     .await;
     println!(
-        "{UNITS} units settled in {:.2} s with {STATUS_READERS} status readers ({} requests) and {STREAMS} streams; revisions {}..{}; {} events delivered; streams drained {:.2} s after; {:.1} KiB per open stream; peak RSS {} KiB",
+        "{UNITS} units settled in {:.2} s with {STATUS_READERS} status readers ({} requests) and {STREAMS} streams; revisions {}..{}; {} events delivered; streams drained {:.2} s after; {:.1} KiB per open stream; peak RSS {} KiB; CPU while deploying: controller {:.2} s, clients {:.2} s",
         report.settled.as_secs_f64(),
         report.status_requests,
         report.revision_before,
@@ -35,6 +35,8 @@ async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a
         report.streams_drained.as_secs_f64(),
         report.kib_per_stream(),
         report.peak_rss_kib,
+        report.controller_cpu_s,
+        report.clients_cpu_s,
     );
     assert!(
         report.status_failures.is_empty(),

@@ -10,7 +10,12 @@
 //! prints both times to settled and their ratio, the events delivered, how
 //! long the streams took to receive the last revision after the deploy
 //! settled, the memory each open stream costs and the controller's peak
-//! memory, and writes `target/bench/load.json`. Nothing is asserted: the
+//! memory; a second row gives the bytes the streams received and the CPU
+//! seconds the controller and the clients spent while the deploy ran. It
+//! writes `target/bench/load.json`. The clients run in this process on the
+//! same cores as the controller; `BERTH_BENCH_CLIENT_NICE=19` lowers their
+//! threads' priority so the figure shows the controller's own cost more
+//! than the clients' competition for the CPU. Nothing is asserted: the
 //! figures go into RELIABILITY.md. It checks what the suite checks: every
 //! stream received every revision in order, and no status request failed.
 
@@ -39,8 +44,15 @@ fn bench_root() -> PathBuf {
 }
 
 fn main() {
+    let client_nice = setting("BERTH_BENCH_CLIENT_NICE", vec![0])[0] as i32;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(move || {
+            // Linux's nice value belongs to the thread: this lowers the
+            // clients' worker threads, not the controller (a separate
+            // process started from the main thread).
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, client_nice) };
+        })
         .build()
         .expect("runtime");
     let readers = setting("BERTH_BENCH_READERS", vec![100])[0];
@@ -59,8 +71,9 @@ fn main() {
         "status rq",
         "drain s",
         "KiB/stream",
-        "peak MiB"
+        "peak MiB",
     );
+    println!("{:>8} {:>12} {:>10} {:>10} {:>10}", "", "bytes", "chunks", "berth cpu", "client cpu");
     for units in setting("BERTH_BENCH_SIZES", vec![10_000]) {
         let alone = runtime.block_on(run(
             &berth_binary(),
@@ -107,6 +120,15 @@ fn main() {
             loaded.kib_per_stream(),
             loaded.peak_rss_kib as f64 / 1024.0,
         );
+        println!(
+            "{:>8} {:>12} {:>10} {:>10.2} {:>10.2}   (alone: berth cpu {:.2})",
+            "",
+            loaded.streams.iter().map(|s| s.bytes).sum::<usize>(),
+            loaded.streams.iter().map(|s| s.chunks).sum::<usize>(),
+            loaded.controller_cpu_s,
+            loaded.clients_cpu_s,
+            alone.controller_cpu_s,
+        );
         rows.push(json!({
             "units": units,
             "status_readers": readers,
@@ -120,6 +142,11 @@ fn main() {
             "streams_drained_s": loaded.streams_drained.as_secs_f64(),
             "kib_per_stream": loaded.kib_per_stream(),
             "peak_rss_mib": loaded.peak_rss_kib as f64 / 1024.0,
+            "stream_bytes": loaded.streams.iter().map(|s| s.bytes).sum::<usize>(),
+            "controller_cpu_s": loaded.controller_cpu_s,
+            "alone_controller_cpu_s": alone.controller_cpu_s,
+            "clients_cpu_s": loaded.clients_cpu_s,
+            "client_nice": client_nice,
         }));
     }
     let out = bench_root().join("load.json");

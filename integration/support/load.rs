@@ -35,6 +35,9 @@ pub struct LoadPlan {
 pub struct StreamSeen {
     /// Events received.
     pub events: usize,
+    /// Bytes and chunks received.
+    pub bytes: usize,
+    pub chunks: usize,
     /// The first and last revision received.
     pub first: Option<i64>,
     pub last: Option<i64>,
@@ -68,6 +71,10 @@ pub struct LoadReport {
     pub rss_before_streams_kib: u64,
     pub rss_with_streams_kib: u64,
     pub peak_rss_kib: u64,
+    /// CPU seconds (user and system) the controller and this process spent
+    /// from the first deploy request to settled.
+    pub controller_cpu_s: f64,
+    pub clients_cpu_s: f64,
 }
 
 impl LoadReport {
@@ -191,6 +198,11 @@ impl Controller {
             .map_or(0, |v| v as usize)
     }
 
+    /// CPU seconds the process has spent, from `/proc/<pid>/stat`.
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(&self.child.id().to_string())
+    }
+
     /// A figure from `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
     fn memory_kib(&self, field: &str) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -213,6 +225,21 @@ impl Drop for Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// User and system CPU seconds of `/proc/<pid>` (`self` for this process).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the line, in clock ticks (100 a second).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|n| n.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
 }
 
 /// Follows `/v1/events` from `since` until it has received `target`'s
@@ -274,6 +301,8 @@ async fn follow(
                 return seen;
             }
         };
+        seen.bytes += chunk.len();
+        seen.chunks += 1;
         carry.extend_from_slice(&chunk);
         let Some(end) = carry.iter().rposition(|b| *b == b'\n') else {
             continue;
@@ -359,6 +388,8 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
     }
 
     let started = Instant::now();
+    let controller_cpu_before = controller.cpu_seconds();
+    let clients_cpu_before = cpu_seconds("self");
     let mut remaining = plan.units;
     let mut first = true;
     while remaining > 0 {
@@ -386,6 +417,8 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let settled = started.elapsed();
+    let controller_cpu_s = controller.cpu_seconds() - controller_cpu_before;
+    let clients_cpu_s = cpu_seconds("self") - clients_cpu_before;
     deploying.store(false, Ordering::SeqCst);
 
     let revision_after = controller.revision().await;
@@ -424,6 +457,8 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
         rss_before_streams_kib,
         rss_with_streams_kib,
         peak_rss_kib,
+        controller_cpu_s,
+        clients_cpu_s,
     }
 }
 
