@@ -12,7 +12,7 @@ use actix_web::dev::Server;
 
 use crate::api::{self, ApiState, Limits, ProviderInfo};
 use crate::config::{Config, ProviderKind};
-use crate::contracts::provider::Provider;
+use crate::contracts::provider::{ControllerContact, Provider};
 use crate::contracts::secrets::new_secret;
 use crate::contracts::secrets::Secret;
 use crate::engine::broker::RateLimits;
@@ -22,6 +22,7 @@ use crate::providers::sim::SimProvider;
 use crate::status::cache::StatusCache;
 use crate::store::db::DatabaseUrl;
 use crate::store::{Store, StoreError};
+use crate::tls;
 
 /// The admin token's file in the data directory (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
@@ -53,6 +54,8 @@ pub enum AppError {
     },
     #[error("cannot start the API: {0}")]
     Api(#[source] std::io::Error),
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A running controller.
@@ -72,6 +75,14 @@ impl Application {
     ///
     /// [`AppError`], naming what could not be used.
     pub async fn build(config: Config) -> Result<Application, AppError> {
+        // Checked again as a whole: flags (`--listen`) are applied after
+        // the file and the environment were checked.
+        config
+            .validate()
+            .map_err(|message| crate::config::ConfigError::Invalid {
+                origin: "the configuration with its command-line flags".into(),
+                message,
+            })?;
         let data_dir = config.data_dir();
         create_private_dir(&data_dir)?;
         let url = DatabaseUrl::parse(&config.database_url())?;
@@ -91,23 +102,49 @@ impl Application {
         // simulated cloud reads its whole ledger), so that the first
         // request after a start does not wait for either.
         let status = prepare_status(&store, config.provider.kind.name());
+        // TLS before the provider, so that a bad certificate stops the
+        // start before anything else is opened.
+        let tls = if config.tls.serves_tls(config.listen) {
+            let names = tls::server_names(
+                config.listen,
+                config.controller_url.as_deref(),
+                &config.tls.names,
+            );
+            Some(tls::server_identity(&config.tls, &data_dir, &names)?)
+        } else {
+            None
+        };
         let (provider, limits, sim) = open_provider(&config, &data_dir).await?;
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
             source,
         })?;
         let address = listener.local_addr().map_err(AppError::Api)?;
-        let controller_url = config
-            .controller_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{address}"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let controller = ControllerContact {
+            url: config
+                .controller_url
+                .clone()
+                .unwrap_or_else(|| format!("{scheme}://{address}")),
+            ca_cert: match tls.as_ref().and_then(|identity| identity.ca_file.as_ref()) {
+                Some(path) => {
+                    Some(
+                        std::fs::read_to_string(path).map_err(|source| AppError::DataDir {
+                            path: path.clone(),
+                            source,
+                        })?,
+                    )
+                }
+                None => None,
+            },
+        };
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::start(
             store.clone(),
             provider.clone(),
             &config.provisioner,
             limits,
-            controller_url,
+            controller,
             metrics.clone(),
             &config.manual,
         )?;
@@ -128,9 +165,11 @@ impl Application {
             sim,
         };
         let status = status.await.unwrap_or_default();
-        let server = api::server_with_status(listener, state, status).map_err(AppError::Api)?;
+        let server =
+            api::server_with_status(listener, state, status, tls.map(|identity| identity.config))
+                .map_err(AppError::Api)?;
         log::info!(
-            "berth controller listening on http://{address} (provider {}, data in {})",
+            "berth controller listening on {scheme}://{address} (provider {}, data in {})",
             provider.name(),
             data_dir.display()
         );

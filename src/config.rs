@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::engine::config::ProvisionerConfig;
 use crate::providers::manual::ManualConfig;
 use crate::providers::sim::SimConfig;
+use crate::tls::TlsConfig;
 
 /// Where `berth serve` listens unless told otherwise (Juju's API port).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:17070";
@@ -93,8 +94,8 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// `None`: SQLite `berth.db` in the data directory.
     pub database_url: Option<String>,
-    /// Where machine agents reach this controller; `None`: `http://` and
-    /// the listen address.
+    /// Where machine agents reach this controller; `None`: `http://` (or
+    /// `https://` with TLS) and the listen address.
     pub controller_url: Option<String>,
     /// The shared secret providers sign webhooks with; `None`: generated
     /// on first start and kept in `<data-dir>/webhook.secret`.
@@ -105,6 +106,8 @@ pub struct Config {
     pub manual: ManualConfig,
     /// `[api]`: limits of the HTTP API.
     pub api: ApiConfig,
+    /// `[tls]`: HTTPS, on by default when `listen` is not loopback.
+    pub tls: TlsConfig,
 }
 
 impl Default for Config {
@@ -121,6 +124,7 @@ impl Default for Config {
             provisioner: ProvisionerConfig::default(),
             manual: ManualConfig::default(),
             api: ApiConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -148,7 +152,13 @@ const SHORT_NAMES: [(&str, &str); 5] = [
 ];
 
 /// Variables that are not settings (the CLI's own).
-const NOT_SETTINGS: [&str; 4] = ["BERTH_CONFIG", "BERTH_URL", "BERTH_TOKEN", "BERTH_LOG"];
+const NOT_SETTINGS: [&str; 5] = [
+    "BERTH_CONFIG",
+    "BERTH_URL",
+    "BERTH_TOKEN",
+    "BERTH_LOG",
+    "BERTH_CA_CERT",
+];
 
 impl Config {
     /// Loads the configuration: defaults, then `file`, then `env` (pairs of
@@ -214,6 +224,7 @@ impl Config {
         self.provisioner.validate()?;
         self.provider.sim.validate()?;
         self.api.validate()?;
+        self.tls.validate(self.listen)?;
         if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
             return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
         }

@@ -20,6 +20,8 @@
 //! - [`engine`]: the provisioning engine's actors (provisioner, machine
 //!   actors, zone tracker, provider broker, container provisioner).
 //! - [`config`]: the configuration file and `BERTH_*` environment.
+//! - [`tls`]: `[tls]`, the controller's own certificate authority, and the
+//!   TLS configurations of the API and its clients.
 //! - [`app`]: `berth serve`, which starts all of the above.
 //! - [`metrics`]: the engine's counters, gauges and histograms, rendered
 //!   for Prometheus.
@@ -41,3 +43,4 @@ pub mod metrics;
 pub mod providers;
 pub mod status;
 pub mod store;
+pub mod tls;

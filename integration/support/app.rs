@@ -26,7 +26,9 @@ use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::api::{server, ApiState, Limits, ProviderInfo};
 use berth::app::{Application, ADMIN_TOKEN_FILE, SIM_LEDGER_FILE};
 use berth::config::Config;
-use berth::contracts::provider::{ControllerLink, InstanceStateChange, Provider};
+use berth::contracts::provider::{
+    ControllerContact, ControllerLink, InstanceStateChange, Provider,
+};
 use berth::contracts::secrets::Secret;
 use berth::domain::constraints::Key;
 use berth::domain::names::MachineId;
@@ -356,10 +358,12 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                 provider.clone(),
                 &config,
                 limits,
-                options
-                    .controller_url
-                    .clone()
-                    .unwrap_or_else(|| address.clone()),
+                ControllerContact::at(
+                    options
+                        .controller_url
+                        .clone()
+                        .unwrap_or_else(|| address.clone()),
+                ),
                 metrics.clone(),
                 &options.manual,
             )

@@ -281,12 +281,13 @@ fn shared(state: ApiState, status: StatusCache) -> std::io::Result<Shared> {
 /// When the store has no admin token yet ([`Store::ensure_admin_token`]
 /// makes one), or the listener cannot be used.
 pub fn server(listener: TcpListener, state: ApiState) -> std::io::Result<Server> {
-    server_with_status(listener, state, StatusCache::default())
+    server_with_status(listener, state, StatusCache::default(), None)
 }
 
 /// Like [`server`], with a status cache prepared beforehand
 /// ([`StatusCache::prepared`]) so that the first status
-/// request is answered without reading the whole state.
+/// request is answered without reading the whole state, served over TLS
+/// when `tls` is given.
 ///
 /// # Errors
 ///
@@ -295,6 +296,7 @@ pub fn server_with_status(
     listener: TcpListener,
     state: ApiState,
     status: StatusCache,
+    tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<Server> {
     let body_limit = state.limits.body_bytes;
     let shared = web::Data::new(shared(state, status)?);
@@ -350,8 +352,10 @@ pub fn server_with_status(
     // A response written in several pieces (the status is handed over in
     // slices) must not wait for the client's delayed ACK of the previous
     // piece: with Nagle's algorithm on, a reader could wait 40 ms for it.
-    .tcp_nodelay(true)
-    .listen(listener)?
-    .run();
-    Ok(server)
+    .tcp_nodelay(true);
+    let server = match tls {
+        Some(config) => server.listen_rustls_0_23(listener, config)?,
+        None => server.listen(listener)?,
+    };
+    Ok(server.run())
 }

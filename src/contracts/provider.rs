@@ -37,8 +37,31 @@ pub mod tags {
 pub struct AgentBootstrap {
     /// Where the agent reaches the controller (`http://host:port`).
     pub controller_url: String,
+    /// The PEM CA certificate the agent verifies an `https://` controller
+    /// with; `None` for plain HTTP or a certificate from a public CA.
+    pub ca_cert: Option<String>,
     /// Exchanged once for the machine's permanent credential.
     pub one_time_password: Secret,
+}
+
+/// How machine agents reach the controller and verify it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControllerContact {
+    /// `http://host:port` or `https://host:port`.
+    pub url: String,
+    /// The PEM CA certificate of an `https://` controller's own CA.
+    pub ca_cert: Option<String>,
+}
+
+impl ControllerContact {
+    /// A controller at `url` that agents verify, if at all, with the
+    /// public roots.
+    pub fn at(url: impl Into<String>) -> ControllerContact {
+        ControllerContact {
+            url: url.into(),
+            ca_cert: None,
+        }
+    }
 }
 
 /// One instance to launch.

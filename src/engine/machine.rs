@@ -446,7 +446,8 @@ impl MachineActor {
             base: self.record.base,
             requirements,
             agent: AgentBootstrap {
-                controller_url: self.shared.controller_url.clone(),
+                controller_url: self.shared.controller.url.clone(),
+                ca_cert: self.shared.controller.ca_cert.clone(),
                 one_time_password: password,
             },
             client_token: format!(
@@ -518,7 +519,8 @@ impl MachineActor {
             constraints: self.record.constraints.clone(),
             base,
             agent: AgentBootstrap {
-                controller_url: self.shared.controller_url.clone(),
+                controller_url: self.shared.controller.url.clone(),
+                ca_cert: self.shared.controller.ca_cert.clone(),
                 one_time_password: password,
             },
         };

@@ -45,7 +45,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 
-use crate::contracts::provider::{ControllerLink, InstanceStateChange, Provider};
+use crate::contracts::provider::{
+    ControllerContact, ControllerLink, InstanceStateChange, Provider,
+};
 use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
@@ -79,7 +81,7 @@ impl Engine {
         provider: Arc<dyn Provider>,
         config: &ProvisionerConfig,
         limits: RateLimits,
-        controller_url: String,
+        controller: ControllerContact,
         metrics: Arc<Metrics>,
         manual: &ManualConfig,
     ) -> Result<Engine, StoreError> {
@@ -125,7 +127,7 @@ impl Engine {
             controller_uuid: model.controller_uuid,
             model_uuid: model.uuid,
             model_name: model.name,
-            controller_url,
+            controller,
             reconcile_interval: Duration::from_secs(config.reconcile_interval_s),
             agent_down_after: Duration::from_secs(config.agent_down_after_s),
             max_machine_actors: config.max_machine_actors.max(1),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::contracts::provider::Provider;
+use crate::contracts::provider::{ControllerContact, Provider};
 use crate::engine::broker::ProviderBroker;
 use crate::engine::config::HarvestMode;
 use crate::engine::manual_broker::ManualBroker;
@@ -29,8 +29,8 @@ pub struct Shared {
     pub controller_uuid: String,
     pub model_uuid: String,
     pub model_name: String,
-    /// Where machine agents reach the controller.
-    pub controller_url: String,
+    /// Where machine agents reach the controller, and its CA.
+    pub controller: ControllerContact,
     pub reconcile_interval: Duration,
     pub agent_down_after: Duration,
     /// The most machine actors alive at once.

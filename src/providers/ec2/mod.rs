@@ -558,6 +558,7 @@ impl Ec2Provider {
             request.machine,
             request.agent.one_time_password.expose(),
             self.config.agent_binary_url.as_deref(),
+            request.agent.ca_cert.as_deref(),
         )
         .map_err(|e| ProviderError::new(FailureClass::Permanent, e.to_string()))?;
         let mut call = self

@@ -114,6 +114,7 @@ fn request(machine: &str, zone: &str, instance_type: &str) -> LaunchRequest {
         requirements: Requirements::default(),
         agent: AgentBootstrap {
             controller_url: "http://controller.invalid:17070".to_string(),
+            ca_cert: None,
             one_time_password: Secret::new(format!("otp{machine}")),
         },
         client_token: format!("{CONTROLLER}-{machine}-0-0-{zone}"),

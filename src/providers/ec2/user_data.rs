@@ -12,7 +12,9 @@
 //! # What it does
 //!
 //! 1. writes `/etc/berth/agent.env` (mode 0600, root) with the controller
-//!    URL, the machine id and the one-time password;
+//!    URL, the machine id and the one-time password, and, for a controller
+//!    with its own CA, `/etc/berth/ca.crt`, which the agent verifies the
+//!    controller with (`BERTH_CA_CERT`);
 //! 2. writes the `berth-agent.service` systemd unit, which runs
 //!    `berth agent --url <controller url> --machine <id> --password <otp>
 //!    --credential-file /var/lib/berth/agent.credential` with those values
@@ -38,6 +40,8 @@ pub const AGENT_BINARY: &str = "/usr/local/bin/berth";
 /// Where the agent keeps the machine's credential after its first
 /// check-in (systemd makes its directory, `StateDirectory=berth`).
 pub const AGENT_CREDENTIAL_FILE: &str = "/var/lib/berth/agent.credential";
+/// Where the controller's CA certificate is written on the instance.
+pub const AGENT_CA_FILE: &str = "/etc/berth/ca.crt";
 /// The variable of [`AGENT_ENV_FILE`] that holds the one-time password.
 pub const PASSWORD_VARIABLE: &str = "BERTH_AGENT_PASSWORD";
 
@@ -77,8 +81,22 @@ pub fn cloud_config(
     machine: MachineId,
     password: &str,
     agent_binary_url: Option<&str>,
+    ca_cert: Option<&str>,
 ) -> Result<String, UnsafeValue> {
     let url = checked("controller URL", controller_url)?;
+    let (ca_file, ca_setting) = match ca_cert {
+        Some(pem) => {
+            let pem = checked_pem(pem)?;
+            let indented: String = pem.lines().map(|line| format!("      {line}\n")).collect();
+            (
+                format!(
+                    "  - path: {AGENT_CA_FILE}\n    owner: root:root\n    permissions: '0644'\n    content: |\n{indented}"
+                ),
+                format!("      BERTH_CA_CERT={AGENT_CA_FILE}\n"),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
     let machine = machine.to_string();
     let machine = checked("machine id", &machine)?;
     let password = checked("one-time password", password)?;
@@ -101,7 +119,7 @@ write_files:
       BERTH_CONTROLLER_URL={url}
       BERTH_MACHINE={machine}
       {PASSWORD_VARIABLE}={password}
-  - path: /etc/systemd/system/berth-agent.service
+{ca_setting}{ca_file}  - path: /etc/systemd/system/berth-agent.service
     owner: root:root
     permissions: '0644'
     content: |
@@ -127,6 +145,31 @@ runcmd:
     ))
 }
 
+/// A PEM certificate, checked to hold only PEM's own lines (so that it
+/// cannot break out of the YAML block it is written in).
+fn checked_pem(pem: &str) -> Result<&str, UnsafeValue> {
+    let pem = pem.trim();
+    let pem_line = |line: &str| {
+        (line.starts_with("-----")
+            && line.ends_with("-----")
+            && line.len() < 80
+            && line
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c == '-' || c == ' '))
+            || line
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+    };
+    if pem.starts_with("-----BEGIN CERTIFICATE-----") && pem.lines().all(pem_line) {
+        Ok(pem)
+    } else {
+        Err(UnsafeValue {
+            what: "CA certificate",
+            value: pem.chars().take(40).collect(),
+        })
+    }
+}
+
 /// The one-time password in user data made by [`cloud_config`], for tests
 /// and diagnostics.
 pub fn password_in(user_data: &str) -> Option<&str> {
@@ -145,11 +188,60 @@ mod tests {
     }
 
     #[test]
+    fn a_controller_ca_is_written_for_the_agent_and_named_in_its_settings() {
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIBazCCARGgAwIBAgIUQ2E=\nAbC+/9==\n-----END CERTIFICATE-----\n";
+        let text = cloud_config(
+            "https://controller.invalid:17070",
+            machine("4"),
+            "pw",
+            None,
+            Some(ca),
+        )
+        .unwrap();
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let files = doc["write_files"].as_sequence().unwrap();
+        let ca_file = files
+            .iter()
+            .find(|f| f["path"].as_str() == Some(AGENT_CA_FILE))
+            .expect("the CA file");
+        assert_eq!(ca_file["content"].as_str(), Some(ca));
+        let env = files
+            .iter()
+            .find(|f| f["path"].as_str() == Some(AGENT_ENV_FILE))
+            .unwrap();
+        assert!(env["content"]
+            .as_str()
+            .unwrap()
+            .contains("BERTH_CA_CERT=/etc/berth/ca.crt\n"));
+        // Without a CA there is no file and no setting.
+        let plain = cloud_config(
+            "http://controller.invalid:1",
+            machine("4"),
+            "pw",
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(!plain.contains("BERTH_CA_CERT") && !plain.contains(AGENT_CA_FILE));
+        // Anything but PEM lines could break out of the YAML block.
+        for bad in [
+            "not a certificate",
+            "-----BEGIN CERTIFICATE-----\nruncmd: [rm, -rf, /]\n-----END CERTIFICATE-----",
+            "-----BEGIN CERTIFICATE-----\n  - path: /etc/x\n",
+        ] {
+            let e = cloud_config("https://c.invalid:1", machine("4"), "pw", None, Some(bad))
+                .unwrap_err();
+            assert_eq!(e.what, "CA certificate", "{bad:?}");
+        }
+    }
+
+    #[test]
     fn the_cloud_config_starts_the_agent_with_the_machines_password() {
         let text = cloud_config(
             "http://controller.invalid:17070",
             machine("7"),
             "abc123",
+            None,
             None,
         )
         .unwrap();
@@ -167,7 +259,7 @@ mod tests {
 
     #[test]
     fn the_agent_keeps_its_credential_in_a_directory_only_root_can_enter() {
-        let text = cloud_config("http://c:1", machine("2"), "p", None).unwrap();
+        let text = cloud_config("http://c:1", machine("2"), "p", None, None).unwrap();
         assert!(text.contains("      StateDirectory=berth\n      StateDirectoryMode=0700\n"));
         assert!(text.contains(&format!("--credential-file {AGENT_CREDENTIAL_FILE}\n")));
         assert!(AGENT_CREDENTIAL_FILE.starts_with("/var/lib/berth/"));
@@ -180,6 +272,7 @@ mod tests {
             machine("0"),
             "p",
             Some("https://example.com/berth"),
+            None,
         )
         .unwrap();
         assert!(text.contains(
@@ -190,25 +283,33 @@ mod tests {
     #[test]
     fn values_that_would_need_quoting_are_refused_and_a_password_is_not_shown() {
         assert_eq!(
-            cloud_config("http://c:1 x", machine("0"), "p", None),
+            cloud_config("http://c:1 x", machine("0"), "p", None, None),
             Err(UnsafeValue {
                 what: "controller URL",
                 value: "http://c:1 x".into()
             })
         );
         assert_eq!(
-            cloud_config("http://c:1", machine("0"), "p'w", None),
+            cloud_config("http://c:1", machine("0"), "p'w", None, None),
             Err(UnsafeValue {
                 what: "one-time password",
                 value: "***".into()
             })
         );
-        assert!(cloud_config("http://c:1", machine("0"), "p", Some("https://x/$(id)")).is_err());
+        assert!(cloud_config(
+            "http://c:1",
+            machine("0"),
+            "p",
+            Some("https://x/$(id)"),
+            None
+        )
+        .is_err());
     }
 
     #[test]
     fn the_yaml_parses_and_carries_both_files() {
-        let text = cloud_config("http://c:1", machine("3"), "pw", Some("https://x/b")).unwrap();
+        let text =
+            cloud_config("http://c:1", machine("3"), "pw", Some("https://x/b"), None).unwrap();
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
         let files = doc["write_files"].as_sequence().unwrap();
         assert_eq!(files.len(), 2);

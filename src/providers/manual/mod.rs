@@ -265,12 +265,22 @@ impl ManualHosts {
             &binary,
         )
         .await?;
-        let settings = format!(
+        let mut settings = format!(
             "BERTH_CONTROLLER_URL={}\nBERTH_MACHINE={}\nBERTH_AGENT_PASSWORD={}\n",
             request.agent.controller_url,
             request.machine,
             request.agent.one_time_password.expose()
         );
+        if let Some(ca) = &request.agent.ca_cert {
+            self.run_as_root(
+                target,
+                "installing the controller's CA certificate",
+                &scripts::install_ca(&paths),
+                ca.as_bytes(),
+            )
+            .await?;
+            settings.push_str(&format!("BERTH_CA_CERT={}\n", paths.ca_cert()));
+        }
         let systemd = facts.init == Init::Systemd;
         self.run_as_root(
             target,

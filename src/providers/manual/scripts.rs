@@ -40,6 +40,11 @@ impl AgentPaths {
     pub fn settings(&self) -> String {
         format!("{}/agent.env", self.dir)
     }
+    /// The controller's CA certificate, which the agent verifies an
+    /// `https://` controller with.
+    pub fn ca_cert(&self) -> String {
+        format!("{}/ca.crt", self.dir)
+    }
     pub fn supervisor(&self) -> String {
         format!("{}/supervise.sh", self.dir)
     }
@@ -190,6 +195,20 @@ chmod 0600 {settings}
     )
 }
 
+/// Writes the controller's CA certificate from standard input into the
+/// agent's directory (through a temporary name).
+pub fn install_ca(paths: &AgentPaths) -> String {
+    format!(
+        r#"set -eu
+umask 077
+cat > {tmp}
+mv -f {tmp} {ca}
+"#,
+        tmp = shell_quote(&format!("{}.new", paths.ca_cert())),
+        ca = shell_quote(&paths.ca_cert()),
+    )
+}
+
 /// Stops the agent and removes its unit and directory; nothing else on the
 /// host is touched. Removing an agent that is not there succeeds.
 pub fn remove(paths: &AgentPaths) -> String {
@@ -240,6 +259,7 @@ mod tests {
         let p = paths();
         for script in [
             install(&p),
+            install_ca(&p),
             start(&p, true),
             start(&p, false),
             remove(&p),

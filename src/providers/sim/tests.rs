@@ -104,6 +104,7 @@ fn request(machine: u64, zone: &str) -> LaunchRequest {
         requirements: Requirements::default(),
         agent: AgentBootstrap {
             controller_url: "http://127.0.0.1:17070".to_string(),
+            ca_cert: None,
             one_time_password: Secret::new(format!("otp-{machine}")),
         },
         client_token: format!("token-{machine}"),
@@ -122,6 +123,7 @@ fn container(host: u64, k: u64, host_instance: &str) -> LaunchRequest {
         host_instance: Some(host_instance.to_string()),
         agent: AgentBootstrap {
             controller_url: "http://127.0.0.1:17070".to_string(),
+            ca_cert: None,
             one_time_password: Secret::new(format!("otp-{machine}")),
         },
         ..request(host, "ignored")
