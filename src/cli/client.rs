@@ -3,9 +3,10 @@
 //! [`CliError::Api`] with the server's message, and follows the change log
 //! (`/v1/events`, Server-Sent Events).
 //!
-//! Only plain `http://` URLs are spoken: the controller listens on
-//! loopback by default, and a remote one is reached through a tunnel or a
-//! proxy that terminates TLS.
+//! `http://` and `https://` URLs are spoken. An `https://` controller is
+//! verified with the CA certificate given ([`TrustedCa`]: `--ca-cert`, a
+//! saved controller's, or the data directory's `ca.crt`), else with the
+//! public roots; a certificate that does not verify ends the command.
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
@@ -43,10 +44,46 @@ pub enum Auth<'a> {
     Bearer(&'a str),
 }
 
+/// CA certificates (PEM) trusted for an `https://` controller, and where
+/// they came from (named in errors).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TrustedCa {
+    pub pem: Vec<u8>,
+    pub origin: String,
+}
+
+impl std::fmt::Debug for TrustedCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrustedCa")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrustedCa {
+    /// The CA certificates in the file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::File`] when it cannot be read.
+    pub fn read(path: &std::path::Path, origin: &str) -> Result<TrustedCa, CliError> {
+        let pem = std::fs::read(path).map_err(|e| {
+            CliError::File(format!(
+                "cannot read the CA certificate {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(TrustedCa {
+            pem,
+            origin: format!("{origin} {}", path.display()),
+        })
+    }
+}
+
 /// A client of one controller.
 #[derive(Clone)]
 pub struct Client {
-    /// `http://host:port`, without a trailing slash.
+    /// `http://host:port` or `https://host:port`, without a trailing slash.
     base: String,
     /// The admin token, for the routes that need it; `None` for a client
     /// that only makes agent calls.
@@ -65,37 +102,58 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of the controller at `url`.
+    /// A client of the controller at `url`, verifying an `https://`
+    /// controller with the public roots.
     ///
     /// # Errors
     ///
-    /// [`CliError::Usage`] for a URL that is not `http://host[:port]`.
+    /// As [`Client::with_ca`].
     pub fn new(url: &str, token: Option<String>) -> Result<Client, CliError> {
+        Client::with_ca(url, token, None)
+    }
+
+    /// A client of the controller at `url`, verifying an `https://`
+    /// controller with `ca` (else the public roots).
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a URL that is not `http[s]://host[:port]`
+    /// or a CA file with no certificate in it.
+    pub fn with_ca(
+        url: &str,
+        token: Option<String>,
+        ca: Option<&TrustedCa>,
+    ) -> Result<Client, CliError> {
         let base = url.trim().trim_end_matches('/').to_string();
-        if base.starts_with("https://") {
-            return Err(CliError::Usage(format!(
-                "invalid --url {url:?}: this build speaks plain HTTP only (the controller listens on \
-                 http://127.0.0.1:17070 by default); reach a remote controller through a tunnel"
-            )));
-        }
-        let rest = base.strip_prefix("http://").ok_or_else(|| {
+        let malformed = || {
             CliError::Usage(format!(
-                "invalid --url {url:?}: expected http://host[:port], such as http://127.0.0.1:17070"
+                "invalid --url {url:?}: expected http://host[:port] or https://host[:port], such as \
+                 http://127.0.0.1:17070"
             ))
-        })?;
+        };
+        let rest = base
+            .strip_prefix("http://")
+            .or_else(|| base.strip_prefix("https://"))
+            .ok_or_else(malformed)?;
         if rest.is_empty() || rest.contains('/') {
-            return Err(CliError::Usage(format!(
-                "invalid --url {url:?}: expected http://host[:port], such as http://127.0.0.1:17070"
-            )));
+            return Err(malformed());
         }
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .build();
-        let stream_agent = ureq::AgentBuilder::new()
-            .timeout_connect(CONNECT_TIMEOUT)
-            .timeout_read(STREAM_IDLE_LIMIT)
-            .build();
+        let tls = match ca {
+            Some(ca) if base.starts_with("https://") => Some(
+                crate::tls::client_config(&ca.pem, &ca.origin)
+                    .map_err(|e| CliError::Usage(format!("cannot use {}: {e}", ca.origin)))?,
+            ),
+            _ => None,
+        };
+        let builder = || {
+            let builder = ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT);
+            match &tls {
+                Some(config) => builder.tls_config(config.clone()),
+                None => builder,
+            }
+        };
+        let agent = builder().timeout(REQUEST_TIMEOUT).build();
+        let stream_agent = builder().timeout_read(STREAM_IDLE_LIMIT).build();
         Ok(Client {
             base,
             token,
@@ -318,6 +376,18 @@ impl Client {
                 api_error(status, &text)
             }
             ureq::Error::Transport(transport) => {
+                if let Some(tls) = tls_error(&transport) {
+                    return match tls {
+                        rustls::Error::InvalidCertificate(_)
+                        | rustls::Error::NoCertificatesPresented => CliError::Untrusted {
+                            url: self.base.clone(),
+                            reason: tls.to_string(),
+                        },
+                        _ => self.transport(&format!(
+                            "TLS: {tls} (is it serving plain HTTP? then use an http:// URL)"
+                        )),
+                    };
+                }
                 if transport.kind() == ureq::ErrorKind::ConnectionFailed {
                     return CliError::Unreachable {
                         url: self.base.clone(),
@@ -336,6 +406,25 @@ impl Client {
             }
         }
     }
+}
+
+/// The TLS error under a transport error, if it is one.
+fn tls_error(error: &ureq::Transport) -> Option<&rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(tls) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls);
+        }
+        current = e.source();
+    }
+    None
 }
 
 fn read_body(response: ureq::Response) -> std::io::Result<String> {
@@ -457,18 +546,45 @@ mod tests {
     }
 
     #[test]
-    fn a_url_must_be_plain_http_with_a_host() {
+    fn a_url_must_be_http_or_https_with_a_host() {
         assert_eq!(
             Client::new("http://127.0.0.1:17070/", None).unwrap().url(),
             "http://127.0.0.1:17070"
         );
-        for bad in ["127.0.0.1:17070", "http://", "ftp://x", "http://host/path"] {
+        assert_eq!(
+            Client::new("https://controller.invalid:17070", None)
+                .unwrap()
+                .url(),
+            "https://controller.invalid:17070"
+        );
+        for bad in [
+            "127.0.0.1:17070",
+            "http://",
+            "https://",
+            "ftp://x",
+            "http://host/path",
+        ] {
             let e = Client::new(bad, None).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad}");
             assert!(e.to_string().contains("expected http://host[:port]"), "{e}");
         }
-        let e = Client::new("https://controller:17070", None).unwrap_err();
-        assert!(e.to_string().contains("plain HTTP only"), "{e}");
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused_before_anything_is_sent() {
+        let ca = TrustedCa {
+            pem: b"not a certificate".to_vec(),
+            origin: "--ca-cert /tmp/x.pem".into(),
+        };
+        let e = Client::with_ca("https://controller.invalid:1", None, Some(&ca)).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string()
+                .contains("--ca-cert /tmp/x.pem holds no PEM certificate"),
+            "{e}"
+        );
+        // Plain HTTP has no use for it.
+        assert!(Client::with_ca("http://127.0.0.1:1", None, Some(&ca)).is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Saved controllers, as Juju keeps `controllers.yaml`: `berth login`
 //! checks that a controller answers with the token given, then keeps its
-//! URL and token in `controllers.toml` in the user's configuration
+//! URL, token and (for an `https://` controller with its own CA) CA
+//! certificate in `controllers.toml` in the user's configuration
 //! directory (`$XDG_CONFIG_HOME/berth`, else `~/.config/berth`; the file
 //! readable by its owner only). Later commands talk to the current one
 //! without flags; `berth controllers` lists them and `berth switch` picks
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::client::Client;
+use crate::cli::client::{Client, TrustedCa};
 use crate::cli::error::CliError;
 use crate::cli::{token, Io, DEFAULT_URL};
 
@@ -60,6 +61,10 @@ pub struct SavedController {
     pub url: String,
     /// The admin token.
     pub token: String,
+    /// The PEM CA certificate an `https://` controller is verified with,
+    /// when it was given or found at login.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<String>,
 }
 
 impl std::fmt::Debug for SavedController {
@@ -67,6 +72,7 @@ impl std::fmt::Debug for SavedController {
         f.debug_struct("SavedController")
             .field("url", &self.url)
             .field("token", &"<redacted>")
+            .field("ca_cert", &self.ca_cert.is_some())
             .finish()
     }
 }
@@ -230,6 +236,8 @@ pub struct Target {
     pub url: String,
     /// The token to use ahead of the data directory's file.
     pub token: Option<String>,
+    /// The CA certificate saved with the controller, if any.
+    pub saved_ca: Option<String>,
 }
 
 /// The controller a command talks to: `--url` / `BERTH_URL` when given
@@ -251,16 +259,16 @@ pub fn resolve(
         .filter(|t| !t.is_empty())
         .map(str::to_string);
     if let Some(url) = url {
-        // A saved token is only looked up when one is needed.
-        let saved = match given_token {
-            Some(_) => None,
-            None => Controllers::load(controllers_file)?
-                .at_url(url)
-                .map(|saved| saved.token.clone()),
+        // The saved controllers are only read when a URL needs them.
+        let saved = if url.trim().starts_with("https://") || given_token.is_none() {
+            Controllers::load(controllers_file)?.at_url(url).cloned()
+        } else {
+            None
         };
         return Ok(Target {
             url: url.to_string(),
-            token: given_token.or(saved),
+            token: given_token.or_else(|| saved.as_ref().map(|saved| saved.token.clone())),
+            saved_ca: saved.and_then(|saved| saved.ca_cert),
         });
     }
     let controllers = Controllers::load(controllers_file)?;
@@ -268,18 +276,50 @@ pub fn resolve(
         Some((_, saved)) => Target {
             url: saved.url.clone(),
             token: given_token.or_else(|| Some(saved.token.clone())),
+            saved_ca: saved.ca_cert.clone(),
         },
         None => Target {
             url: DEFAULT_URL.to_string(),
             token: given_token,
+            saved_ca: None,
         },
     })
+}
+
+/// The CA certificate an `https://` controller is verified with: the one
+/// given (`--ca-cert` / `BERTH_CA_CERT`), else the one saved with the
+/// controller, else the data directory's `ca.crt` (the local controller's
+/// own CA) when there is one; `None`: the public roots.
+///
+/// # Errors
+///
+/// [`CliError::File`] when the given file cannot be read.
+pub fn trusted_ca(
+    given: Option<&Path>,
+    saved: Option<&str>,
+    data_dir: &Path,
+) -> Result<Option<TrustedCa>, CliError> {
+    if let Some(path) = given {
+        return TrustedCa::read(path, "--ca-cert").map(Some);
+    }
+    if let Some(pem) = saved {
+        return Ok(Some(TrustedCa {
+            pem: pem.as_bytes().to_vec(),
+            origin: "the CA certificate saved by 'berth login'".into(),
+        }));
+    }
+    let local = data_dir.join(crate::tls::CA_CERT_FILE);
+    if local.is_file() {
+        return TrustedCa::read(&local, "the data directory's").map(Some);
+    }
+    Ok(None)
 }
 
 /// `berth login`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct LoginArgs {
-    /// The controller's address: http://host:port.
+    /// The controller's address: http://host:port or https://host:port
+    /// (with --ca-cert FILE when its certificate is from its own CA).
     #[arg(value_name = "URL")]
     pub controller_url: String,
     /// The name to save it under (default: its host and port).
@@ -306,6 +346,7 @@ pub struct SwitchArgs {
 pub fn login(
     args: &LoginArgs,
     token: Option<&str>,
+    ca_cert: Option<&Path>,
     data_dir: &Path,
     controllers_file: &Path,
     io: &mut Io<'_>,
@@ -314,7 +355,12 @@ pub fn login(
     let name = args.name.clone().unwrap_or_else(|| default_name(&url));
     check_name(&name)?;
     let token = token::discover(token, data_dir)?;
-    let client = Client::new(&url, Some(token.clone()))?;
+    let ca = if url.starts_with("https://") {
+        trusted_ca(ca_cert, None, data_dir)?
+    } else {
+        None
+    };
+    let client = Client::with_ca(&url, Some(token.clone()), ca.as_ref())?;
     let status: serde_json::Value = client.get("/v1/status")?;
     let uuid = status["model"]["controller"]
         .as_str()
@@ -337,6 +383,7 @@ pub fn login(
         SavedController {
             url: url.clone(),
             token,
+            ca_cert: ca.map(|ca| String::from_utf8_lossy(&ca.pem).into_owned()),
         },
     );
     controllers.current = Some(name.clone());
@@ -421,6 +468,7 @@ mod tests {
         SavedController {
             url: url.to_string(),
             token: token.to_string(),
+            ca_cert: None,
         }
     }
 
@@ -478,7 +526,8 @@ mod tests {
             target(None, None),
             Target {
                 url: DEFAULT_URL.into(),
-                token: None
+                token: None,
+                saved_ca: None
             }
         );
         two().save(&path).unwrap();
@@ -487,7 +536,8 @@ mod tests {
             target(None, None),
             Target {
                 url: "http://127.0.0.1:1002".into(),
-                token: Some("token-b".into())
+                token: Some("token-b".into()),
+                saved_ca: None
             }
         );
         assert_eq!(target(None, Some("given")).token.as_deref(), Some("given"));
@@ -496,14 +546,16 @@ mod tests {
             target(Some("http://127.0.0.1:1001/"), None),
             Target {
                 url: "http://127.0.0.1:1001/".into(),
-                token: Some("token-a".into())
+                token: Some("token-a".into()),
+                saved_ca: None
             }
         );
         assert_eq!(
             target(Some("http://127.0.0.1:9"), None),
             Target {
                 url: "http://127.0.0.1:9".into(),
-                token: None
+                token: None,
+                saved_ca: None
             }
         );
         assert_eq!(
@@ -512,6 +564,68 @@ mod tests {
                 .as_deref(),
             Some("given")
         );
+    }
+
+    #[test]
+    fn the_ca_given_wins_then_the_saved_one_then_the_data_directorys() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        // Nothing anywhere: the public roots.
+        assert_eq!(trusted_ca(None, None, &data).unwrap(), None);
+        std::fs::write(data.join(crate::tls::CA_CERT_FILE), "local").unwrap();
+        let local = trusted_ca(None, None, &data).unwrap().unwrap();
+        assert_eq!(local.pem, b"local");
+        assert!(
+            local.origin.starts_with("the data directory's"),
+            "{}",
+            local.origin
+        );
+        let saved = trusted_ca(None, Some("saved"), &data).unwrap().unwrap();
+        assert_eq!(saved.pem, b"saved");
+        let file = dir.path().join("given.pem");
+        std::fs::write(&file, "given").unwrap();
+        let given = trusted_ca(Some(&file), Some("saved"), &data)
+            .unwrap()
+            .unwrap();
+        assert_eq!(given.pem, b"given");
+        assert_eq!(given.origin, format!("--ca-cert {}", file.display()));
+        let missing = trusted_ca(Some(&dir.path().join("missing.pem")), None, &data).unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .starts_with("cannot read the CA certificate"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn a_saved_ca_comes_with_its_controller() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CONTROLLERS_FILE);
+        let mut controllers = two();
+        controllers.controllers.insert(
+            "tls".into(),
+            SavedController {
+                url: "https://controller.invalid:17070".into(),
+                token: "token-t".into(),
+                ca_cert: Some("PEM".into()),
+            },
+        );
+        controllers.save(&path).unwrap();
+        let by_url = resolve(
+            Some("https://controller.invalid:17070/"),
+            Some("given"),
+            &path,
+        )
+        .unwrap();
+        assert_eq!(by_url.saved_ca.as_deref(), Some("PEM"));
+        assert_eq!(by_url.token.as_deref(), Some("given"));
+        controllers.current = Some("tls".into());
+        controllers.save(&path).unwrap();
+        let current = resolve(None, None, &path).unwrap();
+        assert_eq!(current.saved_ca.as_deref(), Some("PEM"));
+        assert_eq!(Controllers::load(&path).unwrap(), controllers);
     }
 
     #[test]

@@ -33,6 +33,14 @@ pub enum CliError {
     /// The connection failed in another way (DNS, reset, timeout).
     #[error("cannot talk to the berth controller at {url}: {reason}")]
     Transport { url: String, reason: String },
+    /// The controller's certificate could not be verified with the CA the
+    /// command line trusts.
+    #[error(
+        "cannot verify the berth controller at {url}: {reason}; give the controller's CA \
+         certificate (its data directory's ca.crt) with --ca-cert or BERTH_CA_CERT, or save it \
+         with `berth login URL --ca-cert FILE`"
+    )]
+    Untrusted { url: String, reason: String },
     /// The controller answered something that is not what the API says.
     #[error("unexpected answer from {url}: {reason}")]
     Protocol { url: String, reason: String },

@@ -54,7 +54,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::MAX_COUNT_PER_REQUEST;
-use crate::cli::client::Client;
+use crate::cli::client::{Client, TrustedCa};
 use crate::cli::error::{CliError, EXIT_OK};
 
 pub use crate::cli::error::{EXIT_FAILED, EXIT_USAGE};
@@ -103,6 +103,11 @@ pub struct Cli {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// The CA certificate (PEM) to verify an https:// controller with; by
+    /// default the one saved by `berth login`, else <data-dir>/ca.crt when
+    /// there is one, else the public roots.
+    #[arg(long, global = true, env = "BERTH_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// Every command.
@@ -238,6 +243,8 @@ impl Io<'_> {
 pub struct Session {
     url: String,
     token: Option<String>,
+    /// The CA an `https://` controller is verified with.
+    ca: Option<TrustedCa>,
     /// Where the admin token file is looked for.
     data_dir: PathBuf,
     client: Option<Client>,
@@ -249,9 +256,17 @@ impl Session {
         Session {
             url: url.to_string(),
             token,
+            ca: None,
             data_dir,
             client: None,
         }
+    }
+
+    /// The session, verifying an `https://` controller with `ca`.
+    #[must_use]
+    pub fn trusting(mut self, ca: Option<TrustedCa>) -> Session {
+        self.ca = ca;
+        self
     }
 
     /// The URL the session talks to.
@@ -269,7 +284,7 @@ impl Session {
             Some(client) => client,
             empty => {
                 let token = token::discover(self.token.as_deref(), &self.data_dir)?;
-                empty.insert(Client::new(&self.url, Some(token))?)
+                empty.insert(Client::with_ca(&self.url, Some(token), self.ca.as_ref())?)
             }
         })
     }
@@ -280,7 +295,7 @@ impl Session {
     ///
     /// [`CliError::Usage`] for a bad URL.
     pub fn anonymous(&self) -> Result<Client, CliError> {
-        Client::new(&self.url, None)
+        Client::with_ca(&self.url, None, self.ca.as_ref())
     }
 }
 
@@ -341,11 +356,22 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
     let saved = controllers::controllers_path();
     let token = cli.token.as_deref();
     let outcome = match &cli.command {
-        Command::Login(args) => controllers::login(args, token, &data_dir, &saved, io),
+        Command::Login(args) => {
+            controllers::login(args, token, cli.ca_cert.as_deref(), &data_dir, &saved, io)
+        }
         Command::Controllers => controllers::list(&saved, io),
         Command::Switch(args) => controllers::switch(args, &saved, io),
         command => controllers::resolve(cli.url.as_deref(), token, &saved).and_then(|target| {
-            let mut session = Session::new(&target.url, target.token, data_dir);
+            let ca = if target.url.trim().starts_with("https://") {
+                controllers::trusted_ca(
+                    cli.ca_cert.as_deref(),
+                    target.saved_ca.as_deref(),
+                    &data_dir,
+                )?
+            } else {
+                None
+            };
+            let mut session = Session::new(&target.url, target.token, data_dir).trusting(ca);
             dispatch(command, &mut session, io)
         }),
     };
