@@ -38,3 +38,4 @@ mod store_faults;
 #[cfg(feature = "test-hooks")]
 mod supervision;
 mod support;
+mod tls;

@@ -17,6 +17,7 @@
 #   from Debian's packages when missing and we are root (or set
 #   BERTH_CHROMEDRIVER to a chromedriver; BERTH_SKIP_BROWSER_TESTS=1 skips
 #   those tests).
+# - curl, for the TLS tests: installed from Debian's packages when missing.
 #
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
@@ -49,6 +50,18 @@ if ! have_postgres || ! have_libpq; then
   else
     echo "the tests need PostgreSQL's server binaries and libpq: install postgresql and libpq-dev," >&2
     echo "or set BERTH_PG_BIN to a directory with initdb and postgres, or BERTH_TEST_POSTGRES_URL" >&2
+    exit 1
+  fi
+fi
+
+# curl, the raw HTTPS client of the TLS tests (it must verify the
+# controller's certificate with its CA, and fail without it).
+if ! command -v curl >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing curl from the system's packages" >&2
+    apt_install curl
+  else
+    echo "the TLS tests need curl: install it" >&2
     exit 1
   fi
 fi
