@@ -73,7 +73,10 @@ fn main() {
         "KiB/stream",
         "peak MiB",
     );
-    println!("{:>8} {:>12} {:>10} {:>10} {:>10}", "", "bytes", "chunks", "berth cpu", "client cpu");
+    println!(
+        "{:>8} {:>12} {:>10} {:>10} {:>10}",
+        "", "bytes", "chunks", "berth cpu", "client cpu"
+    );
     for units in setting("BERTH_BENCH_SIZES", vec![10_000]) {
         let alone = runtime.block_on(run(
             &berth_binary(),
