@@ -214,11 +214,15 @@ mod tests {
             juju_status: StatusInfo {
                 current: agent.into(),
                 message: None,
+                since: None,
             },
             machine_status: StatusInfo {
                 current: instance.into(),
                 message: message.map(str::to_string),
+                since: None,
             },
+            dns_name: None,
+            ip_addresses: Vec::new(),
             instance_id: "pending".into(),
             instance_type: None,
             base: BaseView {

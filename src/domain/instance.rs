@@ -56,4 +56,8 @@ pub struct Instance {
     pub instance_type: String,
     pub state: InstanceState,
     pub hardware: Hardware,
+    /// Its addresses, the preferred first: the public address when it has
+    /// one, then the private ones.
+    #[serde(default)]
+    pub addresses: Vec<String>,
 }

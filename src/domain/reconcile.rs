@@ -170,6 +170,7 @@ mod tests {
             instance_type: "t3.micro".to_string(),
             state,
             hardware: Hardware::default(),
+            addresses: Vec::new(),
         }
     }
 

@@ -554,6 +554,7 @@ impl MachineActor {
         let update = MachineUpdate {
             instance_type: Some(instance.instance_type.clone()),
             hardware: Some(hardware.to_string()),
+            addresses: Some(instance.addresses.clone()),
             ..MachineUpdate::default()
         };
         self.step(
@@ -775,6 +776,7 @@ impl Handler<HostEnlisted> for MachineActor {
         let Enlisted { instance, base } = msg.0;
         let update = MachineUpdate {
             hardware: Some(instance.hardware.to_string()),
+            addresses: Some(instance.addresses.clone()),
             // An empty machine takes the host's base; a machine with units
             // was checked to run theirs.
             base: (base != self.record.base).then_some(base),

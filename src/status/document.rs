@@ -25,7 +25,8 @@ use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
-    application_headers, fold_application_status, machine_view, model_view, unit_view, StatusInfo,
+    application_headers, fold_application_status, machine_view, model_view, unit_view, MachineSeen,
+    StatusInfo,
 };
 use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
@@ -62,13 +63,22 @@ impl Member {
 /// A machine's rendered view (without its containers) and its state.
 struct MachinePiece {
     state: MachineState,
+    since_ms: i64,
     member: Member,
 }
 
 impl MachinePiece {
+    fn seen(&self) -> MachineSeen {
+        MachineSeen {
+            state: self.state,
+            since_ms: self.since_ms,
+        }
+    }
+
     fn of(machine: &MachineShown) -> MachinePiece {
         MachinePiece {
             state: machine.state,
+            since_ms: machine.since_ms,
             member: Member::of(&machine.id.to_string(), &machine_view(machine)),
         }
     }
@@ -83,7 +93,7 @@ struct UnitPiece {
 }
 
 impl UnitPiece {
-    fn of(unit: UnitShown, machine: Option<MachineState>) -> UnitPiece {
+    fn of(unit: UnitShown, machine: Option<MachineSeen>) -> UnitPiece {
         let view = unit_view(&unit, machine);
         UnitPiece {
             workload: view.workload_status.clone(),
@@ -93,7 +103,7 @@ impl UnitPiece {
     }
 
     /// Renders the piece again for its machine's new state.
-    fn render(&mut self, machine: Option<MachineState>) {
+    fn render(&mut self, machine: Option<MachineSeen>) {
         let view = unit_view(&self.unit, machine);
         let mut text = String::from(self.member.key());
         text.push_str(&to_json(&view));
@@ -212,7 +222,7 @@ impl StatusDocument {
         // Units already here whose machine's state changed; units in the
         // delta are rendered below with their machine's new state.
         for machine in moved {
-            let state = self.machines.get(&machine).map(|m| m.state);
+            let state = self.machines.get(&machine).map(MachinePiece::seen);
             for name in self.units_on.get(&machine).into_iter().flatten() {
                 if let Some(piece) = self.units.get_mut(name) {
                     piece.render(state);
@@ -244,7 +254,7 @@ impl StatusDocument {
         let state = unit
             .machine
             .and_then(|m| self.machines.get(&m))
-            .map(|m| m.state);
+            .map(MachinePiece::seen);
         UnitPiece::of(unit, state)
     }
 
@@ -478,6 +488,18 @@ mod tests {
             last_heartbeat_ms: None,
             created_at_ms: 0,
             updated_at_ms: 0,
+            addresses: if dice.roll(2) == 0 {
+                vec![format!("192.0.2.{}", id.host_number() % 254 + 1)]
+            } else {
+                Vec::new()
+            },
+            // The store moves a machine's time only when its state moves.
+            status_since_ms: 1_764_000_000_000
+                + 60_000
+                    * MachineState::ALL
+                        .iter()
+                        .position(|s| *s == state)
+                        .unwrap_or(0) as i64,
         }
     }
 
@@ -599,6 +621,7 @@ mod tests {
             } else {
                 dice.pick(&WORKLOADS).to_string()
             },
+            created_at_ms: 1_764_000_000_000 + 1000 * dice.roll(600) as i64,
         }
     }
 

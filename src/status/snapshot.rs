@@ -58,6 +58,10 @@ pub struct MachineShown {
     pub hardware: Option<String>,
     /// The provider's last error; empty when there is none.
     pub message: String,
+    /// The instance's addresses, the preferred first.
+    pub addresses: Vec<String>,
+    /// When the machine entered its state (ms since the epoch).
+    pub since_ms: i64,
 }
 
 impl MachineShown {
@@ -77,6 +81,8 @@ impl MachineShown {
                 .last_error
                 .clone()
                 .unwrap_or_default(),
+            addresses: machine.addresses.clone(),
+            since_ms: machine.status_since_ms,
         }
     }
 }
@@ -92,6 +98,9 @@ struct MachineShownRow {
     constraints: String,
     hardware: Option<String>,
     status_message: String,
+    addresses: String,
+    status_since_ms: Option<i64>,
+    created_at_ms: i64,
 }
 
 impl TryFrom<MachineShownRow> for MachineShown {
@@ -107,6 +116,8 @@ impl TryFrom<MachineShownRow> for MachineShown {
             constraints: row.constraints,
             hardware: row.hardware,
             message: row.status_message,
+            addresses: crate::store::records::split_list(&row.addresses),
+            since_ms: row.status_since_ms.unwrap_or(row.created_at_ms),
         })
     }
 }
@@ -120,6 +131,8 @@ pub struct UnitShown {
     pub principal: Option<UnitName>,
     pub agent_status: String,
     pub workload_status: String,
+    /// When the unit was added (ms since the epoch).
+    pub created_at_ms: i64,
 }
 
 impl UnitShown {
@@ -131,6 +144,7 @@ impl UnitShown {
             principal: unit.principal.clone(),
             agent_status: unit.agent_status.clone(),
             workload_status: unit.workload_status.clone(),
+            created_at_ms: unit.created_at_ms,
         }
     }
 }
@@ -143,6 +157,7 @@ struct UnitShownRow {
     principal: Option<String>,
     agent_status: String,
     workload_status: String,
+    created_at_ms: i64,
 }
 
 impl TryFrom<UnitShownRow> for UnitShown {
@@ -155,6 +170,7 @@ impl TryFrom<UnitShownRow> for UnitShown {
             principal: stored_optional("unit principal", row.principal.as_deref())?,
             agent_status: row.agent_status,
             workload_status: row.workload_status,
+            created_at_ms: row.created_at_ms,
         })
     }
 }

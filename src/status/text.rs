@@ -15,13 +15,14 @@
 //! wordpress/0  waiting   allocating  0
 //! wordpress/1  waiting   allocating  1
 //!
-//! Machine  State    Inst id  Base          AZ     Message
-//! 0        started  i-0      ubuntu@22.04  sim-a  running
-//! 1        pending  pending  ubuntu@22.04         allocating
+//! Machine  State    DNS         Inst id  Base          AZ     Message
+//! 0        started  192.0.2.7   i-0      ubuntu@22.04  sim-a  running
+//! 1        pending              pending  ubuntu@22.04         allocating
 //! ```
 //!
-//! berth's machines have no addresses and its units no ports, so Juju's
-//! `Public address`, `Ports` and `Address` columns are left out.
+//! A machine's `DNS` is its preferred address (the JSON's `dns-name`).
+//! berth's units have no ports, so Juju's `Public address` and `Ports`
+//! columns are left out.
 //! Subordinate units are indented under their principal; containers follow
 //! their host. [`Table`] lays out other listings (`berth zones`) the same
 //! way.
@@ -156,6 +157,7 @@ fn machine_row(table: &mut Table, id: &MachineId, machine: &MachineView) {
     table.row(vec![
         id.to_string(),
         machine.juju_status.current.clone(),
+        machine.dns_name.clone().unwrap_or_default(),
         machine.instance_id.clone(),
         base_text(&machine.base),
         availability_zone(machine.hardware.as_deref()).to_string(),
@@ -234,7 +236,9 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
     }
 
     if !status.machines.is_empty() {
-        let mut machines = Table::new(&["Machine", "State", "Inst id", "Base", "AZ", "Message"]);
+        let mut machines = Table::new(&[
+            "Machine", "State", "DNS", "Inst id", "Base", "AZ", "Message",
+        ]);
         for (id, machine) in &status.machines {
             machine_row(&mut machines, id, machine);
         }
@@ -289,6 +293,7 @@ mod tests {
         StatusInfo {
             current: current.into(),
             message: message.map(str::to_string),
+            since: None,
         }
     }
 
@@ -303,6 +308,8 @@ mod tests {
         MachineView {
             juju_status: info(agent, None),
             machine_status: info(instance, message),
+            dns_name: None,
+            ip_addresses: Vec::new(),
             instance_id: "pending".into(),
             instance_type: None,
             base: base(),
@@ -354,6 +361,7 @@ mod tests {
     fn status() -> Status {
         let mut started = machine("started", "running", None);
         started.instance_id = "i-0abc".into();
+        started.dns_name = Some("192.0.2.10".into());
         started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
         started.containers.insert(
             "0/lxd/1".parse().unwrap(),
@@ -407,11 +415,11 @@ mysql/0  waiting   allocating  0
   ntp/0  waiting   allocating
 mysql/1  blocked   allocating  0/lxd/1  needs a database
 
-Machine  State    Inst id  Base          AZ     Message
-0        started  i-0abc   ubuntu@22.04  sim-a  running
-0/lxd/1  pending  pending  ubuntu@22.04         pending
-2        error    pending  ubuntu@22.04         no capacity in sim-b
-10       pending  pending  ubuntu@22.04         allocating
+Machine  State    DNS         Inst id  Base          AZ     Message
+0        started  192.0.2.10  i-0abc   ubuntu@22.04  sim-a  running
+0/lxd/1  pending              pending  ubuntu@22.04         pending
+2        error                pending  ubuntu@22.04         no capacity in sim-b
+10       pending              pending  ubuntu@22.04         allocating
 "
         );
     }

@@ -65,6 +65,10 @@ pub struct StatusInfo {
     pub current: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When it entered this status (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub since: Option<String>,
 }
 
 impl StatusInfo {
@@ -72,8 +76,46 @@ impl StatusInfo {
         StatusInfo {
             current: current.to_string(),
             message,
+            since: None,
         }
     }
+
+    /// The status, entered at `ms` (milliseconds since the epoch).
+    fn since_ms(mut self, ms: i64) -> StatusInfo {
+        self.since = Some(rfc3339(ms));
+        self
+    }
+}
+
+/// `ms` (milliseconds since the epoch) as RFC 3339 in UTC, to the second:
+/// `2026-11-25T12:34:56Z`.
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's `civil_from_days`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// What a unit's status is made from of its machine: the machine's state
+/// and when it entered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MachineSeen {
+    pub state: MachineState,
+    pub since_ms: i64,
 }
 
 /// A base as Juju prints it: `{"name": "ubuntu", "channel": "22.04"}`.
@@ -105,6 +147,12 @@ pub struct MachineView {
     /// error`, `stopping` or `stopped`; the message is the provider's last
     /// error.
     pub machine_status: StatusInfo,
+    /// The preferred address (public, else private), as Juju's `dns-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
+    /// Every address the provider reports, the preferred first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_addresses: Vec<String>,
     /// The cloud's id, or `pending` while there is none.
     pub instance_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +250,15 @@ pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
             &snapshot
                 .machines
                 .iter()
-                .map(|m| (m.id, m.state()))
+                .map(|m| {
+                    (
+                        m.id,
+                        MachineSeen {
+                            state: m.state(),
+                            since_ms: m.status_since_ms,
+                        },
+                    )
+                })
                 .collect(),
         ),
     }
@@ -232,8 +288,11 @@ pub fn machine_view(machine: &MachineShown) -> MachineView {
             (words.juju_status == "error")
                 .then(|| message.clone())
                 .flatten(),
-        ),
-        machine_status: StatusInfo::new(words.machine_status, message),
+        )
+        .since_ms(machine.since_ms),
+        machine_status: StatusInfo::new(words.machine_status, message).since_ms(machine.since_ms),
+        dns_name: machine.addresses.first().cloned(),
+        ip_addresses: machine.addresses.clone(),
         instance_id: machine
             .instance_id
             .as_deref()
@@ -296,14 +355,22 @@ fn severity(status: &str) -> usize {
 /// progress: `waiting for machine` until the machine is up, then the agent
 /// is `idle` (or `lost` while the machine is down) and the workload
 /// `unknown`, as Juju shows a charm that set no status.
-pub fn unit_statuses(unit: &UnitShown, machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
+/// Each status carries `since`: the later of the unit's creation and its
+/// machine's entering its state, as the status follows the machine.
+pub fn unit_statuses(unit: &UnitShown, machine: Option<MachineSeen>) -> (StatusInfo, StatusInfo) {
     let unset = unit.agent_status == "allocating" && unit.workload_status == "waiting";
+    let since = machine.map_or(unit.created_at_ms, |m| m.since_ms.max(unit.created_at_ms));
     if !unset {
         return (
-            StatusInfo::new(&unit.agent_status, None),
-            StatusInfo::new(&unit.workload_status, None),
+            StatusInfo::new(&unit.agent_status, None).since_ms(unit.created_at_ms),
+            StatusInfo::new(&unit.workload_status, None).since_ms(unit.created_at_ms),
         );
     }
+    let (agent, workload) = unit_statuses_from(machine.map(|m| m.state));
+    (agent.since_ms(since), workload.since_ms(since))
+}
+
+fn unit_statuses_from(machine: Option<MachineState>) -> (StatusInfo, StatusInfo) {
     match machine {
         Some(MachineState::Started) => (
             StatusInfo::new("idle", None),
@@ -325,7 +392,7 @@ pub fn unit_statuses(unit: &UnitShown, machine: Option<MachineState>) -> (Status
 
 /// A unit's view, without its subordinates, given its machine's state
 /// (`None` when it has no machine or the machine is gone).
-pub fn unit_view(unit: &UnitShown, machine: Option<MachineState>) -> UnitView {
+pub fn unit_view(unit: &UnitShown, machine: Option<MachineSeen>) -> UnitView {
     let (agent, workload) = unit_statuses(unit, machine);
     UnitView {
         machine: if unit.principal.is_some() {
@@ -453,7 +520,7 @@ fn applications_view(
     applications: &[ApplicationRecord],
     units: &[UnitRecord],
     relations: &[RelationRecord],
-    machine_states: &HashMap<MachineId, MachineState>,
+    machine_states: &HashMap<MachineId, MachineSeen>,
 ) -> BTreeMap<ApplicationName, ApplicationView> {
     let unit_view = |unit: &UnitRecord| {
         unit_view(
@@ -531,8 +598,14 @@ mod tests {
             last_heartbeat_ms: None,
             created_at_ms: 0,
             updated_at_ms: 0,
+            addresses: Vec::new(),
+            status_since_ms: SINCE_MS,
         }
     }
+
+    /// 2025-11-25T12:00:00Z: when the test machines entered their states.
+    const SINCE_MS: i64 = 1_764_072_000_000;
+    const SINCE: &str = "2025-11-25T12:00:00Z";
 
     fn application(name: &str, charm_url: &str, subordinate: bool) -> ApplicationRecord {
         ApplicationRecord {
@@ -557,6 +630,7 @@ mod tests {
             principal: principal.map(|p| p.parse().unwrap()),
             agent_status: "allocating".to_string(),
             workload_status: workload.to_string(),
+            created_at_ms: SINCE_MS - 3_600_000,
         }
     }
 
@@ -566,6 +640,7 @@ mod tests {
         started.instance_type = Some("m5.large".into());
         started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
         started.constraints = Constraints::parse("mem=2G").unwrap();
+        started.addresses = vec!["192.0.2.10".into(), "2001:db8::a".into()];
         let mut failed = machine("10", MachineState::ProvisioningError);
         failed.machine.lifecycle.last_error = Some("no capacity".into());
         StatusSnapshot {
@@ -627,8 +702,19 @@ mod tests {
     #[test]
     fn a_started_machine_shows_its_instance_hardware_and_constraints() {
         let machine = &view()["machines"]["0"];
-        assert_eq!(machine["juju-status"], json!({"current": "started"}));
-        assert_eq!(machine["machine-status"], json!({"current": "running"}));
+        assert_eq!(
+            machine["juju-status"],
+            json!({"current": "started", "since": SINCE})
+        );
+        assert_eq!(
+            machine["machine-status"],
+            json!({"current": "running", "since": SINCE})
+        );
+        assert_eq!(machine["dns-name"], "192.0.2.10");
+        assert_eq!(
+            machine["ip-addresses"],
+            json!(["192.0.2.10", "2001:db8::a"])
+        );
         assert_eq!(machine["instance-id"], "i-0");
         assert_eq!(machine["instance-type"], "m5.large");
         assert_eq!(
@@ -663,8 +749,16 @@ mod tests {
     #[test]
     fn a_machine_whose_heartbeats_stopped_shows_down() {
         let machine = &view()["machines"]["2"];
-        assert_eq!(machine["juju-status"], json!({"current": "down"}));
-        assert_eq!(machine["machine-status"], json!({"current": "running"}));
+        assert_eq!(
+            machine["juju-status"],
+            json!({"current": "down", "since": SINCE})
+        );
+        assert_eq!(
+            machine["machine-status"],
+            json!({"current": "running", "since": SINCE})
+        );
+        // No instance address reported: no DNS name.
+        assert!(machine.get("dns-name").is_none() && machine.get("ip-addresses").is_none());
     }
 
     #[test]
@@ -672,11 +766,11 @@ mod tests {
         let machine = &view()["machines"]["10"];
         assert_eq!(
             machine["juju-status"],
-            json!({"current": "error", "message": "no capacity"})
+            json!({"current": "error", "message": "no capacity", "since": SINCE})
         );
         assert_eq!(
             machine["machine-status"],
-            json!({"current": "provisioning error", "message": "no capacity"})
+            json!({"current": "provisioning error", "message": "no capacity", "since": SINCE})
         );
         assert_eq!(machine["instance-id"], "pending");
     }
@@ -700,8 +794,12 @@ mod tests {
             principal: None,
             agent_status: "allocating".into(),
             workload_status: "waiting".into(),
+            created_at_ms: 0,
         };
-        unit_statuses(&UnitShown::of(&unit), state)
+        unit_statuses(
+            &UnitShown::of(&unit),
+            state.map(|state| MachineSeen { state, since_ms: 0 }),
+        )
     }
 
     #[test]
@@ -731,6 +829,53 @@ mod tests {
     }
 
     #[test]
+    fn times_are_rfc3339_in_utc_and_read_back_to_the_second() {
+        for (ms, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (SINCE_MS + 999, SINCE),
+            (951_782_400_000, "2000-02-29T00:00:00Z"),
+            (4_102_444_799_000, "2099-12-31T23:59:59Z"),
+        ] {
+            assert_eq!(rfc3339(ms), text);
+            assert_eq!(
+                crate::api::webhooks::parse_rfc3339_ms(text),
+                Some(ms - ms % 1000)
+            );
+        }
+    }
+
+    #[test]
+    fn a_unit_shows_the_later_of_its_creation_and_its_machine_entering_its_state() {
+        let mut unit = UnitShown::of(&UnitRecord {
+            name: "app/0".parse().unwrap(),
+            application: "app".parse().unwrap(),
+            base: Base::DEFAULT,
+            constraints: Default::default(),
+            machine: Some(MachineId::new(0)),
+            principal: None,
+            agent_status: "allocating".into(),
+            workload_status: "waiting".into(),
+            created_at_ms: SINCE_MS,
+        });
+        let seen = |since_ms| {
+            Some(MachineSeen {
+                state: MachineState::Started,
+                since_ms,
+            })
+        };
+        let (agent, workload) = unit_statuses(&unit, seen(SINCE_MS + 60_000));
+        assert_eq!(agent.since.as_deref(), Some("2025-11-25T12:01:00Z"));
+        assert_eq!(workload.since, agent.since);
+        let (agent, _) = unit_statuses(&unit, seen(SINCE_MS - 60_000));
+        assert_eq!(agent.since.as_deref(), Some(SINCE));
+        let (agent, _) = unit_statuses(&unit, None);
+        assert_eq!(agent.since.as_deref(), Some(SINCE));
+        unit.agent_status = "executing".into();
+        let (agent, _) = unit_statuses(&unit, seen(SINCE_MS + 60_000));
+        assert_eq!(agent.since.as_deref(), Some(SINCE));
+    }
+
+    #[test]
     fn a_unit_on_a_down_machine_shows_its_agent_lost() {
         let (agent, _) = unit_on(Some(MachineState::Down));
         assert_eq!(agent.current, "lost");
@@ -744,7 +889,7 @@ mod tests {
         // Machine 0 is started: no charm has set a status, so "unknown".
         assert_eq!(
             mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]["workload-status"],
-            json!({"current": "unknown"})
+            json!({"current": "unknown", "since": SINCE})
         );
         assert!(mysql["units"]["mysql/0"]["subordinates"]["ntp/0"]
             .get("machine")
@@ -759,7 +904,11 @@ mod tests {
         assert_eq!(mysql["charm"], "mysql");
         assert_eq!(mysql["charm-origin"], "charmhub");
         assert_eq!(mysql["charm-rev"], 0);
-        assert_eq!(mysql["application-status"], json!({"current": "blocked"}));
+        // The status of its most severe unit, since that unit's.
+        assert_eq!(
+            mysql["application-status"],
+            json!({"current": "blocked", "since": "2025-11-25T11:00:00Z"})
+        );
         let ntp = &view["applications"]["ntp"];
         assert_eq!(ntp["charm-origin"], "local");
         assert_eq!(ntp["charm-rev"], 3);

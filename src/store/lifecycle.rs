@@ -575,6 +575,8 @@ pub struct MachineUpdate {
     pub base: Option<Base>,
     pub instance_type: Option<String>,
     pub hardware: Option<String>,
+    /// The instance's addresses, the preferred first.
+    pub addresses: Option<Vec<String>>,
     /// A fresh one-time password's hash, for a launch.
     pub otp_hash: Option<String>,
     pub retry_at_ms: Option<i64>,
@@ -612,6 +614,7 @@ struct SaveMachine<'a> {
     base: Option<&'a str>,
     instance_type: Kept<&'a str>,
     hardware: Kept<&'a str>,
+    addresses: Kept<&'a str>,
     otp_hash: Kept<&'a str>,
     retry_at_ms: Kept<i64>,
     credential_hash: Option<&'a str>,
@@ -682,6 +685,14 @@ where
         out.push_bind_param::<Integer, _>(&self.stop_failures)?;
         out.push_sql(", updated_at_ms = ");
         out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
+        // Every right-hand side reads the row as it was, so `state` here
+        // is the state before this save: the time moves only when the
+        // state does.
+        out.push_sql(", status_since_ms = CASE WHEN state = ");
+        out.push_bind_param::<Text, _>(self.state)?;
+        out.push_sql(" THEN status_since_ms ELSE ");
+        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
+        out.push_sql(" END");
         out.push_sql(", constraints = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
         out.push_sql(", constraints), base = COALESCE(");
@@ -702,6 +713,11 @@ where
             out.push_bind_param::<Nullable<Text>, _>(&kept.value)?;
             out.push_sql(" END");
         }
+        out.push_sql(", addresses = CASE WHEN ");
+        out.push_bind_param::<Bool, _>(&self.addresses.keep)?;
+        out.push_sql(" THEN addresses ELSE ");
+        out.push_bind_param::<Text, _>(self.addresses.value.unwrap_or_default())?;
+        out.push_sql(" END");
         out.push_sql(", retry_at_ms = CASE WHEN ");
         out.push_bind_param::<Bool, _>(&self.retry_at_ms.keep)?;
         out.push_sql(" THEN retry_at_ms ELSE ");
@@ -745,6 +761,7 @@ fn save_machine(
     let has_instance = life.instance_id.is_some();
     let zones_failed = life.zones_failed.join(",");
     let constraints = update.constraints.as_ref().map(ToString::to_string);
+    let addresses = update.addresses.as_ref().map(|a| a.join(","));
     let base = update.base.as_ref().map(ToString::to_string);
     let save = SaveMachine {
         id: &key,
@@ -768,6 +785,11 @@ fn save_machine(
         }),
         hardware: Kept::from(match (&update.hardware, has_instance) {
             (Some(h), _) => Some(Some(h.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        }),
+        addresses: Kept::from(match (&addresses, has_instance) {
+            (Some(a), _) => Some(Some(a.as_str())),
             (None, false) => Some(None),
             (None, true) => None,
         }),

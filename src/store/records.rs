@@ -123,6 +123,7 @@ pub(crate) struct UnitRow {
     pub principal: Option<String>,
     pub agent_status: String,
     pub workload_status: String,
+    pub created_at_ms: i64,
 }
 
 /// A unit as stored.
@@ -138,6 +139,8 @@ pub struct UnitRecord {
     pub principal: Option<UnitName>,
     pub agent_status: String,
     pub workload_status: String,
+    /// When the unit was added (ms since the epoch).
+    pub created_at_ms: i64,
 }
 
 impl TryFrom<UnitRow> for UnitRecord {
@@ -153,6 +156,7 @@ impl TryFrom<UnitRow> for UnitRecord {
             principal: stored_optional("unit principal", row.principal.as_deref())?,
             agent_status: row.agent_status,
             workload_status: row.workload_status,
+            created_at_ms: row.created_at_ms,
         })
     }
 }
@@ -180,6 +184,8 @@ pub(crate) struct MachineRow {
     pub last_heartbeat_ms: Option<i64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    pub addresses: String,
+    pub status_since_ms: Option<i64>,
 }
 
 /// A machine as stored: its intent (base, constraints, placement), its
@@ -203,6 +209,11 @@ pub struct MachineRecord {
     pub last_heartbeat_ms: Option<i64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// The instance's addresses as the provider reports them, the
+    /// preferred (public, else private) first; empty without an instance.
+    pub addresses: Vec<String>,
+    /// When the machine entered its state (ms since the epoch).
+    pub status_since_ms: i64,
 }
 
 impl MachineRecord {
@@ -250,6 +261,8 @@ impl TryFrom<MachineRow> for MachineRecord {
             last_heartbeat_ms: row.last_heartbeat_ms,
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,
+            addresses: split_list(&row.addresses),
+            status_since_ms: row.status_since_ms.unwrap_or(row.created_at_ms),
         })
     }
 }

@@ -86,6 +86,8 @@ diesel::table! {
         last_heartbeat_ms -> Nullable<BigInt>,
         created_at_ms -> BigInt,
         updated_at_ms -> BigInt,
+        addresses -> Text,
+        status_since_ms -> Nullable<BigInt>,
     }
 }
 

@@ -721,6 +721,14 @@ impl Ec2Provider {
             instance_type,
             state,
             hardware,
+            addresses: [
+                described.public_ip_address(),
+                described.private_ip_address(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(str::to_string)
+            .collect(),
         })
     }
 

@@ -307,6 +307,8 @@ impl ManualHosts {
                 instance_type: String::new(),
                 state: InstanceState::Running,
                 hardware: facts.hardware(),
+                // The address berth reached the host at.
+                addresses: vec![target.host().to_string()],
             },
             base,
         })

@@ -88,7 +88,7 @@ use crate::providers::sim::records::{tagged_machine, Batch, Change, Record, RngP
 pub use config::SimConfig;
 pub use error::SimError;
 pub use faults::{CallCounts, FaultSet, Throttle};
-pub use records::{AgentState, LedgerEntry, Tags};
+pub use records::{addresses_of, AgentState, LedgerEntry, Tags};
 
 /// The most launches one call carries.
 pub const MAX_LAUNCH_BATCH: usize = 500;

@@ -82,6 +82,21 @@ pub struct LedgerEntry {
     pub agent: AgentState,
 }
 
+/// The simulated cloud's addresses of instance `id`, from the
+/// documentation ranges (RFC 5737's 192.0.2.0/24, RFC 3849's
+/// 2001:db8::/32) and derived from the id (FNV-1a), so that they stay the
+/// same across restarts: an IPv4 address (254 of them, shared at scale)
+/// and an IPv6 address of its own.
+pub fn addresses_of(id: &str) -> Vec<String> {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let host = hash % 254 + 1;
+    let [a, b, c, d] = [48, 32, 16, 0].map(|shift| (hash >> shift) as u16);
+    let v6 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, a, b, c, d);
+    vec![format!("192.0.2.{host}"), v6.to_string()]
+}
+
 impl LedgerEntry {
     pub fn instance(&self) -> Instance {
         Instance {
@@ -91,6 +106,7 @@ impl LedgerEntry {
             instance_type: self.instance_type.clone(),
             state: self.state,
             hardware: self.hardware.clone(),
+            addresses: addresses_of(&self.id),
         }
     }
 }

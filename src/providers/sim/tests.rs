@@ -160,8 +160,15 @@ async fn a_launch_gives_a_pending_instance_with_its_type_hardware_and_machine() 
             instance_type: "t3.large".to_string(),
             state: InstanceState::Pending,
             hardware: t3_large("sim-b"),
+            addresses: addresses_of(&instance.id),
         }
     );
+    // From the documentation ranges: one IPv4 address, one IPv6 address.
+    let v4: std::net::Ipv4Addr = instance.addresses[0].parse().unwrap();
+    assert_eq!(v4.octets()[..3], [192, 0, 2]);
+    assert!(v4.octets()[3] >= 1 && v4.octets()[3] <= 254);
+    let v6: std::net::Ipv6Addr = instance.addresses[1].parse().unwrap();
+    assert_eq!(v6.segments()[..2], [0x2001, 0xdb8]);
     let ledger = cloud.ledger();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].client_token.as_deref(), Some("token-4"));
@@ -696,7 +703,12 @@ async fn containers_need_a_running_host() {
             instance_type: String::new(),
             state: InstanceState::Pending,
             hardware: t3_large("sim-b"),
+            addresses: addresses_of(&first.id),
         }
+    );
+    assert_ne!(
+        addresses_of(&first.id),
+        addresses_of(&format!("{host}-lxd-1"))
     );
     assert_eq!(ok_id(&results[1]), format!("{host}-lxd-1"));
     assert_eq!(

@@ -1,0 +1,2 @@
+ALTER TABLE machines DROP COLUMN status_since_ms;
+ALTER TABLE machines DROP COLUMN addresses;
