@@ -700,9 +700,10 @@ async fn retry_makes_machines_in_error_pending_and_refuses_others() {
     app.fail_provisioning("2", "no capacity in sim-a").await;
 
     let status = json_of(app.status().await).await;
+    let machine_status = &status["machines"]["0"]["machine-status"];
     assert_eq!(
-        status["machines"]["0"]["machine-status"],
-        json!({"current": "provisioning error", "message": "no capacity in sim-a"})
+        (&machine_status["current"], &machine_status["message"]),
+        (&json!("provisioning error"), &json!("no capacity in sim-a"))
     );
 
     let before = app.store().revision();
@@ -896,11 +897,14 @@ async fn status_has_the_shape_of_juju_status_json() {
     assert_eq!(model["revision"], app.store().revision());
     assert!(!model["uuid"].as_str().unwrap().is_empty());
     assert!(!model["controller"].as_str().unwrap().is_empty());
+    // Since when, in RFC 3339: the machine entered its state at launch.
+    let since = status["machines"]["0"]["juju-status"]["since"].clone();
+    assert!(berth::api::webhooks::parse_rfc3339_ms(since.as_str().unwrap()).is_some());
     assert_eq!(
         status["machines"]["0"],
         json!({
-            "juju-status": {"current": "pending"},
-            "machine-status": {"current": "running"},
+            "juju-status": {"current": "pending", "since": since},
+            "machine-status": {"current": "running", "since": since},
             "instance-id": "i-0",
             "instance-type": "m5.large",
             "base": {"name": "ubuntu", "channel": "22.04"},
@@ -918,8 +922,8 @@ async fn status_has_the_shape_of_juju_status_json() {
         wordpress["units"]["wordpress/0"],
         json!({
             "machine": "0",
-            "juju-status": {"current": "allocating"},
-            "workload-status": {"current": "waiting", "message": "waiting for machine"},
+            "juju-status": {"current": "allocating", "since": since},
+            "workload-status": {"current": "waiting", "message": "waiting for machine", "since": since},
         })
     );
     // The command line reads the same JSON back into the same types.

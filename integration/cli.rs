@@ -327,10 +327,21 @@ fn status_json_has_the_shape_of_juju_status_json() {
     assert_eq!(keys, ["applications", "machines", "model"]);
     assert_eq!(status["model"]["cloud"], "sim");
     assert_eq!(status["model"]["type"], "iaas");
-    assert_eq!(
-        status["machines"]["1"]["juju-status"],
-        json!({"current": "pending"})
-    );
+    assert_eq!(status["machines"]["1"]["juju-status"]["current"], "pending");
+    // Every status object says since when, in RFC 3339.
+    for info in [
+        &status["machines"]["1"]["juju-status"],
+        &status["machines"]["1"]["machine-status"],
+        &status["applications"]["wordpress"]["application-status"],
+        &status["applications"]["wordpress"]["units"]["wordpress/1"]["workload-status"],
+        &status["applications"]["wordpress"]["units"]["wordpress/1"]["juju-status"],
+    ] {
+        let since = info["since"].as_str().unwrap_or_default();
+        assert!(
+            berth::api::webhooks::parse_rfc3339_ms(since).is_some(),
+            "{info}"
+        );
+    }
     assert_eq!(
         status["machines"]["1"]["base"],
         json!({"name": "ubuntu", "channel": "22.04"})
@@ -381,10 +392,10 @@ Unit         Workload  Agent       Machine  Message
 wordpress/0  waiting   allocating  0        waiting for machine
 wordpress/1  waiting   allocating  1        waiting for machine
 
-Machine  State    Inst id  Base          AZ     Message
-0        pending  i-0      ubuntu@22.04  sim-a  running
-0/lxd/0  pending  pending  ubuntu@24.04         pending
-1        error    pending  ubuntu@22.04         no capacity in sim-b"
+Machine  State    DNS  Inst id  Base          AZ     Message
+0        pending       i-0      ubuntu@22.04  sim-a  running
+0/lxd/0  pending       pending  ubuntu@24.04         pending
+1        error         pending  ubuntu@22.04         no capacity in sim-b"
     );
 }
 

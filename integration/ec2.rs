@@ -153,6 +153,8 @@ struct MotoInstance {
     instance_type: String,
     state: String,
     tags: BTreeMap<String, String>,
+    /// Public, then private, as moto reports them.
+    addresses: Vec<String>,
 }
 
 /// Every instance moto has with this controller's tag, in any state.
@@ -195,6 +197,11 @@ async fn moto_instances(client: &Client, controller: &str) -> Vec<MotoInstance> 
                         t.value().unwrap_or("").to_string(),
                     )
                 })
+                .collect(),
+            addresses: [i.public_ip_address(), i.private_ip_address()]
+                .into_iter()
+                .flatten()
+                .map(str::to_string)
                 .collect(),
         })
         .collect();
@@ -397,6 +404,9 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
             machine.instance_type.as_deref(),
             Some(instance.instance_type.as_str())
         );
+        // Where the machine is, as EC2 reports it.
+        assert!(!instance.addresses.is_empty(), "{instance:#?}");
+        assert_eq!(machine.addresses, instance.addresses);
     }
     assert_eq!(
         per_zone.values().copied().collect::<Vec<_>>(),
@@ -418,6 +428,28 @@ async fn six_4g_units_over_three_zones_get_the_cheapest_type_each_zone_offers() 
 
     // The agents check in with the passwords from the user data.
     check_in_until_started(&client, engine, store, 6).await;
+
+    // Status shows each machine's addresses and since when it is started.
+    let status = app.status_json().await;
+    for instance in &instances {
+        let (_, machine) = status["machines"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(_, m)| m["instance-id"] == instance.id.as_str())
+            .unwrap();
+        assert_eq!(machine["dns-name"], instance.addresses[0].as_str());
+        assert_eq!(
+            machine["ip-addresses"],
+            serde_json::json!(instance.addresses)
+        );
+        assert_eq!(machine["juju-status"]["current"], "started");
+        let since = machine["juju-status"]["since"].as_str().unwrap();
+        assert!(
+            berth::api::webhooks::parse_rfc3339_ms(since).is_some(),
+            "{since}"
+        );
+    }
 }
 
 #[actix_web::test]

@@ -103,6 +103,9 @@ async fn an_existing_host_is_enlisted_keeps_its_agent_alive_and_is_released() {
 
     let m = wait_for_machine(&app, "0", "started").await;
     assert_eq!(m["instance-id"], "manual:127.0.0.1");
+    // Its address is the one berth reached it at.
+    assert_eq!(m["dns-name"], "127.0.0.1");
+    assert_eq!(m["ip-addresses"], json!(["127.0.0.1"]));
     let hardware = m["hardware"].as_str().unwrap();
     assert!(
         hardware.contains(&format!("cores={} ", host_cores())),

@@ -84,6 +84,32 @@ async fn the_seed_scenario_gives_one_2g_machine_and_two_3g_machines_all_started(
         status["applications"]["wordpress"]["units"]["wordpress/0"]["machine"],
         "0"
     );
+
+    // Where each machine is (the simulated cloud's documentation-range
+    // addresses) and since when it has been started; the units since
+    // their machine started.
+    let now_ms = crate::support::app::now_secs() * 1000;
+    let since = |info: &Value| {
+        let text = info["since"].as_str().expect("since");
+        let ms = berth::api::webhooks::parse_rfc3339_ms(text).expect("RFC 3339");
+        assert!((now_ms - 120_000..=now_ms + 1000).contains(&ms), "{text}");
+        ms
+    };
+    for (id, machine) in status["machines"].as_object().unwrap() {
+        let dns = machine["dns-name"].as_str().expect("dns-name");
+        assert!(dns.starts_with("192.0.2."), "machine {id}: {dns}");
+        let addresses = machine["ip-addresses"].as_array().unwrap();
+        assert_eq!(addresses[0], dns);
+        assert!(addresses[1].as_str().unwrap().starts_with("2001:db8:"));
+        assert_eq!(
+            since(&machine["juju-status"]),
+            since(&machine["machine-status"])
+        );
+    }
+    let unit = &status["applications"]["wordpress"]["units"]["wordpress/1"];
+    let host = &status["machines"][unit["machine"].as_str().unwrap()];
+    assert!(since(&unit["juju-status"]) >= since(&host["juju-status"]));
+    since(&status["applications"]["wordpress"]["application-status"]);
 }
 
 #[actix_web::test]
