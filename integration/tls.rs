@@ -3,7 +3,8 @@
 //! operator's certificate, verified by the command line, the machine agent,
 //! `berth login` and curl; a client without the CA is refused, and plain
 //! HTTP is never served beyond loopback. Every controller here is a
-//! `berth serve` process, and all traffic goes to 127.0.0.1.
+//! `berth serve` process, and all traffic goes to 127.0.0.1; an enlisted
+//! host is a real `sshd` on loopback.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::app::berth_command;
+use crate::support::sshd::Sshd;
 
 /// A `berth serve` process, killed when dropped.
 struct Served {
@@ -456,4 +458,95 @@ fn an_operators_certificate_and_key_are_served_instead_of_the_controllers_own() 
         stderr(&refused)
     );
     drop(served);
+}
+
+/// The status JSON the command line reads from an HTTPS controller.
+fn status_json(served: &Served, data_dir: &Path) -> Value {
+    let out = cli(served, data_dir, &["status", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn an_enlisted_hosts_agent_is_given_the_ca_over_ssh_and_checks_in_over_https() {
+    let sshd = Sshd::start();
+    let manual = sshd.manual_config();
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path();
+    let path = |p: &Option<PathBuf>| p.as_ref().unwrap().to_str().unwrap().to_string();
+    let (identity, known_hosts, binary) = (
+        path(&manual.identity_file),
+        path(&manual.known_hosts),
+        path(&manual.agent_binary),
+    );
+    let served = serve_tls(
+        "127.0.0.1",
+        free_port(),
+        dir,
+        &[
+            ("BERTH_TLS__ENABLED", "true"),
+            ("BERTH_MANUAL__IDENTITY_FILE", &identity),
+            ("BERTH_MANUAL__KNOWN_HOSTS", &known_hosts),
+            ("BERTH_MANUAL__AGENT_BINARY", &binary),
+            ("BERTH_MANUAL__AGENT_DIR", &manual.agent_dir),
+        ],
+    );
+    let added = cli(
+        &served,
+        dir,
+        &["add-machine", &format!("ssh:{}", sshd.target())],
+    );
+    assert!(added.status.success(), "{}", stderr(&added));
+
+    // The agent on the host can only check in by verifying the controller
+    // with the CA it was given.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = status_json(&served, dir);
+        let machine = &status["machines"]["0"];
+        if machine["juju-status"]["current"] == "started" {
+            assert_eq!(machine["dns-name"], "127.0.0.1");
+            break;
+        }
+        assert!(
+            machine["juju-status"]["current"] != "error" && Instant::now() < deadline,
+            "machine 0 did not start: {machine}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let agent_dir = std::fs::read_dir(sshd.agent_dir())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("agent-")
+        })
+        .expect("the agent's directory");
+    assert_eq!(
+        std::fs::read(agent_dir.join("ca.crt")).unwrap(),
+        std::fs::read(dir.join("ca.crt")).unwrap()
+    );
+    let settings = std::fs::read_to_string(agent_dir.join("agent.env")).unwrap();
+    assert!(
+        settings.contains(&format!(
+            "BERTH_CA_CERT={}",
+            agent_dir.join("ca.crt").display()
+        )),
+        "{settings}"
+    );
+    assert!(
+        settings.contains(&format!("BERTH_CONTROLLER_URL={}", https_url(&served))),
+        "{settings}"
+    );
+
+    let removed = cli(&served, dir, &["remove-machine", "0"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status_json(&served, dir)["machines"].get("0").is_some() {
+        assert!(Instant::now() < deadline, "machine 0 was not removed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
