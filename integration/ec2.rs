@@ -561,6 +561,61 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
     );
 }
 
+#[actix_web::test]
+async fn an_elastic_address_associated_later_becomes_the_machines_dns_name() {
+    let client = moto_client().await;
+    let provider = open_provider(&client).await;
+    let app = spawn_ec2(provider, None).await;
+    let (store, engine) = (app.store(), app.engine());
+    store.add_machines(AddMachines::default()).await.unwrap();
+    until_within(
+        PATIENCE,
+        store,
+        "awaiting",
+        all_in(1, MachineState::AwaitingAgent),
+    )
+    .await;
+    let status = check_in_until_started(&client, engine, store, 1).await;
+    let instance = status.machines[0].instance_id().unwrap().to_string();
+    let launched = status.machines[0].addresses.clone();
+    assert!(!launched.is_empty());
+
+    // An elastic address associated behind berth's back: the next
+    // reconciliation records what EC2 now reports.
+    let allocated = client
+        .allocate_address()
+        .domain(aws_sdk_ec2::types::DomainType::Vpc)
+        .send()
+        .await
+        .unwrap();
+    let public = allocated.public_ip().unwrap().to_string();
+    client
+        .associate_address()
+        .instance_id(&instance)
+        .allocation_id(allocated.allocation_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let reported = moto_instances(&client, &store.model().unwrap().controller_uuid)
+        .await
+        .into_iter()
+        .find(|i| i.id == instance)
+        .unwrap()
+        .addresses;
+    assert_eq!(reported.first(), Some(&public), "{reported:?}");
+    engine.reconcile_now();
+    let status = until_within(PATIENCE, store, "the new address", |s: &StatusSnapshot| {
+        s.machines[0].addresses.first() == Some(&public)
+    })
+    .await;
+    assert_eq!(status.machines[0].addresses, reported);
+    assert_eq!(status.machines[0].state(), MachineState::Started);
+    assert_eq!(
+        app.status_json().await["machines"]["0"]["dns-name"],
+        public.as_str()
+    );
+}
+
 /// Runs `work` in an actix system of its own, then drops the system: every
 /// actor and timer of that engine simply stops.
 fn in_a_system<F: std::future::Future<Output = ()>>(work: impl FnOnce() -> F) {

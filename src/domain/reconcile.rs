@@ -15,6 +15,10 @@
 //!   the old engine: it is *adopted*, not launched again.
 //! - A machine whose recorded instance the provider no longer has has
 //!   *vanished*: the engine shows it down, or finishes its stop.
+//!
+//! Beside them, a machine whose instance the provider now reports at other
+//! addresses (EC2 gives a public address after the launch, or an elastic
+//! one later) is *readdressed*: the engine records what the provider says.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -36,6 +40,9 @@ pub struct MachineSummary {
     /// The applications of its units. Machines with the same set share
     /// one copy.
     pub applications: Arc<BTreeSet<String>>,
+    /// Its instance's addresses as stored: comma-separated, the preferred
+    /// first.
+    pub addresses: String,
 }
 
 /// What a comparison of the store with the provider's list found.
@@ -49,6 +56,10 @@ pub struct ReconciliationPlan {
     pub adopt: HashMap<MachineId, Instance>,
     /// Machines whose recorded instance the provider no longer has.
     pub vanished: HashSet<MachineId>,
+    /// Machines whose instance the provider reports at other addresses
+    /// than those stored: the machine, its instance and the addresses, in
+    /// machine order.
+    pub readdressed: Vec<(MachineId, String, Vec<String>)>,
 }
 
 /// Whether a machine in `state` may have a launch whose instance it has
@@ -88,9 +99,9 @@ pub fn plan_reconciliation(
         .filter_map(|m| m.instance_id.as_deref())
         .collect();
     let mut plan = ReconciliationPlan::default();
-    let mut live: HashSet<&str> = HashSet::new();
+    let mut live: HashMap<&str, &Instance> = HashMap::new();
     for instance in instances.iter().filter(|i| !i.state.is_gone()) {
-        live.insert(instance.id.as_str());
+        live.insert(instance.id.as_str(), instance);
         if recorded.contains(instance.id.as_str()) {
             continue;
         }
@@ -108,16 +119,30 @@ pub fn plan_reconciliation(
     }
     for machine in machines {
         if let Some(instance) = machine.instance_id.as_deref() {
-            // No cloud lists an enlisted host: its agent's heartbeats say
-            // whether it lives.
-            if !live.contains(instance)
-                && expects_its_instance(machine.state)
-                && !is_manual_instance(instance)
-            {
-                plan.vanished.insert(machine.id);
+            match live.get(instance) {
+                // An instance that reports no address keeps the last ones
+                // known.
+                Some(listed)
+                    if !listed.addresses.is_empty()
+                        && listed.addresses.join(",") != machine.addresses =>
+                {
+                    plan.readdressed.push((
+                        machine.id,
+                        instance.to_string(),
+                        listed.addresses.clone(),
+                    ));
+                }
+                Some(_) => {}
+                // No cloud lists an enlisted host: its agent's heartbeats
+                // say whether it lives.
+                None if expects_its_instance(machine.state) && !is_manual_instance(instance) => {
+                    plan.vanished.insert(machine.id);
+                }
+                None => {}
             }
         }
     }
+    plan.readdressed.sort_by_key(|(id, _, _)| *id);
     plan.strays.sort();
     plan
 }
@@ -159,6 +184,7 @@ mod tests {
             instance_id: instance.map(str::to_string),
             zone: None,
             applications: Arc::default(),
+            addresses: String::new(),
         }
     }
 
@@ -172,6 +198,32 @@ mod tests {
             hardware: Hardware::default(),
             addresses: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_instance_reported_at_other_addresses_readdresses_its_machine() {
+        let mut known = machine(0, MachineState::Started, Some("i-0"));
+        known.addresses = "10.0.0.5".into();
+        let same = machine(1, MachineState::Started, Some("i-1"));
+        let mut listed = vec![
+            instance("i-0", Some(0), InstanceState::Running),
+            instance("i-1", Some(1), InstanceState::Running),
+        ];
+        listed[0].addresses = vec!["203.0.113.9".into(), "10.0.0.5".into()];
+        let plan = plan_reconciliation(&[known.clone(), same.clone()], &listed);
+        assert_eq!(
+            plan.readdressed,
+            [(
+                MachineId::new(0),
+                "i-0".to_string(),
+                vec!["203.0.113.9".to_string(), "10.0.0.5".to_string()]
+            )]
+        );
+        // The same addresses, or none reported: nothing to record.
+        known.addresses = "203.0.113.9,10.0.0.5".into();
+        assert!(plan_reconciliation(&[known, same], &listed)
+            .readdressed
+            .is_empty());
     }
 
     #[test]

@@ -344,6 +344,7 @@ impl Provisioner {
     ) {
         let plan = plan_reconciliation(&machines, &instances);
         drop(instances);
+        self.record_addresses(plan.readdressed, ctx);
         let mut occupants: HashMap<_, Arc<Occupant>> = HashMap::new();
         for machine in &machines {
             if let Some(zone) = &machine.zone {
@@ -583,7 +584,8 @@ impl Provisioner {
                 Ok(found) => found,
                 Err(e) => return log::warn!("provisioner: periodic reconciliation failed: {e}"),
             };
-            let plan = plan_reconciliation(&machines, &instances);
+            let mut plan = plan_reconciliation(&machines, &instances);
+            act.record_addresses(std::mem::take(&mut plan.readdressed), ctx);
             // Launches in flight are not strays: their machines' actors
             // will record them.
             let strays = periodic_strays(&machines, &instances);
@@ -608,6 +610,30 @@ impl Provisioner {
             }
             act.lose_instances(lost, ctx);
         }));
+    }
+
+    /// Records the addresses the provider now reports for machines'
+    /// instances (a public address given after the launch, an elastic
+    /// address associated later).
+    fn record_addresses(
+        &self,
+        readdressed: Vec<(MachineId, String, Vec<String>)>,
+        ctx: &mut Context<Self>,
+    ) {
+        if readdressed.is_empty() {
+            return;
+        }
+        let store = self.shared.store.clone();
+        ctx.spawn(
+            async move {
+                match store.set_addresses(readdressed).await {
+                    Ok(0) => {}
+                    Ok(n) => log::info!("provisioner: recorded new addresses of {n} machine(s)"),
+                    Err(e) => log::warn!("provisioner: cannot record machines' addresses: {e}"),
+                }
+            }
+            .into_actor(self),
+        );
     }
 
     fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {

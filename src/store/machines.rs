@@ -536,6 +536,48 @@ impl Store {
         })
     }
 
+    /// Records the addresses a provider now reports for machines' instances
+    /// (machine, instance, addresses), for each machine that still has that
+    /// instance; returns how many changed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] only.
+    pub async fn set_addresses(
+        &self,
+        changes: Vec<(MachineId, String, Vec<String>)>,
+    ) -> Result<usize, StoreError> {
+        self.write(move |tx| {
+            let mut changed = 0;
+            for (id, instance, addresses) in changes {
+                let key = id.to_string();
+                let joined = addresses.join(",");
+                let updated = diesel::update(
+                    machines::table
+                        .find(&key)
+                        .filter(machines::instance_id.eq(&instance))
+                        .filter(machines::addresses.ne(&joined)),
+                )
+                .set((
+                    machines::addresses.eq(&joined),
+                    machines::updated_at_ms.eq(tx.now_ms),
+                ))
+                .execute(tx.conn)?;
+                if updated > 0 {
+                    changed += 1;
+                    tx.record(
+                        Entity::Machine,
+                        key,
+                        ChangeKind::Updated,
+                        format!("addresses={joined}"),
+                    );
+                }
+            }
+            Ok(changed)
+        })
+        .await
+    }
+
     /// Every machine, in id order, as a reconciliation sees it.
     ///
     /// # Errors
@@ -544,7 +586,14 @@ impl Store {
     pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
         use std::collections::{BTreeSet, HashSet};
         use std::sync::Arc;
-        type Row = (String, String, String, Option<String>, Option<String>);
+        type Row = (
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+        );
         self.read(|conn| {
             let rows: Vec<Row> = machines::table
                 .select((
@@ -553,6 +602,7 @@ impl Store {
                     machines::role,
                     machines::instance_id,
                     machines::zone,
+                    machines::addresses,
                 ))
                 .load(conn)?;
             let placements: Vec<(Option<String>, String)> = units::table
@@ -562,7 +612,7 @@ impl Store {
             let mut shared: HashSet<Arc<BTreeSet<String>>> = HashSet::new();
             let mut summaries = rows
                 .into_iter()
-                .map(|(id, state, role, instance_id, zone)| {
+                .map(|(id, state, role, instance_id, zone, addresses)| {
                     let applications = by_machine.remove(&id).unwrap_or_default();
                     let applications = match shared.get(&applications) {
                         Some(same) => Arc::clone(same),
@@ -581,6 +631,7 @@ impl Store {
                         instance_id,
                         zone,
                         applications,
+                        addresses,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
