@@ -225,6 +225,15 @@ impl Config {
         self.provider.sim.validate()?;
         self.api.validate()?;
         self.tls.validate(self.listen)?;
+        if let Some(url) = &self.controller_url {
+            if self.tls.serves_tls(self.listen) && url.trim().starts_with("http://") {
+                return Err(format!(
+                    "controller_url {url:?} is plain HTTP, but this controller serves HTTPS (TLS \
+                     is on for listen {}): agents could not check in; use https://",
+                    self.listen
+                ));
+            }
+        }
         if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
             return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
         }
@@ -324,6 +333,50 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
         file
+    }
+
+    #[test]
+    fn a_plain_http_controller_url_is_refused_when_the_controller_serves_https() {
+        let e = Config::load(
+            None,
+            env(&[
+                ("BERTH_LISTEN", "0.0.0.0:17070"),
+                ("BERTH_CONTROLLER_URL", "http://controller.invalid:17070"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("controller_url \"http://controller.invalid:17070\" is plain HTTP"),
+            "{e}"
+        );
+        for (listen, url, tls) in [
+            ("0.0.0.0:17070", "https://controller.invalid:17070", "true"),
+            (
+                "127.0.0.1:17070",
+                "http://controller.invalid:17070",
+                "false",
+            ),
+        ] {
+            Config::load(
+                None,
+                env(&[
+                    ("BERTH_LISTEN", listen),
+                    ("BERTH_CONTROLLER_URL", url),
+                    ("BERTH_TLS__ENABLED", tls),
+                ]),
+            )
+            .unwrap_or_else(|e| panic!("{listen} {url}: {e}"));
+        }
+        let e = Config::load(
+            None,
+            env(&[
+                ("BERTH_CONTROLLER_URL", "http://controller.invalid:17070"),
+                ("BERTH_TLS__ENABLED", "true"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("use https://"), "{e}");
     }
 
     #[test]
