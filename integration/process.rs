@@ -289,3 +289,83 @@ async fn login_saves_two_controllers_and_switch_picks_the_one_commands_use() {
         "ERROR no controller named \"c\": expected one of a, b"
     );
 }
+
+#[test]
+fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgresql() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let shared = tempfile::tempdir().unwrap();
+    let database = shared.path().join("berth.db");
+    let serve = |data_dir: &std::path::Path| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let mut command = berth_command();
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--database-url")
+            .arg(&database)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        (command, format!("http://127.0.0.1:{port}"))
+    };
+    let answers = |url: &str| {
+        berth_command()
+            .args(["status", "--url", url, "--token", "x"])
+            .output()
+            .map(|out| !String::from_utf8_lossy(&out.stderr).contains("cannot reach"))
+            .unwrap_or(false)
+    };
+    let wait_for = |url: &str, child: &mut std::process::Child| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !answers(url) {
+            assert!(child.try_wait().unwrap().is_none(), "berth serve exited");
+            assert!(Instant::now() < deadline, "berth serve did not answer");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut command, first_url) = serve(first_dir.path());
+    let mut first = command.spawn().unwrap();
+    wait_for(&first_url, &mut first);
+
+    // Another data directory, the same database: refused at start.
+    let (mut command, _) = serve(second_dir.path());
+    let mut second = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while second.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = first.kill();
+            panic!("a second controller started on the same SQLite store");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let refused = second.wait_with_output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "another berth controller is using the SQLite store {}",
+            database.display()
+        )) && stderr.contains("PostgreSQL"),
+        "{stderr}"
+    );
+    // Nothing of the refused controller was written to its data directory.
+    assert!(!second_dir.path().join("admin.token").exists());
+
+    // Once the first is gone (however it ends), another may take over.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (mut command, second_url) = serve(second_dir.path());
+    let mut second = command.spawn().unwrap();
+    wait_for(&second_url, &mut second);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}

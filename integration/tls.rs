@@ -442,9 +442,10 @@ fn an_operators_certificate_and_key_are_served_instead_of_the_controllers_own() 
 
     // A key file that holds no key stops the start with its name.
     std::fs::write(&key_file, "not a key").unwrap();
+    let other = tempfile::tempdir().unwrap();
     let refused = refused_start(serve_command(
         &format!("127.0.0.1:{}", free_port()),
-        data.path(),
+        other.path(),
         &[
             ("BERTH_TLS__ENABLED", "true"),
             ("BERTH_TLS__CERT_FILE", cert_file.to_str().unwrap()),

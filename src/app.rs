@@ -56,6 +56,62 @@ pub enum AppError {
     Api(#[source] std::io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error(
+        "another berth controller is using the SQLite store {}: SQLite serves one controller; \
+         to run several, point them all at one PostgreSQL database \
+         (database_url = \"postgres://...\")",
+        .0.display()
+    )]
+    SqliteInUse(PathBuf),
+}
+
+/// A controller's claim on a SQLite store: an exclusive lock on
+/// `<database>.lock`, held while the controller runs and let go by the
+/// kernel when it exits, however it exits.
+pub struct SqliteClaim {
+    _file: std::fs::File,
+}
+
+impl SqliteClaim {
+    /// Claims the SQLite store at `database`.
+    ///
+    /// # Errors
+    ///
+    /// [`AppError::SqliteInUse`] when another controller holds it;
+    /// [`AppError::DataDir`] when the lock file cannot be opened.
+    pub fn take(database: &Path) -> Result<SqliteClaim, AppError> {
+        let mut name = database.as_os_str().to_owned();
+        name.push(".lock");
+        let lock = PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(|source| AppError::DataDir {
+                path: lock.clone(),
+                source,
+            })?;
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock only reads the descriptor, which `file` owns
+            // and keeps open for as long as the claim lives.
+            let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if taken != 0 {
+                let error = std::io::Error::last_os_error();
+                return Err(if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    AppError::SqliteInUse(database.to_path_buf())
+                } else {
+                    AppError::DataDir {
+                        path: lock,
+                        source: error,
+                    }
+                });
+            }
+        }
+        Ok(SqliteClaim { _file: file })
+    }
 }
 
 /// A running controller.
@@ -65,6 +121,8 @@ pub struct Application {
     engine: Engine,
     store: Store,
     data_dir: PathBuf,
+    /// Held while the controller runs on a SQLite store.
+    _sqlite_claim: Option<SqliteClaim>,
 }
 
 impl Application {
@@ -93,6 +151,13 @@ impl Application {
                 .map_err(|e| StoreError::Connect(e.to_string()))??
         };
         log::info!("store: {url}");
+        // Claimed once the store has opened (so that a store that cannot
+        // be opened says why in its own words) and before anything is
+        // written.
+        let sqlite_claim = match &url {
+            DatabaseUrl::Sqlite(path) => Some(SqliteClaim::take(path)?),
+            DatabaseUrl::Postgres(_) => None,
+        };
         ensure_admin_token(&store, &data_dir).await?;
         let webhook_secret = match &config.webhook_secret {
             Some(secret) => Secret::new(secret.clone()),
@@ -179,6 +244,7 @@ impl Application {
             engine,
             store,
             data_dir,
+            _sqlite_claim: sqlite_claim,
         })
     }
 
