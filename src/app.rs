@@ -191,17 +191,7 @@ impl Application {
                 .controller_url
                 .clone()
                 .unwrap_or_else(|| format!("{scheme}://{address}")),
-            ca_cert: match tls.as_ref().and_then(|identity| identity.ca_file.as_ref()) {
-                Some(path) => {
-                    Some(
-                        std::fs::read_to_string(path).map_err(|source| AppError::DataDir {
-                            path: path.clone(),
-                            source,
-                        })?,
-                    )
-                }
-                None => None,
-            },
+            ca_cert: tls.as_ref().and_then(|identity| identity.ca_cert.clone()),
         };
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::start(

@@ -201,13 +201,13 @@ fn host_name() -> Option<String> {
         .filter(|name| !name.is_empty())
 }
 
-/// The certificate the controller serves and where its CA is.
+/// The certificate the controller serves and the CA clients trust.
 pub struct ServerIdentity {
     /// For actix-web's rustls listener.
     pub config: rustls::ServerConfig,
-    /// The CA certificate clients should trust, when the controller made
-    /// it (`None` for an operator's certificate).
-    pub ca_file: Option<PathBuf>,
+    /// The controller's own CA certificate (PEM), as kept in its data
+    /// directory (`None` for an operator's certificate).
+    pub ca_cert: Option<String>,
 }
 
 /// The TLS identity the controller serves with: the operator's certificate
@@ -222,7 +222,7 @@ pub fn server_identity(
     data_dir: &Path,
     names: &[String],
 ) -> Result<ServerIdentity, TlsError> {
-    let (chain, key, ca_file) = match (&tls.cert_file, &tls.key_file) {
+    let (chain, key, ca_cert) = match (&tls.cert_file, &tls.key_file) {
         (Some(cert_file), Some(key_file)) => {
             let chain = read_certificates(cert_file)?;
             let key = read_private_key(key_file)?;
@@ -231,7 +231,7 @@ pub fn server_identity(
         _ => {
             let ca = CertificateAuthority::open_or_create(data_dir)?;
             let (cert, key) = ca.issue_server(names)?;
-            (vec![cert], key, Some(ca.cert_file))
+            (vec![cert], key, Some(ca.cert_pem))
         }
     };
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -240,12 +240,13 @@ pub fn server_identity(
     .with_safe_default_protocol_versions()?
     .with_no_client_auth()
     .with_single_cert(chain, key)?;
-    Ok(ServerIdentity { config, ca_file })
+    Ok(ServerIdentity { config, ca_cert })
 }
 
 /// The controller's own CA, kept in the data directory.
 struct CertificateAuthority {
-    cert_file: PathBuf,
+    /// The kept certificate, as clients are given it.
+    cert_pem: String,
     key: rcgen::KeyPair,
     /// Rebuilt from the kept key with the fixed subject: signs like the
     /// kept certificate.
@@ -275,14 +276,16 @@ impl CertificateAuthority {
         let key_file = data_dir.join(CA_KEY_FILE);
         let params = Self::params()?;
         if cert_file.exists() && key_file.exists() {
-            let pem = std::fs::read_to_string(&key_file).map_err(|source| TlsError::Read {
-                path: key_file.clone(),
-                source,
-            })?;
-            let key = rcgen::KeyPair::from_pem(&pem)?;
+            let read = |path: &Path| {
+                std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            };
+            let key = rcgen::KeyPair::from_pem(&read(&key_file)?)?;
             let issuer = params.self_signed(&key)?;
             return Ok(CertificateAuthority {
-                cert_file,
+                cert_pem: read(&cert_file)?,
                 key,
                 issuer,
             });
@@ -290,13 +293,14 @@ impl CertificateAuthority {
         let key = rcgen::KeyPair::generate()?;
         let issuer = params.self_signed(&key)?;
         write_file(&key_file, &key.serialize_pem(), 0o600)?;
-        write_file(&cert_file, &issuer.pem(), 0o644)?;
+        let cert_pem = issuer.pem();
+        write_file(&cert_file, &cert_pem, 0o644)?;
         log::info!(
             "made the controller's certificate authority: {} (give it to clients)",
             cert_file.display()
         );
         Ok(CertificateAuthority {
-            cert_file,
+            cert_pem,
             key,
             issuer,
         })
@@ -511,8 +515,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let names = server_names(listen("127.0.0.1:1"), None, &[]);
         let first = server_identity(&TlsConfig::default(), &dir, &names).unwrap();
-        let ca_file = first.ca_file.clone().unwrap();
+        let ca_file = dir.join(CA_CERT_FILE);
         let ca_pem = std::fs::read(&ca_file).unwrap();
+        assert_eq!(
+            first.ca_cert.as_deref().map(str::as_bytes),
+            Some(&ca_pem[..])
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -524,16 +532,10 @@ mod tests {
         }
         // A second start keeps the CA and issues a new server certificate
         // that the kept CA verifies.
-        let CertificateAuthority { issuer, key, .. } =
-            CertificateAuthority::open_or_create(&dir).unwrap();
+        let kept = CertificateAuthority::open_or_create(&dir).unwrap();
         assert_eq!(std::fs::read(&ca_file).unwrap(), ca_pem);
-        let (server_cert, _) = CertificateAuthority {
-            cert_file: ca_file.clone(),
-            key,
-            issuer,
-        }
-        .issue_server(&names)
-        .unwrap();
+        assert_eq!(kept.cert_pem.as_bytes(), &ca_pem[..]);
+        let (server_cert, _) = kept.issue_server(&names).unwrap();
         let roots = {
             let mut roots = rustls::RootCertStore::empty();
             for cert in certificates_in(&ca_pem, "ca.crt").unwrap() {
