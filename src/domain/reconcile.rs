@@ -124,7 +124,10 @@ pub fn plan_reconciliation(
                 // known.
                 Some(listed)
                     if !listed.addresses.is_empty()
-                        && listed.addresses.join(",") != machine.addresses =>
+                        && !machine
+                            .addresses
+                            .split(',')
+                            .eq(listed.addresses.iter().map(String::as_str)) =>
                 {
                     plan.readdressed.push((
                         machine.id,
