@@ -530,10 +530,9 @@ async fn a_removed_machines_instance_is_terminated_and_a_stray_is_stopped() {
     assert_eq!(status.machines[0].state(), MachineState::Started);
 }
 
-#[actix_web::test]
-async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
-    let client = moto_client().await;
-    let provider = open_provider(&client).await;
+/// A controller on moto with one machine, checked in and started.
+async fn one_started_machine(client: &Client) -> (TestApp, StatusSnapshot) {
+    let provider = open_provider(client).await;
     let app = spawn_ec2(provider, None).await;
     let (store, engine) = (app.store(), app.engine());
     store.add_machines(AddMachines::default()).await.unwrap();
@@ -544,7 +543,15 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
         all_in(1, MachineState::AwaitingAgent),
     )
     .await;
-    let status = check_in_until_started(&client, engine, store, 1).await;
+    let status = check_in_until_started(client, engine, store, 1).await;
+    (app, status)
+}
+
+#[actix_web::test]
+async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
+    let client = moto_client().await;
+    let (app, status) = one_started_machine(&client).await;
+    let (store, engine) = (app.store(), app.engine());
     let instance = status.machines[0].instance_id().unwrap().to_string();
 
     client
@@ -564,18 +571,8 @@ async fn an_instance_stopped_behind_berths_back_shows_its_machine_down() {
 #[actix_web::test]
 async fn an_elastic_address_associated_later_becomes_the_machines_dns_name() {
     let client = moto_client().await;
-    let provider = open_provider(&client).await;
-    let app = spawn_ec2(provider, None).await;
+    let (app, status) = one_started_machine(&client).await;
     let (store, engine) = (app.store(), app.engine());
-    store.add_machines(AddMachines::default()).await.unwrap();
-    until_within(
-        PATIENCE,
-        store,
-        "awaiting",
-        all_in(1, MachineState::AwaitingAgent),
-    )
-    .await;
-    let status = check_in_until_started(&client, engine, store, 1).await;
     let instance = status.machines[0].instance_id().unwrap().to_string();
     let launched = status.machines[0].addresses.clone();
     assert!(!launched.is_empty());

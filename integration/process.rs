@@ -6,7 +6,9 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::support::app::{berth_command, spawn_app_with, Backend, Launch, Options, TestApp};
+use crate::support::app::{
+    berth_command, free_port, refused_start, spawn_app_with, Backend, Launch, Options, TestApp,
+};
 
 /// `berth serve` as a child process, on a fresh SQLite store.
 async fn start_controller() -> TestApp {
@@ -298,10 +300,7 @@ fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgr
     let shared = tempfile::tempdir().unwrap();
     let database = shared.path().join("berth.db");
     let serve = |data_dir: &std::path::Path| {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
+        let port = free_port();
         let mut command = berth_command();
         command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
@@ -311,7 +310,7 @@ fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgr
             .arg(&database)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::inherit());
         (command, format!("http://127.0.0.1:{port}"))
     };
     let answers = |url: &str| {
@@ -336,18 +335,8 @@ fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgr
     wait_for(&first_url, &mut first);
 
     // Another data directory, the same database: refused at start.
-    let (mut command, _) = serve(second_dir.path());
-    let mut second = command.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while second.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = second.kill();
-            let _ = first.kill();
-            panic!("a second controller started on the same SQLite store");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let refused = second.wait_with_output().unwrap();
+    let (command, _) = serve(second_dir.path());
+    let refused = refused_start(command);
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(

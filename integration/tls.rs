@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::app::berth_command;
+use crate::support::app::{berth_command, free_port, refused_start};
 use crate::support::sshd::Sshd;
 
 /// A `berth serve` process, killed when dropped.
@@ -26,13 +26,6 @@ impl Drop for Served {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `berth serve` on `listen` with `data_dir` and the settings in `env`.
@@ -75,26 +68,6 @@ fn serve_tls(host: &str, port: u16, data_dir: &Path, env: &[(&str, &str)]) -> Se
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Runs `command`, which must exit by itself (a start that is refused):
-/// killed, and the test failed, if it is still running after 30 s.
-fn refused_start(mut command: Command) -> Output {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("berth starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("berth serve started instead of refusing its configuration");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
 }
 
 fn https_url(served: &Served) -> String {

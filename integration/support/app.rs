@@ -16,9 +16,9 @@
 //!   as a real `berth serve` child process.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix_web::dev::ServerHandle;
 use async_trait::async_trait;
@@ -465,11 +465,36 @@ pub fn berth_command() -> Command {
     Command::new(env!("CARGO_BIN_EXE_berth"))
 }
 
-async fn process(site: Site) -> TestApp {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
-        .port();
+        .port()
+}
+
+/// Runs `command`, which must exit by itself (a start that is refused):
+/// killed, and the test failed, if it is still running after 30 s.
+pub fn refused_start(mut command: Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("berth starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("berth serve started instead of refusing its configuration");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+async fn process(site: Site) -> TestApp {
+    let port = free_port();
     let child = Mutex::new(
         berth_command()
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])

@@ -784,8 +784,10 @@ mod tests {
         assert!(view["machines"]["2"].get("life").is_none());
     }
 
-    fn unit_on(state: Option<MachineState>) -> (StatusInfo, StatusInfo) {
-        let unit = UnitRecord {
+    /// Unit app/0 on machine 0, its statuses as made, added at
+    /// `created_at_ms`.
+    fn unit_on_machine_0(created_at_ms: i64) -> UnitShown {
+        UnitShown::of(&UnitRecord {
             name: "app/0".parse().unwrap(),
             application: "app".parse().unwrap(),
             base: Base::DEFAULT,
@@ -794,10 +796,13 @@ mod tests {
             principal: None,
             agent_status: "allocating".into(),
             workload_status: "waiting".into(),
-            created_at_ms: 0,
-        };
+            created_at_ms,
+        })
+    }
+
+    fn unit_on(state: Option<MachineState>) -> (StatusInfo, StatusInfo) {
         unit_statuses(
-            &UnitShown::of(&unit),
+            &unit_on_machine_0(0),
             state.map(|state| MachineSeen { state, since_ms: 0 }),
         )
     }
@@ -846,17 +851,7 @@ mod tests {
 
     #[test]
     fn a_unit_shows_the_later_of_its_creation_and_its_machine_entering_its_state() {
-        let mut unit = UnitShown::of(&UnitRecord {
-            name: "app/0".parse().unwrap(),
-            application: "app".parse().unwrap(),
-            base: Base::DEFAULT,
-            constraints: Default::default(),
-            machine: Some(MachineId::new(0)),
-            principal: None,
-            agent_status: "allocating".into(),
-            workload_status: "waiting".into(),
-            created_at_ms: SINCE_MS,
-        });
+        let mut unit = unit_on_machine_0(SINCE_MS);
         let seen = |since_ms| {
             Some(MachineSeen {
                 state: MachineState::Started,
