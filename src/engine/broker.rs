@@ -33,6 +33,7 @@ use crate::contracts::provider::{
 };
 use crate::domain::instance::Instance;
 use crate::domain::words::word_enum;
+use crate::engine::leases::LeaseClock;
 use crate::engine::protocol::{
     InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
 };
@@ -290,6 +291,9 @@ struct Gate {
     /// was last let through.
     refused: Mutex<Option<(ProviderError, Instant)>>,
     observer: Option<CallObserver>,
+    /// This controller's leases: launches and terminations are sent only
+    /// while they can be trusted.
+    fence: Option<Arc<LeaseClock>>,
 }
 
 fn is_throttling(error: &ProviderError) -> bool {
@@ -300,6 +304,21 @@ fn is_throttling(error: &ProviderError) -> bool {
 }
 
 impl Gate {
+    /// Refuses a launch or termination while this controller's leases
+    /// cannot be trusted (it was paused or cut off from the store past
+    /// their renewal): another controller may be working on its machines.
+    fn check_fence(&self, kind: CallKind) -> Result<(), ProviderError> {
+        let acts = matches!(kind, CallKind::Launch | CallKind::Terminate);
+        match &self.fence {
+            Some(clock) if acts && !clock.is_trusted() => Err(ProviderError::new(
+                FailureClass::Transient,
+                "this controller's leases ran out before the call was sent; \
+                 another controller may hold its machines now",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Waits for a token of `kind`; returns the refusal instead if the
     /// provider is refusing our credentials and this is not a probe.
     async fn admit(&self, kind: CallKind) -> Result<(), ProviderError> {
@@ -382,6 +401,7 @@ impl Gate {
         let mut tries = 0;
         loop {
             self.admit(kind).await?;
+            self.check_fence(kind)?;
             let started = Instant::now();
             let call = make(self.provider.clone());
             let timeout = self.timeout;
@@ -460,11 +480,21 @@ impl ProviderBroker {
                 timeout,
                 refused: Mutex::new(None),
                 observer,
+                fence: None,
             }),
             max_batch,
             pending: Vec::new(),
             flush_scheduled: false,
         }
+    }
+
+    /// Sends launches and terminations only while `clock` trusts this
+    /// controller's leases.
+    pub fn fenced(mut self, clock: Arc<LeaseClock>) -> ProviderBroker {
+        if let Some(gate) = Arc::get_mut(&mut self.gate) {
+            gate.fence = Some(clock);
+        }
+        self
     }
 
     /// Sends the waiting launches, grouped and in batches.

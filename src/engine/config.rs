@@ -64,6 +64,11 @@ pub struct ProvisionerConfig {
     /// The most machine actors alive at once; further machines wait their
     /// turn as ids, so memory stays bounded however many are deployed.
     pub max_machine_actors: usize,
+    /// How long a controller's lease on a machine (and on a cluster-wide
+    /// job) lasts without renewal. Leases are renewed every third of it;
+    /// a controller that stops renewing loses its machines to the others
+    /// this long after its last renewal. At least 3.
+    pub lease_ttl_s: u64,
 }
 
 impl Default for ProvisionerConfig {
@@ -80,6 +85,7 @@ impl Default for ProvisionerConfig {
             reconcile_interval_s: 60,
             agent_down_after_s: 120,
             max_machine_actors: 8192,
+            lease_ttl_s: 15,
         }
     }
 }
@@ -109,6 +115,9 @@ impl ProvisionerConfig {
         if self.max_machine_actors == 0 {
             return Err("provisioner.max_machine_actors must be at least 1".into());
         }
+        if self.lease_ttl_s < 3 {
+            return Err("provisioner.lease_ttl_s must be at least 3".into());
+        }
         Ok(())
     }
 
@@ -127,6 +136,10 @@ impl ProvisionerConfig {
 
     pub fn call_timeout(&self) -> Duration {
         Duration::from_secs(self.call_timeout_s)
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_secs(self.lease_ttl_s)
     }
 }
 
@@ -168,6 +181,14 @@ mod tests {
         assert_eq!(
             no_actors.validate(),
             Err("provisioner.max_machine_actors must be at least 1".into())
+        );
+        let short_lease = ProvisionerConfig {
+            lease_ttl_s: 2,
+            ..ProvisionerConfig::default()
+        };
+        assert_eq!(
+            short_lease.validate(),
+            Err("provisioner.lease_ttl_s must be at least 3".into())
         );
     }
 

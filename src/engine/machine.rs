@@ -259,6 +259,9 @@ impl MachineActor {
             }
             .into_actor(self)
             .map(move |result, actor, ctx| match result {
+                Ok(found) if found.first().is_some_and(|m| !actor.shared.holds(&m.record)) => {
+                    actor.lease_lost(ctx)
+                }
                 Ok(mut found) if !found.is_empty() => then(actor, found.remove(0), ctx),
                 Ok(_) => actor.gone(ctx),
                 Err(e) => {
@@ -295,6 +298,17 @@ impl MachineActor {
         self.machine = fresh.record.machine.clone();
         self.record = fresh.record;
         self.applications = fresh.applications;
+    }
+
+    /// This controller no longer holds the machine's lease (it ran out,
+    /// and another controller may be working on it): stop without acting.
+    fn lease_lost(&mut self, ctx: &mut Context<Self>) {
+        log::warn!(
+            "machine {}: this controller no longer holds its lease; leaving it to the controller that does",
+            self.id
+        );
+        self.shared.zones.do_send(Release { machine: self.id });
+        ctx.stop();
     }
 
     /// The machine left the store: release its zone and stop.
@@ -464,6 +478,11 @@ impl MachineActor {
     }
 
     fn launch(&mut self, zone: String, password: Secret, ctx: &mut Context<Self>) {
+        if !self.shared.leases.is_trusted() {
+            // Paused or cut off past the lease: another controller may
+            // be launching this machine already.
+            return self.lease_lost(ctx);
+        }
         self.shared.metrics.provisioning_attempt();
         if let Some(target) = self.manual_target() {
             return self.enlist(target, password, ctx);
@@ -643,6 +662,9 @@ impl MachineActor {
     }
 
     fn terminate(&mut self, instance_id: String, ctx: &mut Context<Self>) {
+        if !self.shared.leases.is_trusted() {
+            return self.lease_lost(ctx);
+        }
         if is_manual_instance(&instance_id) {
             match self.manual_target() {
                 Some(target) => return self.unenlist(target, ctx),

@@ -16,6 +16,9 @@
 //! - [`shared`]: what every actor holds (the store, the provider, the
 //!   other actors' addresses).
 //! - [`config`]: the `[provisioner]` settings.
+//! - [`leases`]: how long this controller's leases can be trusted; the
+//!   provisioner claims, renews and releases them (the provisioning lock,
+//!   [`crate::store::leases`]), so several controllers share one store.
 //! - [`supervision`]: every actor restarted after a panic, on the same
 //!   address, its state rebuilt.
 //!
@@ -31,6 +34,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod leases;
 pub mod machine;
 pub mod manual_broker;
 pub mod protocol;
@@ -52,6 +56,7 @@ use crate::contracts::secrets::Secret;
 use crate::domain::names::MachineId;
 use crate::engine::broker::{ProviderBroker, RateLimits};
 use crate::engine::config::ProvisionerConfig;
+use crate::engine::leases::LeaseClock;
 use crate::engine::manual_broker::ManualBroker;
 use crate::engine::protocol::{GetLiveActors, ProviderReport, ReconcileNow, WatchRestarts};
 use crate::engine::provisioner::Provisioner;
@@ -93,6 +98,7 @@ impl Engine {
         let observer: broker::CallObserver = Arc::new(move |kind, took, ok| {
             observed.observe_provider_call(kind.as_str(), took.as_secs_f64(), ok)
         });
+        let leases = Arc::new(LeaseClock::new(config.lease_ttl()));
         let broker = supervision::start(
             kinds::PROVIDER_BROKER,
             Restart::OnPanic,
@@ -103,7 +109,8 @@ impl Engine {
                 config.workers,
                 config.call_timeout(),
                 Some(observer),
-            ),
+            )
+            .fenced(leases.clone()),
         );
         let zones = supervision::start(
             kinds::ZONE_TRACKER,
@@ -132,6 +139,7 @@ impl Engine {
             agent_down_after: Duration::from_secs(config.agent_down_after_s),
             max_machine_actors: config.max_machine_actors.max(1),
             metrics,
+            leases,
         });
         let provisioner = supervision::start(
             kinds::PROVISIONER,

@@ -35,6 +35,7 @@ use crate::engine::supervision::{self, hooks, kinds, Restart};
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
+use crate::store::leases::RECONCILE_JOB;
 use crate::store::{now_ms, Entity, Origin, StoreError};
 
 /// Change-log entries read at once while following the log.
@@ -46,6 +47,8 @@ const ADMIT_AT_LEAST: usize = 512;
 /// How long to wait before retrying after the store or provider failed
 /// during reconciliation.
 const RECONCILE_RETRY: Duration = Duration::from_secs(2);
+/// How long stopped actors' leases gather before they are let go together.
+const RELEASE_EVERY: Duration = Duration::from_millis(20);
 
 /// What the change-log follower found.
 #[derive(Message)]
@@ -59,6 +62,9 @@ struct StoreChanged {
     /// The zones, when they changed: applied before the machines, so that
     /// a machine never chooses from zones older than its own revision.
     zones: Option<Vec<ZoneRecord>>,
+    /// The machines among `machines` that need an actor and whose lease
+    /// this controller now holds: only these get a new actor here.
+    claimed: HashSet<MachineId>,
 }
 
 /// A machine that needs an actor but waits for room, with what the
@@ -90,6 +96,13 @@ pub struct Provisioner {
     /// Bumped on every (re)start, so that work of an earlier life that
     /// finishes late is recognised and dropped.
     generation: u64,
+    /// Whether this controller holds the lease of the cluster-wide
+    /// reconciliation job (the stray sweep, lost instances, heartbeats).
+    reconciler: bool,
+    /// Machines whose actors stopped, whose leases are to be let go.
+    releasing: Vec<MachineId>,
+    /// Whether taking over unheld machines is under way.
+    taking_over: bool,
 }
 
 impl Provisioner {
@@ -103,6 +116,9 @@ impl Provisioner {
             next_serial: 0,
             containers: HashMap::new(),
             generation: 0,
+            reconciler: false,
+            releasing: Vec::new(),
+            taking_over: false,
         }
     }
 
@@ -201,9 +217,33 @@ impl Provisioner {
     fn forget(&mut self, id: MachineId, serial: u64, ctx: &mut Context<Self>) {
         if self.actors.get(&id).is_some_and(|(s, _)| *s == serial) {
             self.actors.remove(&id);
+            self.release_lease(id, ctx);
             self.report_actors();
             self.admit_waiting(ctx);
         }
+    }
+
+    /// Lets go of a machine's lease once its actor has stopped (settled,
+    /// gone, or it found the lease lost), so that whoever next has work
+    /// for it can claim it. Released in batches.
+    fn release_lease(&mut self, id: MachineId, ctx: &mut Context<Self>) {
+        self.releasing.push(id);
+        if self.releasing.len() > 1 {
+            return;
+        }
+        ctx.run_later(RELEASE_EVERY, |act, ctx| {
+            let ids = std::mem::take(&mut act.releasing);
+            let store = act.shared.store.clone();
+            ctx.spawn(
+                async move {
+                    if let Err(e) = store.release_machines(ids).await {
+                        // They run out by themselves.
+                        log::warn!("provisioner: cannot release machines' leases: {e}");
+                    }
+                }
+                .into_actor(act),
+            );
+        });
     }
 
     /// Reads waiting machines afresh from the store and starts their
@@ -238,9 +278,14 @@ impl Provisioner {
         let ids: Vec<MachineId> = admitted.keys().copied().collect();
         let store = self.shared.store.clone();
         let generation = self.generation;
+        let ttl = self.shared.leases.ttl();
         ctx.spawn(
-            async move { store.blocking(move |s| s.engine_machines(Some(&ids))).await }
-                .into_actor(self)
+            async move {
+                // Only the machines no other controller is working on.
+                let claimed = store.claim_machines(ids, ttl).await?;
+                store.blocking(move |s| s.engine_machines(Some(&claimed))).await
+            }
+            .into_actor(self)
                 .map(move |result, act, ctx| {
                     if act.generation != generation {
                         return;
@@ -270,7 +315,8 @@ impl Provisioner {
                             }
                         }
                     }
-                    // Not found: removed from the store meanwhile.
+                    // Not claimed (another controller holds it) or not
+                    // found (removed from the store meanwhile).
                     for id in admitted.into_keys() {
                         act.queued.remove(&id);
                     }
@@ -314,16 +360,35 @@ impl Provisioner {
                 .await
                 .map_err(|e| e.to_string())?;
             let (machines, instances) = read_machines_and_instances(&shared).await?;
-            Ok::<_, String>((revision, zones, machines, instances))
+            // Strays are stopped by the controller that holds the
+            // reconciliation job, and only when a second look agrees.
+            let reconciler = shared
+                .store
+                .hold_job(RECONCILE_JOB, shared.leases.ttl())
+                .await
+                .map_err(|e| e.to_string())?;
+            let candidates = if reconciler && shared.harvest.harvests_strays() {
+                plan_reconciliation(&machines, &instances).strays
+            } else {
+                Vec::new()
+            };
+            let strays = confirm_strays(&shared, candidates, &instances).await?;
+            let survey = Survey {
+                machines,
+                instances,
+                strays,
+            };
+            Ok::<_, String>((revision, zones, survey, reconciler))
         };
         ctx.wait(work.into_actor(self).map(move |result, act, ctx| {
             if act.generation != generation {
                 return;
             }
             match result {
-                Ok((revision, zones, machines, instances)) => {
+                Ok((revision, zones, survey, reconciler)) => {
+                    act.reconciler = reconciler;
                     act.shared.zones.do_send(SetZones(zones));
-                    act.start_from(revision, machines, instances, ctx);
+                    act.start_from(revision, survey, ctx);
                 }
                 Err(e) => {
                     log::error!(
@@ -335,13 +400,12 @@ impl Provisioner {
         }));
     }
 
-    fn start_from(
-        &mut self,
-        revision: i64,
-        machines: Vec<MachineSummary>,
-        instances: Vec<Instance>,
-        ctx: &mut Context<Self>,
-    ) {
+    fn start_from(&mut self, revision: i64, survey: Survey, ctx: &mut Context<Self>) {
+        let Survey {
+            machines,
+            instances,
+            strays,
+        } = survey;
         let plan = plan_reconciliation(&machines, &instances);
         drop(instances);
         self.record_addresses(plan.readdressed, ctx);
@@ -363,11 +427,6 @@ impl Provisioner {
                 });
             }
         }
-        let strays = if self.shared.harvest.harvests_strays() {
-            plan.strays
-        } else {
-            Vec::new()
-        };
         let broker = self.shared.broker.clone();
         let stop_strays = async move {
             if !strays.is_empty() {
@@ -487,6 +546,7 @@ impl Provisioner {
         let store = self.shared.store.clone();
         let me = ctx.address();
         let generation = self.generation;
+        let ttl = self.shared.leases.ttl();
         ctx.spawn(
             async move {
                 let mut since = revision;
@@ -543,12 +603,27 @@ impl Provisioner {
                     let machines = store
                         .blocking(move |s| s.engine_machines(Some(&ids)))
                         .await?;
+                    // Those needing work that no other controller holds are
+                    // claimed: whichever controller claims first works on it.
+                    let now = now_ms();
+                    let wanted: Vec<MachineId> = machines
+                        .iter()
+                        .filter(|m| needs_actor(m.record.state()))
+                        .filter(|m| {
+                            m.record.lease.as_ref().is_none_or(|lease| {
+                                lease.holder == store.holder() || !lease.is_live(now)
+                            })
+                        })
+                        .map(|m| m.record.id)
+                        .collect();
+                    let claimed = store.claim_machines(wanted, ttl).await?;
                     if me
                         .send(StoreChanged {
                             machines,
                             removed,
                             retried,
                             zones,
+                            claimed: claimed.into_iter().collect(),
                         })
                         .await
                         .is_err()
@@ -573,23 +648,43 @@ impl Provisioner {
     }
 
     fn reconcile_with_provider(&mut self, ctx: &mut Context<Self>) {
+        if !self.reconciler {
+            // Another controller holds the reconciliation job.
+            return;
+        }
         let shared = self.shared.clone();
         let generation = self.generation;
-        let work = async move { read_machines_and_instances(&shared).await };
+        let work = async move {
+            let (machines, instances) = read_machines_and_instances(&shared).await?;
+            // Launches in flight are not strays: their machines' actors
+            // will record them.
+            let candidates = if shared.harvest.harvests_strays() {
+                periodic_strays(&machines, &instances)
+            } else {
+                Vec::new()
+            };
+            let strays = confirm_strays(&shared, candidates, &instances).await?;
+            Ok::<_, String>(Survey {
+                machines,
+                instances,
+                strays,
+            })
+        };
         ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
             if act.generation != generation {
                 return;
             }
-            let (machines, instances) = match result {
+            let Survey {
+                machines,
+                instances,
+                strays,
+            } = match result {
                 Ok(found) => found,
                 Err(e) => return log::warn!("provisioner: periodic reconciliation failed: {e}"),
             };
             let mut plan = plan_reconciliation(&machines, &instances);
             act.record_addresses(std::mem::take(&mut plan.readdressed), ctx);
-            // Launches in flight are not strays: their machines' actors
-            // will record them.
-            let strays = periodic_strays(&machines, &instances);
-            if act.shared.harvest.harvests_strays() && !strays.is_empty() {
+            if !strays.is_empty() {
                 log::info!(
                     "provisioner: stopping {} stray instance(s): {}",
                     strays.len(),
@@ -636,9 +731,128 @@ impl Provisioner {
         );
     }
 
+    /// Renews this controller's leases and the reconciliation job's, stops
+    /// the actors of machines whose lease was lost, and takes over the
+    /// machines nobody holds (those of a controller that stopped renewing).
+    fn keep_leases(&mut self, ctx: &mut Context<Self>) {
+        let began = std::time::Instant::now();
+        // Actors started after this point were claimed after the renewal
+        // began: the renewal's answer does not speak for them.
+        let serial_mark = self.next_serial;
+        let shared = self.shared.clone();
+        let generation = self.generation;
+        let work = async move {
+            let ttl = shared.leases.ttl();
+            let renewed = shared.store.renew_leases(ttl).await?;
+            let reconciler = shared.store.hold_job(RECONCILE_JOB, ttl).await?;
+            let unheld = shared
+                .store
+                .blocking(|s| s.unheld_machines(now_ms()))
+                .await?;
+            Ok::<_, StoreError>((renewed, reconciler, unheld))
+        };
+        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
+            if act.generation != generation {
+                return;
+            }
+            let (renewed, reconciler, unheld) = match result {
+                Ok(found) => found,
+                Err(e) => {
+                    // The lease clock runs out if this goes on: the broker
+                    // then refuses to act until a renewal succeeds.
+                    log::warn!("provisioner: cannot renew leases: {e}");
+                    return;
+                }
+            };
+            act.shared.leases.renewed(began);
+            if reconciler != act.reconciler {
+                log::info!(
+                    "provisioner: {} the reconciliation job",
+                    if reconciler { "took" } else { "no longer holds" }
+                );
+            }
+            act.reconciler = reconciler;
+            let lost: Vec<MachineId> = act
+                .actors
+                .iter()
+                .filter(|(id, (serial, _))| {
+                    *serial <= serial_mark && !renewed.machines.contains(id)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in lost {
+                if let Some((_, actor)) = act.actors.remove(&id) {
+                    log::warn!("machine {id}: this controller's lease ran out; leaving it");
+                    actor.do_send(Shutdown);
+                }
+            }
+            act.report_actors();
+            let fresh: Vec<(MachineId, MachineState)> = unheld
+                .into_iter()
+                .filter(|(id, _)| !act.actors.contains_key(id) && !act.queued.contains(id))
+                .collect();
+            act.take_over(fresh, ctx);
+        }));
+    }
+
+    /// Puts machines nobody holds in line for actors (their leases are
+    /// claimed at admission). A machine that may have a launch in flight
+    /// (its controller stopped while it was starting) first has the
+    /// provider's instances searched for it by its tags, so that the
+    /// launch is adopted instead of made again.
+    fn take_over(&mut self, machines: Vec<(MachineId, MachineState)>, ctx: &mut Context<Self>) {
+        if machines.is_empty() || self.taking_over {
+            return;
+        }
+        let launching = machines
+            .iter()
+            .any(|(_, state)| matches!(state, MachineState::Starting | MachineState::Dying));
+        if !launching {
+            for (id, _) in machines {
+                self.wait_for_actor(id, None, false);
+            }
+            self.admit_waiting(ctx);
+            return;
+        }
+        self.taking_over = true;
+        let shared = self.shared.clone();
+        let generation = self.generation;
+        ctx.spawn(
+            async move { read_machines_and_instances(&shared).await }
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    if act.generation != generation {
+                        return;
+                    }
+                    act.taking_over = false;
+                    let (summaries, instances) = match result {
+                        Ok(found) => found,
+                        Err(e) => {
+                            return log::warn!("provisioner: cannot take machines over: {e}")
+                        }
+                    };
+                    let mut plan = plan_reconciliation(&summaries, &instances);
+                    for (id, _) in machines {
+                        if act.actors.contains_key(&id) {
+                            continue;
+                        }
+                        let adopt = plan.adopt.remove(&id);
+                        if let Some(instance) = &adopt {
+                            log::info!(
+                                "machine {id}: taking over the launch of {} from a controller that stopped",
+                                instance.id
+                            );
+                        }
+                        act.wait_for_actor(id, adopt, plan.vanished.contains(&id));
+                    }
+                    act.admit_waiting(ctx);
+                }),
+        );
+    }
+
     fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {
         let after = self.shared.agent_down_after;
-        if after.is_zero() {
+        if after.is_zero() || !self.reconciler {
             return;
         }
         let before = now_ms() - i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
@@ -657,6 +871,42 @@ impl Provisioner {
                 }),
         );
     }
+}
+
+/// What a reconciliation compares, and the strays it confirmed.
+struct Survey {
+    machines: Vec<MachineSummary>,
+    instances: Vec<Instance>,
+    /// Instances to stop (empty unless this controller holds the
+    /// reconciliation job and harvests strays).
+    strays: Vec<String>,
+}
+
+/// The `candidates` for stopping that are strays still when the machines
+/// are read again after the provider listed its instances. The first read
+/// came before the listing, so an instance another controller launched in
+/// between looks like nobody's; by the second read its machine says it is
+/// starting (the launch is written before it is made) or has recorded it.
+async fn confirm_strays(
+    shared: &Shared,
+    candidates: Vec<String>,
+    instances: &[Instance],
+) -> Result<Vec<String>, String> {
+    if candidates.is_empty() {
+        return Ok(candidates);
+    }
+    let machines = shared
+        .store
+        .blocking(|s| s.machine_summaries())
+        .await
+        .map_err(|e| e.to_string())?;
+    let still: HashSet<String> = periodic_strays(&machines, instances)
+        .into_iter()
+        .collect();
+    Ok(candidates
+        .into_iter()
+        .filter(|id| still.contains(id))
+        .collect())
 }
 
 /// Every machine in the store, and every instance of this controller at the
@@ -685,6 +935,9 @@ impl Actor for Provisioner {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.rebuild(ctx);
+        ctx.run_interval(self.shared.leases.renew_every(), |act, ctx| {
+            act.keep_leases(ctx)
+        });
         let interval = self.shared.reconcile_interval;
         if !interval.is_zero() {
             ctx.run_interval(interval, |act, ctx| act.reconcile_with_provider(ctx));
@@ -706,6 +959,10 @@ impl Supervised for Provisioner {
         self.waiting.clear();
         self.queued.clear();
         self.admitting = false;
+        self.taking_over = false;
+        // Their flush was dropped with the old context: the leases of
+        // settled machines stay held (and renewed) until the next stop.
+        self.releasing.clear();
         for (_, pen) in self.containers.drain() {
             pen.do_send(Shutdown);
         }
@@ -759,6 +1016,15 @@ impl Handler<StoreChanged> for Provisioner {
             }
             if self.queued.contains(&id) {
                 // Read afresh when its turn comes.
+                continue;
+            }
+            if !msg.claimed.contains(&id) && !self.shared.holds(&machine.record) {
+                // Another controller works on it now.
+                if let Some((_, actor)) = self.actors.remove(&id) {
+                    log::info!("machine {id}: another controller holds it now");
+                    actor.do_send(Shutdown);
+                    self.report_actors();
+                }
                 continue;
             }
             let retried = msg.retried.contains(&id);

@@ -9,6 +9,7 @@ use actix::prelude::*;
 use crate::contracts::provider::{ControllerContact, Provider};
 use crate::engine::broker::ProviderBroker;
 use crate::engine::config::HarvestMode;
+use crate::engine::leases::LeaseClock;
 use crate::engine::manual_broker::ManualBroker;
 use crate::engine::zone_tracker::ZoneTracker;
 use crate::metrics::Metrics;
@@ -37,4 +38,17 @@ pub struct Shared {
     pub max_machine_actors: usize,
     /// Updated by the actors, rendered by the API's `/metrics`.
     pub metrics: Arc<Metrics>,
+    /// Whether this controller's leases can be trusted now (see
+    /// [`crate::store::leases`]).
+    pub leases: Arc<LeaseClock>,
+}
+
+impl Shared {
+    /// Whether this controller holds a live lease on `record`'s machine,
+    /// as read from the store.
+    pub fn holds(&self, record: &crate::store::records::MachineRecord) -> bool {
+        record.lease.as_ref().is_some_and(|lease| {
+            lease.holder == self.store.holder() && lease.is_live(crate::store::now_ms())
+        })
+    }
 }

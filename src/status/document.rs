@@ -500,6 +500,7 @@ mod tests {
                         .iter()
                         .position(|s| *s == state)
                         .unwrap_or(0) as i64,
+            lease: None,
         }
     }
 

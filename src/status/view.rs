@@ -600,6 +600,7 @@ mod tests {
             updated_at_ms: 0,
             addresses: Vec::new(),
             status_since_ms: SINCE_MS,
+            lease: None,
         }
     }
 

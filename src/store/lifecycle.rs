@@ -223,21 +223,50 @@ fn decide(
     })
 }
 
-/// Writes a decision: the machine, or its removal when it is dead.
+/// Writes a decision: the machine, or its removal when it is dead. With
+/// a `fence` (a controller's holder id), only while that controller holds
+/// the machine's lease.
 fn write(
     tx: &mut Tx<'_>,
     id: MachineId,
     expected: Option<MachineState>,
     decision: &Decision,
+    fence: Option<&str>,
 ) -> Result<(), StoreError> {
     let next = &decision.applied.next;
     if next.state == MachineState::Dead {
+        if let Some(holder) = fence {
+            check_lease(tx, &id, holder)?;
+        }
         // Dead is never stored: the machine goes instead.
         delete_machine_rows(tx, &id)
     } else if decision.unchanged {
         Ok(())
     } else {
-        save_machine(tx, &id, expected, next, &decision.update)
+        save_machine(tx, &id, expected, next, &decision.update, fence)
+    }
+}
+
+/// The conflict of a controller writing a machine whose lease it does not
+/// hold (it ran out and another controller may have taken it).
+fn lease_lost(id: &MachineId, holder: Option<String>) -> StoreError {
+    StoreError::Conflict(match holder {
+        Some(holder) => format!("machine {id} is held by controller {holder}"),
+        None => format!("machine {id} is held by no controller: its lease ran out"),
+    })
+}
+
+/// Fails unless controller `holder` holds a live lease on machine `id`.
+fn check_lease(tx: &mut Tx<'_>, id: &MachineId, holder: &str) -> Result<(), StoreError> {
+    let lease: Option<(Option<String>, Option<i64>)> = machines::table
+        .find(id.to_string())
+        .select((machines::lease_holder, machines::lease_expires_ms))
+        .get_result(tx.conn)
+        .optional()?;
+    match lease {
+        None => Err(StoreError::NotFound(format!("machine {id} not found"))),
+        Some((Some(h), Some(until))) if h == holder && until >= tx.now_ms => Ok(()),
+        Some((h, _)) => Err(lease_lost(id, h.filter(|h| h != holder))),
     }
 }
 
@@ -263,7 +292,7 @@ fn apply_to(
     let id = request.id;
     let decision =
         decide(current, request, policy, jitter(), tx.now_ms).map_err(|e| illegal(id, &e))?;
-    write(tx, id, expected, &decision)?;
+    write(tx, id, expected, &decision, None)?;
     Ok(decision.applied)
 }
 
@@ -376,7 +405,7 @@ impl Store {
         if !decided.needs_write() {
             return Ok(decided.decision.applied);
         }
-        Ok(self.commit(decided).await?)
+        Ok(self.commit_fenced(decided, None).await?)
     }
 
     /// The first half of [`Store::apply`], without waiting: the transition
@@ -403,16 +432,26 @@ impl Store {
         })
     }
 
-    /// The second half of [`Store::apply`]: writes a decided event if the
-    /// stored machine is still in the state it was decided from.
+    /// The second half of [`Store::apply`] for a machine's actor: writes a
+    /// decided event if the stored machine is still in the state it was
+    /// decided from and this controller still holds its lease.
     ///
     /// # Errors
     ///
     /// [`StoreError::NotFound`] if the machine has gone;
     /// [`StoreError::Conflict`] if someone else (a user's remove or retry,
-    /// an agent) moved it meanwhile: the engine reads it again and decides
-    /// anew.
+    /// an agent) moved it meanwhile, or this controller no longer holds
+    /// its lease: the engine reads it again and decides anew.
     pub async fn commit(&self, decided: Decided) -> Result<Applied, StoreError> {
+        let holder = self.holder().to_string();
+        self.commit_fenced(decided, Some(holder)).await
+    }
+
+    async fn commit_fenced(
+        &self,
+        decided: Decided,
+        fence: Option<String>,
+    ) -> Result<Applied, StoreError> {
         let Decided {
             id,
             expected,
@@ -420,7 +459,7 @@ impl Store {
         } = decided;
         self.write(move |tx| {
             tx.set_origin(Origin::Engine);
-            write(tx, id, Some(expected), &decision)?;
+            write(tx, id, Some(expected), &decision, fence.as_deref())?;
             Ok(decision.applied)
         })
         .await
@@ -440,6 +479,7 @@ impl Store {
         expected: Machine,
         message: String,
     ) -> Result<(), StoreError> {
+        let holder = self.holder().to_string();
         self.write(move |tx| {
             tx.set_origin(Origin::Engine);
             let mut noted = expected.clone();
@@ -450,6 +490,7 @@ impl Store {
                 Some(expected.state),
                 &noted,
                 &MachineUpdate::default(),
+                Some(&holder),
             )
         })
         .await
@@ -619,6 +660,11 @@ struct SaveMachine<'a> {
     retry_at_ms: Kept<i64>,
     credential_hash: Option<&'a str>,
     last_heartbeat_ms: Option<i64>,
+    /// Whether the save is not fenced by a lease; when it is, `holder`
+    /// must hold the machine's lease, live at `now_ms`.
+    unfenced: bool,
+    holder: &'a str,
+    now_ms: i64,
 }
 
 /// A nullable column a save may leave alone (`keep`) or set (`value`,
@@ -731,6 +777,14 @@ where
         out.push_sql(" AND state = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
         out.push_sql(", state)");
+        // One shape fenced or not, so one prepared statement serves both.
+        out.push_sql(" AND (");
+        out.push_bind_param::<Bool, _>(&self.unfenced)?;
+        out.push_sql(" OR (lease_holder = ");
+        out.push_bind_param::<Text, _>(self.holder)?;
+        out.push_sql(" AND lease_expires_ms >= ");
+        out.push_bind_param::<BigInt, _>(&self.now_ms)?;
+        out.push_sql("))");
         Ok(())
     }
 }
@@ -755,6 +809,7 @@ fn save_machine(
     expected: Option<MachineState>,
     machine: &Machine,
     update: &MachineUpdate,
+    fence: Option<&str>,
 ) -> Result<(), StoreError> {
     let life = &machine.lifecycle;
     let key = id.to_string();
@@ -803,12 +858,18 @@ fn save_machine(
         ),
         credential_hash: update.credential_hash.as_deref(),
         last_heartbeat_ms: update.heartbeat_ms,
+        unfenced: fence.is_none(),
+        holder: fence.unwrap_or_default(),
+        now_ms: tx.now_ms,
     };
     let found = match tx.conn {
         Conn::Sqlite(conn) => save.execute(conn)?,
         Conn::Postgres(conn) => save.execute(conn)?,
     };
     if found == 0 {
+        if let Some(holder) = fence {
+            check_lease(tx, id, holder)?;
+        }
         let current: Option<String> = match expected {
             None => None,
             Some(_) => machines::table

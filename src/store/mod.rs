@@ -16,7 +16,10 @@
 //!   machine's state, whoever causes it, goes through it.
 //! - [`machines`], [`units`], [`applications`], [`model`], [`zones`]: the
 //!   user's operations, each one transaction.
-//! - [`credentials`]: the admin token's hash.
+//! - [`credentials`]: the admin token's hash; the model's secrets.
+//! - [`leases`]: the provisioning lock (each machine's lease) and the
+//!   cluster-wide jobs' leases, for several controllers on one database;
+//!   [`listener`]: hearing the other controllers' commits.
 //! - the status snapshot and delta reads are written in
 //!   [`crate::status::snapshot`], beside the rest of status.
 //! - [`change_log`], [`writer`]: the change log's vocabulary and the single
@@ -29,7 +32,9 @@ pub mod change_log;
 pub mod credentials;
 pub mod db;
 pub mod error;
+pub mod leases;
 pub mod lifecycle;
+pub mod listener;
 pub mod machines;
 pub mod model;
 pub mod records;
@@ -89,6 +94,26 @@ pub struct Store {
     /// The lifecycle policy every transition is applied with, shared by
     /// every handle (see [`Store::set_policy`]).
     policy: Arc<std::sync::RwLock<crate::domain::machine::Policy>>,
+    /// Who this store's controller is among the controllers sharing the
+    /// database: the holder of its leases and the writer stamped on its
+    /// change-log entries. New at every open, so a controller that comes
+    /// back is a new holder and never mistakes a lease it lost for its own.
+    holder: Arc<str>,
+}
+
+/// A new controller identity: the host's name, the process id and a
+/// random part (`web-1-4242-9f2c61d0`).
+fn new_holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "controller".to_string());
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }
 
 /// Why berth cannot write the SQLite database at `path` (or create it in
@@ -160,19 +185,33 @@ impl Store {
             .select(log_head::revision)
             .get_result(&mut write_conn)?;
         let (head_tx, head) = watch::channel(revision);
-        let writer = Writer::spawn(write_conn, manager, head_tx)?;
+        let head_tx = Arc::new(head_tx);
+        let holder: Arc<str> = new_holder_id().into();
+        let writer = Writer::spawn(write_conn, manager, head_tx.clone(), holder.clone())?;
         let pool = db::pool(url, READ_POOL_SIZE)?;
+        if let DatabaseUrl::Postgres(postgres) = url {
+            listener::spawn(postgres.clone(), head_tx).map_err(|e| {
+                StoreError::Connect(format!("cannot start the change listener: {e}"))
+            })?;
+        }
         Ok(Store {
             url: url.clone(),
             pool,
             writer,
             head,
             policy: Arc::default(),
+            holder,
         })
     }
 
     pub fn url(&self) -> &DatabaseUrl {
         &self.url
+    }
+
+    /// This controller's identity among those sharing the database: the
+    /// holder of its leases, stamped on the change-log entries it writes.
+    pub fn holder(&self) -> &str {
+        &self.holder
     }
 
     /// Runs a read on a pooled connection. Blocking: async callers wrap it
@@ -261,7 +300,8 @@ impl Store {
     /// this version cannot read.
     pub fn changes_since(&self, since: i64, limit: i64) -> Result<Vec<Change>, StoreError> {
         self.read(|conn| {
-            let rows: Vec<(i64, String, String, String, String, String, i64)> = changes::table
+            type Row = (i64, String, String, String, String, String, i64, String);
+            let rows: Vec<Row> = changes::table
                 .select((
                     changes::revision,
                     changes::entity,
@@ -270,13 +310,14 @@ impl Store {
                     changes::detail,
                     changes::origin,
                     changes::at_ms,
+                    changes::writer,
                 ))
                 .filter(changes::revision.gt(since))
                 .order(changes::revision.asc())
                 .limit(limit)
                 .load(conn)?;
             rows.into_iter()
-                .map(|(revision, entity, id, change, detail, origin, at_ms)| {
+                .map(|(revision, entity, id, change, detail, origin, at_ms, writer)| {
                     Ok(Change {
                         revision,
                         entity: Entity::parse(&entity).ok_or_else(|| {
@@ -291,6 +332,7 @@ impl Store {
                             StoreError::Invariant(format!("unknown origin {origin:?}"))
                         })?,
                         at_ms,
+                        writer,
                     })
                 })
                 .collect()

@@ -186,6 +186,8 @@ pub(crate) struct MachineRow {
     pub updated_at_ms: i64,
     pub addresses: String,
     pub status_since_ms: Option<i64>,
+    pub lease_holder: Option<String>,
+    pub lease_expires_ms: Option<i64>,
 }
 
 /// A machine as stored: its intent (base, constraints, placement), its
@@ -214,6 +216,30 @@ pub struct MachineRecord {
     pub addresses: Vec<String>,
     /// When the machine entered its state (ms since the epoch).
     pub status_since_ms: i64,
+    /// The controller working on the machine, if one holds its lease.
+    pub lease: Option<MachineLease>,
+}
+
+/// A controller's lease on a machine: the provisioning lock. Only its
+/// holder works on the machine, and only until the lease runs out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MachineLease {
+    pub holder: String,
+    pub expires_ms: i64,
+}
+
+impl MachineLease {
+    fn of(holder: Option<String>, expires_ms: Option<i64>) -> Option<MachineLease> {
+        Some(MachineLease {
+            holder: holder?,
+            expires_ms: expires_ms?,
+        })
+    }
+
+    /// Whether the lease still binds at `now_ms`.
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        self.expires_ms >= now_ms
+    }
 }
 
 impl MachineRecord {
@@ -263,6 +289,7 @@ impl TryFrom<MachineRow> for MachineRecord {
             updated_at_ms: row.updated_at_ms,
             addresses: split_list(&row.addresses),
             status_since_ms: row.status_since_ms.unwrap_or(row.created_at_ms),
+            lease: MachineLease::of(row.lease_holder, row.lease_expires_ms),
         })
     }
 }

@@ -29,6 +29,7 @@ diesel::table! {
         detail -> Text,
         origin -> Text,
         at_ms -> BigInt,
+        writer -> Text,
     }
 }
 
@@ -88,6 +89,8 @@ diesel::table! {
         updated_at_ms -> BigInt,
         addresses -> Text,
         status_since_ms -> Nullable<BigInt>,
+        lease_holder -> Nullable<Text>,
+        lease_expires_ms -> Nullable<BigInt>,
     }
 }
 
@@ -132,6 +135,22 @@ diesel::table! {
     credentials (name) {
         name -> Text,
         hash -> Text,
+        created_at_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    leases (name) {
+        name -> Text,
+        holder -> Text,
+        expires_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    model_secrets (name) {
+        name -> Text,
+        value -> Text,
         created_at_ms -> BigInt,
     }
 }

@@ -15,7 +15,14 @@
 //! a new one; while that fails, the batch fails the same way at once, so
 //! callers hear "unavailable" rather than wait, and the first batch after
 //! the database is back commits normally.
+//!
+//! Every entry is stamped with this store's writer id (the controller's
+//! [`crate::store::Store::holder`]). On PostgreSQL a commit that grew the
+//! log also sends `NOTIFY berth_changes` with the new head revision, so
+//! that every other controller's follower wakes (see
+//! [`crate::store::listener`]).
 
+use std::sync::Arc;
 use std::thread;
 
 use diesel::prelude::*;
@@ -25,6 +32,10 @@ use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::{Conn, Manager};
 use crate::store::error::StoreError;
 use crate::store::schema::{changes, log_head};
+
+/// The PostgreSQL channel every commit that grew the log is announced on,
+/// with the new head revision as its payload.
+pub const CHANGES_CHANNEL: &str = "berth_changes";
 
 /// The most operations committed in one transaction.
 pub const MAX_BATCH: usize = 1024;
@@ -132,12 +143,13 @@ impl Writer {
     pub fn spawn(
         conn: Conn,
         manager: Manager,
-        head: watch::Sender<i64>,
+        head: Arc<watch::Sender<i64>>,
+        writer_id: Arc<str>,
     ) -> Result<Writer, StoreError> {
         let (queue, jobs) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         thread::Builder::new()
             .name("berth-store-writer".into())
-            .spawn(move || write_loop(conn, manager, jobs, head))
+            .spawn(move || write_loop(conn, manager, jobs, &head, &writer_id))
             .map_err(|e| StoreError::Connect(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer { queue })
     }
@@ -193,7 +205,8 @@ fn write_loop(
     conn: Conn,
     manager: Manager,
     mut jobs: mpsc::Receiver<Box<dyn Job>>,
-    head: watch::Sender<i64>,
+    head: &watch::Sender<i64>,
+    writer_id: &str,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut conn = Some(conn);
@@ -215,7 +228,7 @@ fn write_loop(
             }
         }
         let committed = match conn.as_mut() {
-            Some(c) => commit_batch(c, &mut batch),
+            Some(c) => commit_batch(c, &mut batch, writer_id),
             None => Err(StoreError::Connect(
                 "the database is unavailable; try again shortly".into(),
             )),
@@ -227,13 +240,26 @@ fn write_loop(
             }
         }
         if let Ok(Some(revision)) = &committed {
-            head.send_replace(*revision);
+            advance_head(head, *revision);
         }
         let outcome = committed.map(|_| ());
         for job in batch.drain(..) {
             job.finish(outcome.clone());
         }
     }
+}
+
+/// Moves the head to `revision` unless it is already there or past it:
+/// another controller's later commit may have been heard first.
+pub(crate) fn advance_head(head: &watch::Sender<i64>, revision: i64) {
+    head.send_if_modified(|current| {
+        if revision > *current {
+            *current = revision;
+            true
+        } else {
+            false
+        }
+    });
 }
 
 /// Whether `conn` can no longer be used (the server closed it).
@@ -244,7 +270,11 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
 
 /// Runs every job of the batch in one transaction and appends their
 /// change-log entries. Returns the new head revision if the log grew.
-fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
+fn commit_batch(
+    conn: &mut Conn,
+    batch: &mut [Box<dyn Job>],
+    writer_id: &str,
+) -> Result<Option<i64>, StoreError> {
     let now = now_ms();
     conn.transaction::<_, StoreError, _>(|conn| {
         let mut pending = Vec::new();
@@ -262,7 +292,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
                 pending.truncate(mark);
             }
         }
-        append_changes(conn, now, pending)
+        append_changes(conn, now, pending, writer_id)
     })
 }
 
@@ -270,6 +300,7 @@ fn append_changes(
     conn: &mut Conn,
     now: i64,
     pending: Vec<PendingChange>,
+    writer_id: &str,
 ) -> Result<Option<i64>, StoreError> {
     if pending.is_empty() {
         return Ok(None);
@@ -296,6 +327,7 @@ fn append_changes(
                 changes::detail.eq(c.detail),
                 changes::origin.eq(c.origin.as_str()),
                 changes::at_ms.eq(now),
+                changes::writer.eq(writer_id),
             )
         })
         .collect();
@@ -307,6 +339,10 @@ fn append_changes(
             Conn::Sqlite(c) => insert.execute(c)?,
             Conn::Postgres(c) => insert.execute(c)?,
         };
+    }
+    if let Conn::Postgres(c) = conn {
+        // Delivered to the listeners when (and only if) this commits.
+        diesel::sql_query(format!("NOTIFY {CHANGES_CHANNEL}, '{last}'")).execute(c)?;
     }
     Ok(Some(last))
 }

@@ -1,0 +1,6 @@
+DROP TABLE model_secrets;
+DROP TABLE leases;
+ALTER TABLE changes DROP COLUMN writer;
+DROP INDEX machines_lease_holder;
+ALTER TABLE machines DROP COLUMN lease_expires_ms;
+ALTER TABLE machines DROP COLUMN lease_holder;

@@ -1,0 +1,23 @@
+-- Several controllers on one store.
+--
+-- The provisioning lock: a controller works on a machine only while it
+-- holds the machine's lease (its holder and when the lease runs out).
+ALTER TABLE machines ADD COLUMN lease_holder TEXT;
+ALTER TABLE machines ADD COLUMN lease_expires_ms BIGINT;
+CREATE INDEX machines_lease_holder ON machines (lease_holder);
+-- Which controller wrote each change-log entry, so that a controller
+-- follows the others' engine changes and skips its own.
+ALTER TABLE changes ADD COLUMN writer TEXT NOT NULL DEFAULT '';
+-- Cluster-wide jobs (reconciliation with the cloud, the stray sweep, the
+-- heartbeat watch) run under one lease each.
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY NOT NULL,
+    holder TEXT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+-- The model's secrets, made by the first controller and used by the rest.
+CREATE TABLE model_secrets (
+    name TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);
