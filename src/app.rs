@@ -161,7 +161,7 @@ impl Application {
         ensure_admin_token(&store, &data_dir).await?;
         let webhook_secret = match &config.webhook_secret {
             Some(secret) => Secret::new(secret.clone()),
-            None => read_or_create_secret(&data_dir.join(WEBHOOK_SECRET_FILE))?,
+            None => model_webhook_secret(&store, &data_dir.join(WEBHOOK_SECRET_FILE)).await?,
         };
         // The status is read and rendered while the provider opens (the
         // simulated cloud reads its whole ledger), so that the first
@@ -359,35 +359,42 @@ fn write_private(path: &Path, contents: &str) -> Result<(), AppError> {
     file.sync_all().map_err(failed)
 }
 
-/// On first start, makes the admin token and writes it to
-/// `<data-dir>/admin.token`; only its hash is stored. If the file was lost,
-/// a new token replaces the old one.
+/// Writes the model's admin token to `<data-dir>/admin.token` for the
+/// local command line. The first controller on a store makes the token;
+/// later controllers (and this one after a restart, or after the file was
+/// lost) read it from the store and never replace it.
 async fn ensure_admin_token(store: &Store, data_dir: &Path) -> Result<(), AppError> {
     let path = data_dir.join(ADMIN_TOKEN_FILE);
-    let token = match store.ensure_admin_token().await? {
-        Some(token) => Some(token),
-        None if !path.exists() => {
-            log::warn!("{} is missing: making a new admin token", path.display());
-            Some(store.rotate_admin_token().await?)
-        }
-        None => None,
-    };
-    if let Some(token) = token {
+    let on_disk = read_secret_file(&path);
+    let token = store.model_admin_token(on_disk.clone()).await?;
+    if on_disk.as_ref().map(Secret::expose) != Some(token.expose()) {
         write_private(&path, token.expose())?;
         log::info!("admin token written to {}", path.display());
     }
     Ok(())
 }
 
-fn read_or_create_secret(path: &Path) -> Result<Secret, AppError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) if !text.trim().is_empty() => Ok(Secret::new(text.trim())),
-        _ => {
-            let secret = new_secret();
-            write_private(path, secret.expose())?;
-            Ok(secret)
-        }
+/// The secret in `path`, if it holds one.
+fn read_secret_file(path: &Path) -> Option<Secret> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| Secret::new(text))
+}
+
+/// The model's webhook secret, from the store (made by the first
+/// controller; a secret already in the data directory's file is kept as
+/// the model's, so that providers set up with it go on working), written
+/// to `path` for the operator who sets up a provider's webhooks.
+async fn model_webhook_secret(store: &Store, path: &Path) -> Result<Secret, AppError> {
+    let on_disk = read_secret_file(path);
+    let fresh = on_disk.clone().unwrap_or_else(new_secret);
+    let secret = store
+        .model_secret(crate::store::credentials::WEBHOOK_SECRET, fresh)
+        .await?;
+    if on_disk.as_ref().map(Secret::expose) != Some(secret.expose()) {
+        write_private(path, secret.expose())?;
     }
+    Ok(secret)
 }
 
 /// Starts reading and rendering the status on a thread of its own. If that
