@@ -3,6 +3,11 @@
 //! [`CliError::Api`] with the server's message, and follows the change log
 //! (`/v1/events`, Server-Sent Events).
 //!
+//! A URL may name several controllers of one model, separated by commas
+//! (`https://a:17070,https://b:17070`): a request goes to the one that last
+//! answered, and to the next when one cannot be connected to (nothing was
+//! sent, so nothing is done twice). Any other failure is the answer.
+//!
 //! `http://` and `https://` URLs are spoken. An `https://` controller is
 //! verified with the CA certificate given ([`TrustedCa`]: `--ca-cert`, a
 //! saved controller's, or the data directory's `ca.crt`), else with the
@@ -83,8 +88,12 @@ impl TrustedCa {
 /// A client of one controller.
 #[derive(Clone)]
 pub struct Client {
-    /// `http://host:port` or `https://host:port`, without a trailing slash.
-    base: String,
+    /// `http://host:port` or `https://host:port`, without a trailing
+    /// slash: the controllers, in the order given.
+    bases: Vec<String>,
+    /// Which of `bases` answered last: requests go there first. Shared by
+    /// clones.
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// The admin token, for the routes that need it; `None` for a client
     /// that only makes agent calls.
     token: Option<String>,
@@ -97,7 +106,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The token is a secret: never printed.
-        f.debug_struct("Client").field("base", &self.base).finish()
+        f.debug_struct("Client").field("bases", &self.bases).finish()
     }
 }
 
@@ -124,22 +133,12 @@ impl Client {
         token: Option<String>,
         ca: Option<&TrustedCa>,
     ) -> Result<Client, CliError> {
-        let base = url.trim().trim_end_matches('/').to_string();
-        let malformed = || {
-            CliError::Usage(format!(
-                "invalid --url {url:?}: expected http://host[:port] or https://host[:port], such as \
-                 http://127.0.0.1:17070"
-            ))
-        };
-        let rest = base
-            .strip_prefix("http://")
-            .or_else(|| base.strip_prefix("https://"))
-            .ok_or_else(malformed)?;
-        if rest.is_empty() || rest.contains('/') {
-            return Err(malformed());
-        }
+        let bases = url
+            .split(',')
+            .map(|one| controller_base(url, one))
+            .collect::<Result<Vec<_>, _>>()?;
         let tls = match ca {
-            Some(ca) if base.starts_with("https://") => Some(
+            Some(ca) if bases.iter().any(|b| b.starts_with("https://")) => Some(
                 crate::tls::client_config(&ca.pem, &ca.origin)
                     .map_err(|e| CliError::Usage(format!("cannot use {}: {e}", ca.origin)))?,
             ),
@@ -155,17 +154,53 @@ impl Client {
         let agent = builder().timeout(REQUEST_TIMEOUT).build();
         let stream_agent = builder().timeout_read(STREAM_IDLE_LIMIT).build();
         Ok(Client {
-            base,
+            bases,
+            current: std::sync::Arc::default(),
             token,
             agent,
             stream_agent,
         })
     }
 
-    /// The controller's URL, as the user gave it (without a trailing
-    /// slash).
+    /// The URL of the controller that answered last (the first given,
+    /// before any answered), without a trailing slash.
     pub fn url(&self) -> &str {
-        &self.base
+        &self.bases[self.current_index()]
+    }
+
+    /// Every controller's URL, in the order given.
+    pub fn urls(&self) -> &[String] {
+        &self.bases
+    }
+
+    fn current_index(&self) -> usize {
+        self.current.load(std::sync::atomic::Ordering::Relaxed) % self.bases.len()
+    }
+
+    /// Runs `attempt` against the controller that answered last, then
+    /// against each of the others while none can be connected to.
+    fn with_failover<T>(
+        &self,
+        mut attempt: impl FnMut(&str) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        let first = self.current_index();
+        let count = self.bases.len();
+        for step in 0..count {
+            let index = (first + step) % count;
+            match attempt(&self.bases[index]) {
+                Err(CliError::Unreachable { .. }) if count > 1 => {
+                    log::debug!("{} does not answer; trying the next", self.bases[index]);
+                }
+                answered => {
+                    self.current
+                        .store(index, std::sync::atomic::Ordering::Relaxed);
+                    return answered;
+                }
+            }
+        }
+        Err(CliError::Unreachable {
+            url: self.bases.join(", "),
+        })
     }
 
     fn admin(&self) -> Auth<'_> {
@@ -250,15 +285,17 @@ impl Client {
         content_type: &str,
         body: &[u8],
     ) -> Result<T, CliError> {
-        let mut request = self.agent.post(&self.endpoint(path));
-        if let Auth::Bearer(token) = self.admin() {
-            request = request.set("Authorization", &format!("Bearer {token}"));
-        }
-        let response = request
-            .set("Content-Type", content_type)
-            .send_bytes(body)
-            .map_err(|e| self.failure(e))?;
-        let text = read_body(response).map_err(|e| self.transport(&e.to_string()))?;
+        let text = self.with_failover(|base| {
+            let mut request = self.agent.post(&format!("{base}{path}"));
+            if let Auth::Bearer(token) = self.admin() {
+                request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            let response = request
+                .set("Content-Type", content_type)
+                .send_bytes(body)
+                .map_err(|e| failure(base, e))?;
+            read_body(response).map_err(|e| transport(base, &e.to_string()))
+        })?;
         self.decode(path, &text)
     }
 
@@ -310,18 +347,20 @@ impl Client {
         body: Option<&str>,
         auth: Auth<'_>,
     ) -> Result<String, CliError> {
-        let mut request = self.agent.request(method, &self.endpoint(path));
-        if let Auth::Bearer(token) = auth {
-            request = request.set("Authorization", &format!("Bearer {token}"));
-        }
-        let result = match body {
-            Some(body) => request
-                .set("Content-Type", "application/json")
-                .send_string(body),
-            None => request.call(),
-        };
-        let response = result.map_err(|e| self.failure(e))?;
-        read_body(response).map_err(|e| self.transport(&e.to_string()))
+        self.with_failover(|base| {
+            let mut request = self.agent.request(method, &format!("{base}{path}"));
+            if let Auth::Bearer(token) = auth {
+                request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            let result = match body {
+                Some(body) => request
+                    .set("Content-Type", "application/json")
+                    .send_string(body),
+                None => request.call(),
+            };
+            let response = result.map_err(|e| failure(base, e))?;
+            read_body(response).map_err(|e| transport(base, &e.to_string()))
+        })
     }
 
     /// Opens the change log after `since`. With a `deadline`, reading the
@@ -333,19 +372,21 @@ impl Client {
     /// open.
     pub fn events(&self, since: i64, deadline: Option<Duration>) -> Result<EventStream, CliError> {
         let path = format!("/v1/events?since={since}");
-        let mut request = self.stream_agent.get(&self.endpoint(&path));
-        if let Auth::Bearer(token) = self.admin() {
-            request = request.set("Authorization", &format!("Bearer {token}"));
-        }
-        if let Some(deadline) = deadline {
-            request = request.timeout(deadline);
-        }
-        let response = request.call().map_err(|e| self.failure(e))?;
-        Ok(EventStream::new(BufReader::new(response.into_reader())))
+        self.with_failover(|base| {
+            let mut request = self.stream_agent.get(&format!("{base}{path}"));
+            if let Auth::Bearer(token) = self.admin() {
+                request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            if let Some(deadline) = deadline {
+                request = request.timeout(deadline);
+            }
+            let response = request.call().map_err(|e| failure(base, e))?;
+            Ok(EventStream::new(BufReader::new(response.into_reader())))
+        })
     }
 
     fn endpoint(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        format!("{}{path}", self.url())
     }
 
     fn encode<B: Serialize>(&self, path: &str, body: &B) -> Result<String, CliError> {
@@ -362,48 +403,72 @@ impl Client {
         })
     }
 
-    fn transport(&self, reason: &str) -> CliError {
-        CliError::Transport {
-            url: self.base.clone(),
-            reason: reason.to_string(),
-        }
-    }
+}
 
-    fn failure(&self, error: ureq::Error) -> CliError {
-        match error {
-            ureq::Error::Status(status, response) => {
-                let text = read_body(response).unwrap_or_default();
-                api_error(status, &text)
-            }
-            ureq::Error::Transport(transport) => {
-                if let Some(tls) = tls_error(&transport) {
-                    return match tls {
-                        rustls::Error::InvalidCertificate(_)
-                        | rustls::Error::NoCertificatesPresented => CliError::Untrusted {
-                            url: self.base.clone(),
+/// One controller's base URL from `one`, a part of the `--url` the user
+/// gave (`given`, named in the error).
+fn controller_base(given: &str, one: &str) -> Result<String, CliError> {
+    let base = one.trim().trim_end_matches('/').to_string();
+    let malformed = || {
+        CliError::Usage(format!(
+            "invalid --url {given:?}: expected http://host[:port] or https://host[:port], such as \
+             http://127.0.0.1:17070, or several separated by commas"
+        ))
+    };
+    let rest = base
+        .strip_prefix("http://")
+        .or_else(|| base.strip_prefix("https://"))
+        .ok_or_else(malformed)?;
+    if rest.is_empty() || rest.contains('/') {
+        return Err(malformed());
+    }
+    Ok(base)
+}
+
+fn transport(base: &str, reason: &str) -> CliError {
+    CliError::Transport {
+        url: base.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// What a failed request to the controller at `base` means.
+fn failure(base: &str, error: ureq::Error) -> CliError {
+    match error {
+        ureq::Error::Status(status, response) => {
+            let text = read_body(response).unwrap_or_default();
+            api_error(status, &text)
+        }
+        ureq::Error::Transport(transport_error) => {
+            if let Some(tls) = tls_error(&transport_error) {
+                return match tls {
+                    rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                        CliError::Untrusted {
+                            url: base.to_string(),
                             reason: tls.to_string(),
-                        },
-                        _ => self.transport(&format!(
-                            "TLS: {tls} (is it serving plain HTTP? then use an http:// URL)"
-                        )),
-                    };
-                }
-                if transport.kind() == ureq::ErrorKind::ConnectionFailed {
-                    return CliError::Unreachable {
-                        url: self.base.clone(),
-                    };
-                }
-                let mut reason = transport.kind().to_string();
-                if let Some(message) = transport.message() {
-                    reason.push_str(": ");
-                    reason.push_str(message);
-                }
-                if let Some(source) = std::error::Error::source(&transport) {
-                    reason.push_str(": ");
-                    reason.push_str(&source.to_string());
-                }
-                self.transport(&reason)
+                        }
+                    }
+                    _ => transport(
+                        base,
+                        &format!("TLS: {tls} (is it serving plain HTTP? then use an http:// URL)"),
+                    ),
+                };
             }
+            if transport_error.kind() == ureq::ErrorKind::ConnectionFailed {
+                return CliError::Unreachable {
+                    url: base.to_string(),
+                };
+            }
+            let mut reason = transport_error.kind().to_string();
+            if let Some(message) = transport_error.message() {
+                reason.push_str(": ");
+                reason.push_str(message);
+            }
+            if let Some(source) = std::error::Error::source(&transport_error) {
+                reason.push_str(": ");
+                reason.push_str(&source.to_string());
+            }
+            transport(base, &reason)
         }
     }
 }
@@ -563,11 +628,94 @@ mod tests {
             "https://",
             "ftp://x",
             "http://host/path",
+            "http://a:1,ftp://b",
+            "http://a:1,",
+            ",http://a:1",
         ] {
             let e = Client::new(bad, None).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad}");
             assert!(e.to_string().contains("expected http://host[:port]"), "{e}");
         }
+        let several = Client::new(" http://a.invalid:1/ , https://b.invalid:2", None).unwrap();
+        assert_eq!(
+            several.urls(),
+            ["http://a.invalid:1", "https://b.invalid:2"]
+        );
+        assert_eq!(several.url(), "http://a.invalid:1");
+    }
+
+    /// A port on loopback that nothing listens on.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    /// A one-route HTTP server on loopback answering `{"answered":true}`
+    /// to each of `requests` connections, and the requests' first lines.
+    fn answering_server(requests: usize) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for _ in 0..requests {
+                let (stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut first = String::new();
+                reader.read_line(&mut first).unwrap();
+                lines.push(first.trim().to_string());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 2 {
+                    line.clear();
+                }
+                let body = r#"{"answered":true}"#;
+                write!(
+                    &stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+            }
+            lines
+        });
+        (port, served)
+    }
+
+    #[test]
+    fn a_request_goes_to_the_next_controller_when_one_cannot_be_connected_to() {
+        let down = closed_port();
+        let (up, served) = answering_server(2);
+        let client = Client::new(
+            &format!("http://127.0.0.1:{down},http://127.0.0.1:{up}"),
+            Some("t".into()),
+        )
+        .unwrap();
+        let answer: serde_json::Value = client.get("/v1/status").unwrap();
+        assert_eq!(answer["answered"], true);
+        assert_eq!(client.url(), format!("http://127.0.0.1:{up}"));
+        // The next request goes straight to the one that answered.
+        let _: serde_json::Value = client.get("/v1/machines").unwrap();
+        assert_eq!(
+            served.join().unwrap(),
+            ["GET /v1/status HTTP/1.1", "GET /v1/machines HTTP/1.1"]
+        );
+    }
+
+    #[test]
+    fn when_no_controller_can_be_connected_to_the_error_names_them_all() {
+        let (a, b) = (closed_port(), closed_port());
+        let client = Client::new(
+            &format!("http://127.0.0.1:{a},http://127.0.0.1:{b}"),
+            None,
+        )
+        .unwrap();
+        let e = client.get::<serde_json::Value>("/v1/status").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot reach the berth controller at http://127.0.0.1:{a}, http://127.0.0.1:{b}: is 'berth serve' running?"
+            )
+        );
     }
 
     #[test]

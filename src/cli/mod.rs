@@ -81,8 +81,10 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:17070";
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// The controller's address; by default the current controller saved
-    /// by `berth login`, else http://127.0.0.1:17070.
+    /// The controller's address, or several controllers' separated by
+    /// commas (a request goes to the next when one cannot be reached); by
+    /// default the current controller saved by `berth login`, else
+    /// http://127.0.0.1:17070.
     #[arg(
         long,
         global = true,
