@@ -111,6 +111,23 @@ impl Occupant {
         Occupant::new(MachineRole::Workload, applications)
     }
 
+    /// The occupant as one word, as the store's zone census keys it:
+    /// `workload:mysql,wordpress`, `controller:`. Application names hold
+    /// neither `:` nor `,`.
+    pub fn key(&self) -> String {
+        let applications: Vec<&str> = self.applications.iter().map(String::as_str).collect();
+        format!("{}:{}", self.role.as_str(), applications.join(","))
+    }
+
+    /// The occupant a [`Occupant::key`] names; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<Occupant> {
+        let (role, applications) = key.split_once(':')?;
+        Some(Occupant::new(
+            MachineRole::parse(role)?,
+            applications.split(',').filter(|a| !a.is_empty()),
+        ))
+    }
+
     /// The distribution group of a machine like this one.
     ///
     /// # Guarantees
@@ -211,10 +228,18 @@ impl ZoneCensus {
 
     /// Counts one more machine like `occupant` in `zone`.
     pub fn add(&mut self, zone: &str, occupant: &Occupant) {
+        self.add_many(zone, occupant, 1);
+    }
+
+    /// Counts `count` more machines like `occupant` in `zone`.
+    pub fn add_many(&mut self, zone: &str, occupant: &Occupant, count: usize) {
+        if count == 0 {
+            return;
+        }
         let tally = self.tallies.entry(zone.to_string()).or_default();
-        tally.machines += 1;
+        tally.machines += count;
         if occupant.role == MachineRole::Controller {
-            tally.controllers += 1;
+            tally.controllers += count;
         }
         if !self.kinds.contains_key(occupant) {
             for app in &occupant.applications {
@@ -229,7 +254,7 @@ impl ZoneCensus {
             .entry(occupant.clone())
             .or_default()
             .entry(zone.to_string())
-            .or_default() += 1;
+            .or_default() += count;
     }
 
     /// Counts one machine like `occupant` fewer in `zone`.
@@ -586,6 +611,24 @@ fn placed_zone(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_occupant_reads_back_from_its_key_and_nothing_else_does() {
+        for occupant in [
+            Occupant::workload(["wordpress", "mysql"]),
+            Occupant::workload(Vec::<String>::new()),
+            Occupant::controller(["ha"]),
+        ] {
+            assert_eq!(Occupant::from_key(&occupant.key()), Some(occupant));
+        }
+        assert_eq!(
+            Occupant::workload(["wordpress", "mysql"]).key(),
+            "workload:mysql,wordpress"
+        );
+        for bad in ["", "workload", "robot:mysql", ":mysql"] {
+            assert_eq!(Occupant::from_key(bad), None, "{bad}");
+        }
+    }
 
     use proptest::prelude::*;
 

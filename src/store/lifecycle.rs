@@ -34,6 +34,7 @@ use crate::domain::machine::{
     Machine, MachineState, Policy,
 };
 use crate::domain::names::MachineId;
+use crate::store::census;
 use crate::store::db::Conn;
 use crate::store::records::{stored, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
@@ -296,6 +297,27 @@ fn apply_to(
     Ok(decision.applied)
 }
 
+/// Applies the engine's `request` to `current` (the machine as the engine
+/// holds it) and writes it, fenced by `fence`'s lease, inside another store
+/// operation's transaction (a zone choice).
+///
+/// # Errors
+///
+/// As [`Store::commit`]; an event `current` does not accept is a conflict.
+pub(crate) fn commit_in(
+    tx: &mut Tx<'_>,
+    current: &Machine,
+    request: MachineEvent,
+    policy: &Policy,
+    fence: Option<&str>,
+) -> Result<Applied, StoreError> {
+    let id = request.id;
+    let decision =
+        decide(current, request, policy, jitter(), tx.now_ms).map_err(|e| illegal(id, &e))?;
+    write(tx, id, Some(current.state), &decision, fence)?;
+    Ok(decision.applied)
+}
+
 /// Applies one lifecycle event to a machine as stored, inside a store
 /// operation's transaction (the user's remove and retry, agents'
 /// check-ins).
@@ -316,6 +338,7 @@ pub(crate) fn apply_tx(
 /// Deletes a machine and the units on it, and logs the removal (nothing
 /// when it is already gone).
 pub(crate) fn delete_machine_rows(tx: &mut Tx<'_>, id: &MachineId) -> Result<(), StoreError> {
+    census::release(tx, &id.to_string())?;
     diesel::delete(units::table.filter(units::machine_id.eq(id.to_string()))).execute(tx.conn)?;
     let gone = diesel::delete(machines::table.find(id.to_string())).execute(tx.conn)?;
     if gone > 0 {
@@ -813,6 +836,15 @@ fn save_machine(
 ) -> Result<(), StoreError> {
     let life = &machine.lifecycle;
     let key = id.to_string();
+    // A machine that loses its zone no longer counts in it. (Pending and
+    // allocating machines never hold one.)
+    let may_hold_zone = !matches!(
+        expected,
+        Some(MachineState::Pending | MachineState::Allocating)
+    );
+    if life.zone.is_none() && may_hold_zone {
+        census::release(tx, &key)?;
+    }
     let has_instance = life.instance_id.is_some();
     let zones_failed = life.zones_failed.join(",");
     let constraints = update.constraints.as_ref().map(ToString::to_string);

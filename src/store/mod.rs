@@ -17,6 +17,8 @@
 //! - [`machines`], [`units`], [`applications`], [`model`], [`zones`]: the
 //!   user's operations, each one transaction.
 //! - [`credentials`]: the admin token's hash; the model's secrets.
+//! - [`census`]: the zone census, so that controllers placing at once
+//!   spread machines as one.
 //! - [`leases`]: the provisioning lock (each machine's lease) and the
 //!   cluster-wide jobs' leases, for several controllers on one database;
 //!   [`listener`]: hearing the other controllers' commits.
@@ -28,6 +30,7 @@
 //!   rows turned into domain types.
 
 pub mod applications;
+pub mod census;
 pub mod change_log;
 pub mod credentials;
 pub mod db;
@@ -317,24 +320,26 @@ impl Store {
                 .limit(limit)
                 .load(conn)?;
             rows.into_iter()
-                .map(|(revision, entity, id, change, detail, origin, at_ms, writer)| {
-                    Ok(Change {
-                        revision,
-                        entity: Entity::parse(&entity).ok_or_else(|| {
-                            StoreError::Invariant(format!("unknown entity {entity:?}"))
-                        })?,
-                        id,
-                        change: ChangeKind::parse(&change).ok_or_else(|| {
-                            StoreError::Invariant(format!("unknown change {change:?}"))
-                        })?,
-                        detail,
-                        origin: Origin::parse(&origin).ok_or_else(|| {
-                            StoreError::Invariant(format!("unknown origin {origin:?}"))
-                        })?,
-                        at_ms,
-                        writer,
-                    })
-                })
+                .map(
+                    |(revision, entity, id, change, detail, origin, at_ms, writer)| {
+                        Ok(Change {
+                            revision,
+                            entity: Entity::parse(&entity).ok_or_else(|| {
+                                StoreError::Invariant(format!("unknown entity {entity:?}"))
+                            })?,
+                            id,
+                            change: ChangeKind::parse(&change).ok_or_else(|| {
+                                StoreError::Invariant(format!("unknown change {change:?}"))
+                            })?,
+                            detail,
+                            origin: Origin::parse(&origin).ok_or_else(|| {
+                                StoreError::Invariant(format!("unknown origin {origin:?}"))
+                            })?,
+                            at_ms,
+                            writer,
+                        })
+                    },
+                )
                 .collect()
         })
     }

@@ -91,6 +91,7 @@ diesel::table! {
         status_since_ms -> Nullable<BigInt>,
         lease_holder -> Nullable<Text>,
         lease_expires_ms -> Nullable<BigInt>,
+        spread_kind -> Nullable<Text>,
     }
 }
 
@@ -152,6 +153,14 @@ diesel::table! {
         name -> Text,
         value -> Text,
         created_at_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    zone_census (kind, zone) {
+        kind -> Text,
+        zone -> Text,
+        machines -> BigInt,
     }
 }
 

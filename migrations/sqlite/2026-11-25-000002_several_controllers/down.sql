@@ -1,3 +1,5 @@
+DROP TABLE zone_census;
+ALTER TABLE machines DROP COLUMN spread_kind;
 DROP TABLE model_secrets;
 DROP TABLE leases;
 ALTER TABLE changes DROP COLUMN writer;

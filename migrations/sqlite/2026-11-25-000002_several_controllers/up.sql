@@ -21,3 +21,14 @@ CREATE TABLE model_secrets (
     value TEXT NOT NULL,
     created_at_ms BIGINT NOT NULL
 );
+-- The zone census: how many machines of each kind (role and applications,
+-- `workload:mysql,wordpress`) each zone holds, counted when a machine's
+-- zone is chosen and let go when it loses it, so that controllers placing
+-- at once spread as one. A machine counted remembers its kind.
+ALTER TABLE machines ADD COLUMN spread_kind TEXT;
+CREATE TABLE zone_census (
+    kind TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    machines BIGINT NOT NULL,
+    PRIMARY KEY (kind, zone)
+);

@@ -1,0 +1,265 @@
+//! The zone census, kept in the store so that every controller sharing the
+//! database spreads machines as one.
+//!
+//! `zone_census` counts, for each kind of machine (its role and the
+//! applications of its units, [`Occupant::key`]) and each zone, the
+//! machines that hold that zone; a counted machine remembers its kind in
+//! `machines.spread_kind`. A zone is chosen ([`Store::choose_zone`]) in
+//! one writer operation that reads the census, orders the zones by the
+//! domain's rule ([`order_zones`]), writes the machine's transition and
+//! counts it. Whenever a save clears a machine's zone, or the machine is
+//! removed, its count is let go in the same transaction ([`release`]).
+//!
+//! On PostgreSQL every change of the census first takes one transaction-
+//! scoped advisory lock, so two controllers never choose from the same
+//! census: the second reads the first's choice. (SQLite has one writer.)
+//! Each controller rebuilds the census from the machines when it starts
+//! ([`Store::rebuild_zone_census`]), under the same lock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use diesel::prelude::*;
+
+use crate::domain::constraints::Setting;
+use crate::domain::machine::{Event, Machine, MachineRole};
+use crate::domain::names::MachineId;
+use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
+use crate::store::db::Conn;
+use crate::store::lifecycle::{commit_in, Applied, MachineEvent, MachineUpdate};
+use crate::store::schema::{machines, units, zone_census};
+use crate::store::writer::Tx;
+use crate::store::{Origin, Store, StoreError};
+
+/// The advisory lock every census change takes on PostgreSQL ("berthzone").
+const CENSUS_LOCK: i64 = 0x0062_6572_7468_7a6e;
+
+/// Machine ids per statement, under SQLite's bound-parameter limit.
+const IDS_PER_STATEMENT: usize = 500;
+
+/// Takes the census lock until the end of the transaction (PostgreSQL).
+fn lock(tx: &mut Tx<'_>) -> Result<(), StoreError> {
+    if let Conn::Postgres(conn) = tx.conn {
+        diesel::sql_query(format!("SELECT pg_advisory_xact_lock({CENSUS_LOCK})")).execute(conn)?;
+    }
+    Ok(())
+}
+
+/// The census as stored.
+fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
+    let rows: Vec<(String, String, i64)> = zone_census::table
+        .select((zone_census::kind, zone_census::zone, zone_census::machines))
+        .load(tx.conn)?;
+    let mut census = ZoneCensus::new();
+    for (kind, zone, count) in rows {
+        let occupant = Occupant::from_key(&kind)
+            .ok_or_else(|| StoreError::Invariant(format!("zone census kind {kind:?}")))?;
+        census.add_many(&zone, &occupant, usize::try_from(count).unwrap_or(0));
+    }
+    Ok(census)
+}
+
+/// Counts machine `id`, of kind `kind`, in `zone`.
+fn count(tx: &mut Tx<'_>, id: &str, kind: &str, zone: &str) -> Result<(), StoreError> {
+    let bumped = diesel::update(zone_census::table.find((kind, zone)))
+        .set(zone_census::machines.eq(zone_census::machines + 1))
+        .execute(tx.conn)?;
+    if bumped == 0 {
+        diesel::insert_into(zone_census::table)
+            .values((
+                zone_census::kind.eq(kind),
+                zone_census::zone.eq(zone),
+                zone_census::machines.eq(1_i64),
+            ))
+            .execute(tx.conn)?;
+    }
+    diesel::update(machines::table.find(id))
+        .set(machines::spread_kind.eq(kind))
+        .execute(tx.conn)?;
+    Ok(())
+}
+
+/// Lets go of machine `id`'s count, if it is counted: called before a save
+/// that clears its zone and before its removal, in their transaction.
+pub(crate) fn release(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
+    let counted: Option<(Option<String>, Option<String>)> = machines::table
+        .find(id)
+        .select((machines::spread_kind, machines::zone))
+        .get_result(tx.conn)
+        .optional()?;
+    let Some((Some(kind), zone)) = counted else {
+        return Ok(());
+    };
+    lock(tx)?;
+    if let Some(zone) = zone {
+        diesel::update(zone_census::table.find((&kind, &zone)))
+            .set(zone_census::machines.eq(zone_census::machines - 1))
+            .execute(tx.conn)?;
+        diesel::delete(
+            zone_census::table
+                .filter(zone_census::kind.eq(&kind))
+                .filter(zone_census::zone.eq(&zone))
+                .filter(zone_census::machines.le(0)),
+        )
+        .execute(tx.conn)?;
+    }
+    diesel::update(machines::table.find(id))
+        .set(machines::spread_kind.eq(None::<String>))
+        .execute(tx.conn)?;
+    Ok(())
+}
+
+/// What a machine needs of the census to choose its zone.
+#[derive(Clone, Debug)]
+pub struct ZoneChoice {
+    pub id: MachineId,
+    pub occupant: Occupant,
+    /// The zones and their health, as this controller knows them.
+    pub zones: Vec<Zone>,
+    /// Zones that refused this machine in this round.
+    pub failed: BTreeSet<String>,
+    pub zones_constraint: Setting<Vec<String>>,
+    pub placement_zone: Option<String>,
+    /// Whether the machine has a retry time stored, to clear.
+    pub clear_retry_at: bool,
+}
+
+/// What came of a choice.
+#[derive(Debug)]
+pub enum ZoneChosen {
+    /// The machine now has its zone, written and counted.
+    Chosen(Applied),
+    /// No zone can take it; nothing was written.
+    NoZone(String),
+}
+
+impl Store {
+    /// Chooses machine `choice.id`'s zone from the census and writes the
+    /// choice ([`Event::ZoneChosen`]) to the machine as `current` left it,
+    /// fenced by this controller's lease, in one transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::commit`]: [`StoreError::Conflict`] if the machine moved
+    /// meanwhile or its lease is not this controller's,
+    /// [`StoreError::NotFound`] if it has gone.
+    pub async fn choose_zone(
+        &self,
+        current: Machine,
+        choice: ZoneChoice,
+    ) -> Result<ZoneChosen, StoreError> {
+        let policy = self.policy();
+        let holder = self.holder().to_string();
+        self.write(move |tx| {
+            tx.set_origin(Origin::Engine);
+            lock(tx)?;
+            let census = read(tx)?;
+            let group = choice.occupant.group();
+            let order = order_zones(&ZoneRequest {
+                zones: &choice.zones,
+                census: &census,
+                group: &group,
+                failed: &choice.failed,
+                zones_constraint: &choice.zones_constraint,
+                placement: choice.placement_zone.as_deref(),
+            });
+            let zone = match order.map(|o| o.into_iter().next()) {
+                Ok(Some(zone)) => zone,
+                Ok(None) => {
+                    return Ok(ZoneChosen::NoZone(
+                        "no availability zone is left to try".into(),
+                    ))
+                }
+                Err(e) => return Ok(ZoneChosen::NoZone(e.to_string())),
+            };
+            let request = MachineEvent {
+                update: MachineUpdate {
+                    clear_retry_at: choice.clear_retry_at,
+                    ..MachineUpdate::default()
+                },
+                ..MachineEvent::new(choice.id, Event::ZoneChosen { zone: zone.clone() })
+            };
+            let applied = commit_in(tx, &current, request, &policy, Some(&holder))?;
+            count(tx, &choice.id.to_string(), &choice.occupant.key(), &zone)?;
+            Ok(ZoneChosen::Chosen(applied))
+        })
+        .await
+    }
+
+    /// Counts every machine that holds a zone afresh, by its role and the
+    /// applications of its units now.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] and the writer's errors.
+    pub async fn rebuild_zone_census(&self) -> Result<(), StoreError> {
+        self.write(|tx| {
+            lock(tx)?;
+            diesel::delete(zone_census::table).execute(tx.conn)?;
+            diesel::update(machines::table.filter(machines::spread_kind.is_not_null()))
+                .set(machines::spread_kind.eq(None::<String>))
+                .execute(tx.conn)?;
+            let placed: Vec<(String, String, String)> = machines::table
+                .filter(machines::zone.is_not_null())
+                .select((
+                    machines::id,
+                    machines::role,
+                    machines::zone.assume_not_null(),
+                ))
+                .load(tx.conn)?;
+            let mut applications: HashMap<String, BTreeSet<String>> = HashMap::new();
+            for (machine, application) in units::table
+                .filter(units::machine_id.is_not_null())
+                .select((units::machine_id.assume_not_null(), units::application))
+                .load::<(String, String)>(tx.conn)?
+            {
+                applications.entry(machine).or_default().insert(application);
+            }
+            let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+            for (id, role, zone) in placed {
+                let role = MachineRole::parse(&role)
+                    .ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))?;
+                let apps = applications.remove(&id).unwrap_or_default();
+                let kind = Occupant::new(role, apps).key();
+                *counts.entry((kind.clone(), zone)).or_default() += 1;
+                by_kind.entry(kind).or_default().push(id);
+            }
+            for (kind, ids) in by_kind {
+                for chunk in ids.chunks(IDS_PER_STATEMENT) {
+                    diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
+                        .set(machines::spread_kind.eq(&kind))
+                        .execute(tx.conn)?;
+                }
+            }
+            for ((kind, zone), machines) in counts {
+                diesel::insert_into(zone_census::table)
+                    .values((
+                        zone_census::kind.eq(kind),
+                        zone_census::zone.eq(zone),
+                        zone_census::machines.eq(machines),
+                    ))
+                    .execute(tx.conn)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The census: machines per zone for each kind (`workload:mysql`), as
+    /// stored.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`].
+    pub fn zone_census(&self) -> Result<BTreeMap<(String, String), i64>, StoreError> {
+        self.read(|conn| {
+            let rows: Vec<(String, String, i64)> = zone_census::table
+                .select((zone_census::kind, zone_census::zone, zone_census::machines))
+                .load(conn)?;
+            Ok(rows
+                .into_iter()
+                .map(|(kind, zone, n)| ((kind, zone), n))
+                .collect())
+        })
+    }
+}
