@@ -106,7 +106,9 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The token is a secret: never printed.
-        f.debug_struct("Client").field("bases", &self.bases).finish()
+        f.debug_struct("Client")
+            .field("bases", &self.bases)
+            .finish()
     }
 }
 
@@ -402,7 +404,6 @@ impl Client {
             reason: format!("{e} in {}", excerpt(text)),
         })
     }
-
 }
 
 /// One controller's base URL from `one`, a part of the `--url` the user
@@ -442,12 +443,11 @@ fn failure(base: &str, error: ureq::Error) -> CliError {
         ureq::Error::Transport(transport_error) => {
             if let Some(tls) = tls_error(&transport_error) {
                 return match tls {
-                    rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
-                        CliError::Untrusted {
-                            url: base.to_string(),
-                            reason: tls.to_string(),
-                        }
-                    }
+                    rustls::Error::InvalidCertificate(_)
+                    | rustls::Error::NoCertificatesPresented => CliError::Untrusted {
+                        url: base.to_string(),
+                        reason: tls.to_string(),
+                    },
                     _ => transport(
                         base,
                         &format!("TLS: {tls} (is it serving plain HTTP? then use an http:// URL)"),
@@ -704,11 +704,8 @@ mod tests {
     #[test]
     fn when_no_controller_can_be_connected_to_the_error_names_them_all() {
         let (a, b) = (closed_port(), closed_port());
-        let client = Client::new(
-            &format!("http://127.0.0.1:{a},http://127.0.0.1:{b}"),
-            None,
-        )
-        .unwrap();
+        let client =
+            Client::new(&format!("http://127.0.0.1:{a},http://127.0.0.1:{b}"), None).unwrap();
         let e = client.get::<serde_json::Value>("/v1/status").unwrap_err();
         assert_eq!(
             e.to_string(),

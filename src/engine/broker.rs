@@ -33,7 +33,7 @@ use crate::contracts::provider::{
 };
 use crate::domain::instance::Instance;
 use crate::domain::words::word_enum;
-use crate::engine::leases::LeaseClock;
+use crate::engine::leases::{Fence, LeaseClock};
 use crate::engine::protocol::{
     InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
 };
@@ -307,13 +307,12 @@ impl Gate {
     /// Refuses a launch or termination while this controller's leases
     /// cannot be trusted (it was paused or cut off from the store past
     /// their renewal): another controller may be working on its machines.
-    fn check_fence(&self, kind: CallKind) -> Result<(), ProviderError> {
-        let acts = matches!(kind, CallKind::Launch | CallKind::Terminate);
-        match &self.fence {
-            Some(clock) if acts && !clock.is_trusted() => Err(ProviderError::new(
+    fn check_fence(&self, fence: Option<&Fence>) -> Result<(), ProviderError> {
+        match (&self.fence, fence) {
+            (Some(clock), Some(fence)) if !clock.trusts(fence) => Err(ProviderError::new(
                 FailureClass::Transient,
-                "this controller's leases ran out before the call was sent; \
-                 another controller may hold its machines now",
+                "this controller does not hold the lease (it ran out before the call was \
+                 sent); another controller may be working on it now",
             )),
             _ => Ok(()),
         }
@@ -383,6 +382,7 @@ impl Gate {
     async fn call<T, F, Fut>(
         self: Arc<Self>,
         kind: CallKind,
+        fence: Option<Fence>,
         make: F,
         first_error: fn(&T) -> Option<&ProviderError>,
     ) -> Result<T, ProviderError>
@@ -401,7 +401,8 @@ impl Gate {
         let mut tries = 0;
         loop {
             self.admit(kind).await?;
-            self.check_fence(kind)?;
+            // Checked once the call may go, as late as can be.
+            self.check_fence(fence.as_ref())?;
             let started = Instant::now();
             let call = make(self.provider.clone());
             let timeout = self.timeout;
@@ -536,10 +537,12 @@ async fn launch_batch(
     let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
     let count = requests.len();
     let sent = requests.clone();
+    let fence = Fence::Machines(requests.iter().map(|r| r.machine).collect());
     let result = gate
         .clone()
         .call(
             CallKind::Launch,
+            Some(fence),
             move |provider| {
                 let requests = sent.clone();
                 async move { provider.launch(requests).await }
@@ -627,12 +630,16 @@ impl Handler<Terminate> for ProviderBroker {
 
     fn handle(&mut self, msg: Terminate, _ctx: &mut Context<Self>) -> Self::Result {
         let gate = self.gate.clone();
-        let ids = msg.0;
+        let Terminate {
+            instances: ids,
+            fence,
+        } = msg;
         let count = ids.len();
         Box::pin(async move {
             let result = gate
                 .call(
                     CallKind::Terminate,
+                    Some(fence),
                     move |provider| {
                         let ids = ids.clone();
                         async move { provider.terminate(ids).await }
@@ -662,6 +669,7 @@ impl Handler<ListInstances> for ProviderBroker {
         Box::pin(async move {
             gate.call(
                 CallKind::Describe,
+                None,
                 move |provider| {
                     let controller = msg.controller_uuid.clone();
                     async move { provider.instances(&controller).await }
@@ -682,6 +690,7 @@ impl Handler<ListZones> for ProviderBroker {
         Box::pin(async move {
             gate.call(
                 CallKind::Describe,
+                None,
                 |provider| async move { provider.zones().await },
                 |result: &Result<Vec<ProviderZone>, ProviderError>| result.as_ref().err(),
             )

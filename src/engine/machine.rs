@@ -39,14 +39,15 @@ use crate::domain::machine::{
 use crate::domain::names::MachineId;
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::zones::Occupant;
+use crate::engine::leases::Fence;
 use crate::engine::protocol::{
     ActorStopped, ChooseZone, Enlist, Gone, HostEnlisted, InstanceChanged, InstanceFailed,
-    InstanceStarted, Launch, Reconcile, Release, Retry, Shutdown, StartInstance, Terminate,
-    Unenlist,
+    InstanceStarted, Launch, Reconcile, Retry, Shutdown, StartInstance, Terminate, Unenlist,
 };
 use crate::engine::shared::Shared;
 use crate::engine::supervision::{hooks, kinds};
 use crate::providers::manual::{EnlistRequest, Enlisted};
+use crate::store::census::ZoneChosen;
 use crate::store::lifecycle::{Applied, MachineEvent, MachineUpdate};
 use crate::store::machines::EngineMachine;
 use crate::store::records::MachineRecord;
@@ -259,7 +260,11 @@ impl MachineActor {
             }
             .into_actor(self)
             .map(move |result, actor, ctx| match result {
-                Ok(found) if found.first().is_some_and(|m| !actor.shared.holds(&m.record)) => {
+                Ok(found)
+                    if found
+                        .first()
+                        .is_some_and(|m| !actor.shared.holds(&m.record)) =>
+                {
                     actor.lease_lost(ctx)
                 }
                 Ok(mut found) if !found.is_empty() => then(actor, found.remove(0), ctx),
@@ -307,13 +312,11 @@ impl MachineActor {
             "machine {}: this controller no longer holds its lease; leaving it to the controller that does",
             self.id
         );
-        self.shared.zones.do_send(Release { machine: self.id });
         ctx.stop();
     }
 
     /// The machine left the store: release its zone and stop.
     fn gone(&mut self, ctx: &mut Context<Self>) {
-        self.shared.zones.do_send(Release { machine: self.id });
         ctx.stop();
     }
 
@@ -393,7 +396,9 @@ impl MachineActor {
         }
         let request = ChooseZone {
             machine: self.id,
+            current: self.machine.clone(),
             occupant: self.occupant(),
+            clear_retry_at: self.retry_at_stored,
             failed: exclude.into_iter().collect(),
             zones_constraint: self.record.constraints.zones.clone(),
             placement_zone: self
@@ -406,18 +411,25 @@ impl MachineActor {
         ctx.wait(
             self.shared.zones.send(request).into_actor(self).map(
                 |answer, actor, ctx| match answer {
-                    Ok(Ok(zone)) => actor.step(
-                        Event::ZoneChosen { zone },
-                        MachineUpdate::default(),
-                        None,
-                        ctx,
-                    ),
-                    Ok(Err(why)) => actor.step(
+                    // Written and counted: the machine is starting.
+                    Ok(Ok(ZoneChosen::Chosen(applied))) => actor.applied(applied, ctx),
+                    Ok(Ok(ZoneChosen::NoZone(why))) => actor.step(
                         Event::NoZoneAvailable,
                         MachineUpdate::default(),
                         Some(why),
                         ctx,
                     ),
+                    Ok(Err(StoreError::Conflict(_))) => actor.reload_then(None, ctx),
+                    Ok(Err(StoreError::NotFound(_))) => actor.gone(ctx),
+                    Ok(Err(e)) => {
+                        log::error!(
+                            "machine {}: cannot choose its zone: {e}; trying again",
+                            actor.id
+                        );
+                        ctx.run_later(STORE_RETRY, |actor, ctx| {
+                            actor.step(Event::Resume, MachineUpdate::default(), None, ctx)
+                        });
+                    }
                     Err(e) => {
                         log::error!("machine {}: the zone tracker did not answer: {e}", actor.id);
                         ctx.run_later(STORE_RETRY, |actor, ctx| {
@@ -478,7 +490,7 @@ impl MachineActor {
     }
 
     fn launch(&mut self, zone: String, password: Secret, ctx: &mut Context<Self>) {
-        if !self.shared.leases.is_trusted() {
+        if !self.shared.leases.trusts_machine(self.id) {
             // Paused or cut off past the lease: another controller may
             // be launching this machine already.
             return self.lease_lost(ctx);
@@ -588,7 +600,6 @@ impl MachineActor {
 
     fn launch_failed(&mut self, error: ProviderError, ctx: &mut Context<Self>) {
         self.shared.metrics.provisioning_error();
-        self.shared.zones.do_send(Release { machine: self.id });
         let kind = match error.class {
             FailureClass::ZoneSpecific => FailureKind::ZoneSpecific,
             FailureClass::Transient => FailureKind::Transient,
@@ -649,7 +660,6 @@ impl MachineActor {
     fn stopped_or_not(&mut self, result: Result<(), ProviderError>, ctx: &mut Context<Self>) {
         match result {
             Ok(()) => {
-                self.shared.zones.do_send(Release { machine: self.id });
                 self.step(Event::InstanceStopped, MachineUpdate::default(), None, ctx);
             }
             Err(e) => self.step(
@@ -662,7 +672,7 @@ impl MachineActor {
     }
 
     fn terminate(&mut self, instance_id: String, ctx: &mut Context<Self>) {
-        if !self.shared.leases.is_trusted() {
+        if !self.shared.leases.trusts_machine(self.id) {
             return self.lease_lost(ctx);
         }
         if is_manual_instance(&instance_id) {
@@ -690,16 +700,24 @@ impl MachineActor {
             return;
         }
         let broker = self.shared.broker.clone();
+        let machine = self.id;
         ctx.wait(
-            async move { broker.send(Terminate(vec![instance_id])).await }
-                .into_actor(self)
-                .map(|answer, actor, ctx| {
-                    let result = match answer {
-                        Ok(mut results) => results.pop().unwrap_or(Ok(())),
-                        Err(e) => Err(ProviderError::new(FailureClass::Transient, e.to_string())),
-                    };
-                    actor.stopped_or_not(result, ctx);
-                }),
+            async move {
+                broker
+                    .send(Terminate {
+                        instances: vec![instance_id],
+                        fence: Fence::Machines(vec![machine]),
+                    })
+                    .await
+            }
+            .into_actor(self)
+            .map(|answer, actor, ctx| {
+                let result = match answer {
+                    Ok(mut results) => results.pop().unwrap_or(Ok(())),
+                    Err(e) => Err(ProviderError::new(FailureClass::Transient, e.to_string())),
+                };
+                actor.stopped_or_not(result, ctx);
+            }),
         );
     }
 }

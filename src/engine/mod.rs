@@ -6,8 +6,8 @@
 //!   the change log) and the `ContainerProvisioner` (one per host with
 //!   containers), both supervised.
 //! - [`machine`]: the `MachineActor`, one per machine that is not settled.
-//! - [`zone_tracker`]: the `ZoneTracker`, zones and distribution-group
-//!   counts.
+//! - [`zone_tracker`]: the `ZoneTracker`, the zones, and zone choices
+//!   made against the store's census.
 //! - [`broker`]: the `ProviderBroker`, the only door to a cloud.
 //! - [`manual_broker`]: the `ManualBroker`, the only door to existing
 //!   hosts enlisted over SSH.
@@ -116,7 +116,7 @@ impl Engine {
             kinds::ZONE_TRACKER,
             Restart::OnPanicOrStop,
             metrics.clone(),
-            ZoneTracker::default(),
+            ZoneTracker::new(store.clone()),
         );
         let manual = supervision::start(
             kinds::MANUAL_BROKER,

@@ -6,8 +6,7 @@
 //! | message | from | to | what it causes |
 //! |---|---|---|---|
 //! | [`StartInstance`] | Provisioner | MachineActor | a pending machine asks the ZoneTracker for a zone, then launches |
-//! | [`ChooseZone`] | MachineActor | ZoneTracker | the zone to launch in, reserved for the machine |
-//! | [`Release`] | MachineActor | ZoneTracker | the machine no longer counts in its zone |
+//! | [`ChooseZone`] | MachineActor | ZoneTracker | choose the zone from the store's census and write it |
 //! | [`Launch`] | MachineActor | ProviderBroker | one instance launched (batched, rate-limited) |
 //! | [`InstanceStarted`] | ProviderBroker | MachineActor | the machine waits for its agent |
 //! | [`InstanceFailed`] | ProviderBroker | MachineActor | next zone, backoff, provisioning error, or a wait for the provider |
@@ -22,7 +21,7 @@
 //! | [`InstanceChanged`] | Provisioner (webhooks, reconciliation) | MachineActor | a stopped instance finishes a stop, or shows the machine down |
 //! | [`ActorStopped`] | MachineActor | Provisioner | room for a waiting machine's actor |
 //! | [`Shutdown`] | Provisioner (restarting) | MachineActor, ContainerProvisioner | stop without releasing anything |
-//! | [`SetZones`], [`Place`] | Provisioner | ZoneTracker | the zones, and the machines already in them |
+//! | [`SetZones`] | Provisioner | ZoneTracker | the zones and their health |
 //! | [`ProviderReport`] | the engine's link (webhooks, the simulated cloud) | Provisioner | an instance's new state, passed to its machine's actor |
 //! | [`ReconcileNow`] | operator, tests | Provisioner | a reconciliation with the provider now |
 //! | [`GetLiveActors`] | metrics, tests | Provisioner | how many machine actors are alive |
@@ -35,20 +34,22 @@
 //! `HostReady` (from the Provisioner).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use actix::prelude::*;
 
 use crate::contracts::provider::{InstanceStateChange, LaunchRequest, ProviderError, ProviderZone};
 use crate::domain::constraints::Setting;
 use crate::domain::instance::{Instance, InstanceState};
-use crate::domain::machine::MachineState;
+use crate::domain::machine::{Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::placement::SshTarget;
 use crate::domain::zones::Occupant;
+use crate::engine::leases::Fence;
 use crate::providers::manual::{EnlistRequest, Enlisted};
+use crate::store::census::ZoneChosen;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
+use crate::store::StoreError;
 
 // To the MachineActor.
 
@@ -164,7 +165,12 @@ pub struct ZoneTrackerRestarted;
 /// Terminate instances.
 #[derive(Message)]
 #[rtype(result = "Vec<Result<(), ProviderError>>")]
-pub struct Terminate(pub Vec<String>);
+pub struct Terminate {
+    pub instances: Vec<String>,
+    /// The lease the call is made under: the machine's whose instance it
+    /// is, or the reconciliation job's for strays. Not sent unless held.
+    pub fence: Fence,
+}
 
 /// The controller's instances, as the provider lists them.
 #[derive(Message)]
@@ -185,31 +191,19 @@ pub struct ListZones;
 #[rtype(result = "()")]
 pub struct SetZones(pub Vec<ZoneRecord>);
 
-/// Sent by the provisioner for a machine that already has a zone (found in
-/// the store at start): counts it.
+/// Asked by a machine actor: choose its zone from the store's census and
+/// write the choice (the machine goes on to `starting`), or say why no
+/// zone can take it.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct Place {
-    pub machine: MachineId,
-    pub zone: String,
-    /// Shared by the machines of one application.
-    pub occupant: Arc<Occupant>,
-}
-
-/// Sent by a machine actor when its launch failed or its instance is gone:
-/// the machine no longer counts in its zone.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Release {
-    pub machine: MachineId,
-}
-
-/// Asked by a machine actor: the zone to launch in, reserved for it.
-#[derive(Message)]
-#[rtype(result = "Result<String, String>")]
+#[rtype(result = "Result<ZoneChosen, StoreError>")]
 pub struct ChooseZone {
     pub machine: MachineId,
+    /// The machine as the actor holds it: the choice is written only if
+    /// the store still has it so.
+    pub current: Machine,
     pub occupant: Occupant,
+    /// Whether the machine has a retry time stored, to clear.
+    pub clear_retry_at: bool,
     /// Zones that refused this machine in this round.
     pub failed: BTreeSet<String>,
     pub zones_constraint: Setting<Vec<String>>,

@@ -14,7 +14,7 @@
 //! list with the store again, because webhooks can be lost.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -23,19 +23,19 @@ use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::reconcile::{periodic_strays, plan_reconciliation, MachineSummary};
-use crate::domain::zones::Occupant;
+use crate::engine::leases::{is_mine, Fence};
 use crate::engine::machine::{lost_instance_message, Host, MachineActor};
 use crate::engine::protocol::{
-    ActorStopped, GetLiveActors, Gone, InstanceChanged, ListInstances, ListZones, Place,
-    ProviderReport, Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance, Terminate,
+    ActorStopped, GetLiveActors, Gone, InstanceChanged, ListInstances, ListZones, ProviderReport,
+    Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance, Terminate,
     ZoneTrackerRestarted,
 };
 use crate::engine::shared::Shared;
 use crate::engine::supervision::{self, hooks, kinds, Restart};
+use crate::store::leases::RECONCILE_JOB;
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
-use crate::store::leases::RECONCILE_JOB;
 use crate::store::{now_ms, Entity, Origin, StoreError};
 
 /// Change-log entries read at once while following the log.
@@ -75,6 +75,11 @@ struct Waiting {
     /// would make every entry of a long queue as big as one.
     adopt: Option<Box<Instance>>,
     vanished: bool,
+    /// When it was put in line.
+    since: std::time::Instant,
+    /// Whether this controller may claim it whoever's share it is (it was
+    /// found unheld twice in a row, or this controller holds it).
+    anyone: bool,
 }
 
 pub struct Provisioner {
@@ -103,6 +108,13 @@ pub struct Provisioner {
     releasing: Vec<MachineId>,
     /// Whether taking over unheld machines is under way.
     taking_over: bool,
+    /// The live controllers sharing the store (this one included), by
+    /// holder: each claims first the machines that hash to it
+    /// ([`is_mine`]). Shared with the change-log follower.
+    peers: Arc<std::sync::RwLock<Vec<String>>>,
+    /// Machines nobody held at the last look: at the next look, any
+    /// controller takes those still unheld, whoever's they hash to.
+    unheld_before: HashSet<MachineId>,
 }
 
 impl Provisioner {
@@ -119,7 +131,15 @@ impl Provisioner {
             reconciler: false,
             releasing: Vec::new(),
             taking_over: false,
+            peers: Arc::default(),
+            unheld_before: HashSet::new(),
         }
+    }
+
+    /// Whether machine `id` is this controller's to claim first.
+    fn is_mine(&self, id: MachineId) -> bool {
+        let peers = self.peers.read().unwrap_or_else(PoisonError::into_inner);
+        is_mine(&peers, self.shared.store.holder(), id)
     }
 
     fn spawn_actor(
@@ -180,14 +200,38 @@ impl Provisioner {
     /// Puts a machine in line for an actor; its record is read when its
     /// turn comes.
     fn wait_for_actor(&mut self, id: MachineId, adopt: Option<Instance>, vanished: bool) {
+        self.wait_in_line(id, adopt, vanished, false);
+    }
+
+    /// [`Provisioner::wait_for_actor`]; `anyone`: this controller may claim
+    /// the machine even if it is another's share.
+    fn wait_in_line(
+        &mut self,
+        id: MachineId,
+        adopt: Option<Instance>,
+        vanished: bool,
+        anyone: bool,
+    ) {
         if self.queued.insert(id) {
             self.waiting.push_back(Waiting {
                 id,
                 adopt: adopt.map(Box::new),
                 vanished,
+                since: std::time::Instant::now(),
+                anyone,
             });
             self.report_actors();
         }
+    }
+
+    /// Whether a machine in line may be claimed now: this controller's
+    /// share, one it holds, one it may take whoever's it is, or one that
+    /// has waited two renewals without its controller claiming it.
+    fn may_claim(&self, waiting: &Waiting) -> bool {
+        waiting.anyone
+            || self.is_mine(waiting.id)
+            || self.shared.leases.trusts_machine(waiting.id)
+            || waiting.since.elapsed() >= self.shared.leases.renew_every() * 2
     }
 
     /// Starts a machine's actor; a pending machine is then told to start
@@ -227,12 +271,15 @@ impl Provisioner {
     /// gone, or it found the lease lost), so that whoever next has work
     /// for it can claim it. Released in batches.
     fn release_lease(&mut self, id: MachineId, ctx: &mut Context<Self>) {
+        self.shared.leases.released(id);
         self.releasing.push(id);
         if self.releasing.len() > 1 {
             return;
         }
         ctx.run_later(RELEASE_EVERY, |act, ctx| {
-            let ids = std::mem::take(&mut act.releasing);
+            let mut ids = std::mem::take(&mut act.releasing);
+            // A machine that has work here again keeps its lease.
+            ids.retain(|id| !act.actors.contains_key(id) && !act.queued.contains(id));
             let store = act.shared.store.clone();
             ctx.spawn(
                 async move {
@@ -258,15 +305,24 @@ impl Provisioner {
             return;
         }
         let mut admitted = HashMap::new();
+        let mut later = Vec::new();
         while admitted.len() < room {
             let Some(next) = self.waiting.pop_front() else {
                 break;
             };
             // Removed meanwhile: no longer queued.
-            if self.queued.contains(&next.id) {
+            if !self.queued.contains(&next.id) {
+                continue;
+            }
+            if self.may_claim(&next) {
                 admitted.insert(next.id, next);
+            } else {
+                // Another controller's share, for now: it is looked at
+                // again at the next renewal.
+                later.push(next);
             }
         }
+        self.waiting.extend(later);
         if self.waiting.is_empty() {
             // The queue of a large deploy gives its room back.
             self.waiting.shrink_to_fit();
@@ -278,54 +334,57 @@ impl Provisioner {
         let ids: Vec<MachineId> = admitted.keys().copied().collect();
         let store = self.shared.store.clone();
         let generation = self.generation;
-        let ttl = self.shared.leases.ttl();
+        let leases = self.shared.leases.clone();
         ctx.spawn(
             async move {
                 // Only the machines no other controller is working on.
-                let claimed = store.claim_machines(ids, ttl).await?;
-                store.blocking(move |s| s.engine_machines(Some(&claimed))).await
+                let claimed = store.claim_machines(ids, leases.ttl()).await?;
+                leases.claimed(&claimed);
+                store
+                    .blocking(move |s| s.engine_machines(Some(&claimed)))
+                    .await
             }
             .into_actor(self)
-                .map(move |result, act, ctx| {
-                    if act.generation != generation {
+            .map(move |result, act, ctx| {
+                if act.generation != generation {
+                    return;
+                }
+                act.admitting = false;
+                let machines = match result {
+                    Ok(machines) => machines,
+                    Err(e) => {
+                        // Back in line; the next freed room tries again.
+                        log::warn!("provisioner: cannot read waiting machines: {e}");
+                        act.waiting.extend(admitted.into_values());
                         return;
                     }
-                    act.admitting = false;
-                    let machines = match result {
-                        Ok(machines) => machines,
-                        Err(e) => {
-                            // Back in line; the next freed room tries again.
-                            log::warn!("provisioner: cannot read waiting machines: {e}");
-                            act.waiting.extend(admitted.into_values());
-                            return;
-                        }
+                };
+                for machine in machines {
+                    let id = machine.record.id;
+                    let Some(entry) = admitted.remove(&id) else {
+                        continue;
                     };
-                    for machine in machines {
-                        let id = machine.record.id;
-                        let Some(entry) = admitted.remove(&id) else {
-                            continue;
-                        };
-                        act.queued.remove(&id);
-                        if needs_actor(machine.record.state()) {
-                            act.spawn_actor(machine, entry.adopt.map(|a| *a), ctx);
-                            if entry.vanished {
-                                if let Some((_, actor)) = act.actors.get(&id) {
-                                    actor.do_send(InstanceChanged(InstanceState::Terminated));
-                                }
+                    act.queued.remove(&id);
+                    if needs_actor(machine.record.state()) {
+                        act.spawn_actor(machine, entry.adopt.map(|a| *a), ctx);
+                        if entry.vanished {
+                            if let Some((_, actor)) = act.actors.get(&id) {
+                                actor.do_send(InstanceChanged(InstanceState::Terminated));
                             }
                         }
                     }
-                    // Not claimed (another controller holds it) or not
-                    // found (removed from the store meanwhile).
-                    for id in admitted.into_keys() {
-                        act.queued.remove(&id);
-                    }
-                    if act.queued.is_empty() {
-                        act.queued.shrink_to_fit();
-                    }
-                    act.report_actors();
-                    act.admit_waiting(ctx);
-                }),
+                }
+                // Not claimed (another controller holds it) or not
+                // found (removed from the store meanwhile).
+                for id in admitted.into_keys() {
+                    act.queued.remove(&id);
+                }
+                if act.queued.is_empty() {
+                    act.queued.shrink_to_fit();
+                }
+                act.report_actors();
+                act.admit_waiting(ctx);
+            }),
         );
     }
 
@@ -341,6 +400,7 @@ impl Provisioner {
         self.generation += 1;
         let generation = self.generation;
         let shared = self.shared.clone();
+        let shared_peers = self.peers.clone();
         let work = async move {
             let zones = shared
                 .broker
@@ -353,6 +413,12 @@ impl Provisioner {
                 .set_provider_zones(zones)
                 .await
                 .map_err(|e| e.to_string())?;
+            // Counted afresh: units may have joined machines since.
+            shared
+                .store
+                .rebuild_zone_census()
+                .await
+                .map_err(|e| e.to_string())?;
             let revision = shared.store.revision();
             let zones = shared
                 .store
@@ -360,6 +426,17 @@ impl Provisioner {
                 .await
                 .map_err(|e| e.to_string())?;
             let (machines, instances) = read_machines_and_instances(&shared).await?;
+            shared
+                .store
+                .announce(shared.leases.ttl())
+                .await
+                .map_err(|e| e.to_string())?;
+            let peers = shared
+                .store
+                .blocking(|s| s.live_controllers(now_ms()))
+                .await
+                .map_err(|e| e.to_string())?;
+            *shared_peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
             // Strays are stopped by the controller that holds the
             // reconciliation job, and only when a second look agrees.
             let reconciler = shared
@@ -387,6 +464,7 @@ impl Provisioner {
             match result {
                 Ok((revision, zones, survey, reconciler)) => {
                     act.reconciler = reconciler;
+                    act.shared.leases.job(RECONCILE_JOB, reconciler);
                     act.shared.zones.do_send(SetZones(zones));
                     act.start_from(revision, survey, ctx);
                 }
@@ -409,24 +487,6 @@ impl Provisioner {
         let plan = plan_reconciliation(&machines, &instances);
         drop(instances);
         self.record_addresses(plan.readdressed, ctx);
-        let mut occupants: HashMap<_, Arc<Occupant>> = HashMap::new();
-        for machine in &machines {
-            if let Some(zone) = &machine.zone {
-                let occupant = occupants
-                    .entry((machine.role, Arc::clone(&machine.applications)))
-                    .or_insert_with(|| {
-                        Arc::new(Occupant::new(
-                            machine.role,
-                            machine.applications.iter().cloned(),
-                        ))
-                    });
-                self.shared.zones.do_send(Place {
-                    machine: machine.id,
-                    zone: zone.clone(),
-                    occupant: Arc::clone(occupant),
-                });
-            }
-        }
         let broker = self.shared.broker.clone();
         let stop_strays = async move {
             if !strays.is_empty() {
@@ -435,7 +495,11 @@ impl Provisioner {
                     strays.len(),
                     strays.join(", ")
                 );
-                for result in broker.send(Terminate(strays)).await.unwrap_or_default() {
+                let stop = Terminate {
+                    instances: strays,
+                    fence: Fence::Job(RECONCILE_JOB),
+                };
+                for result in broker.send(stop).await.unwrap_or_default() {
                     if let Err(e) = result {
                         log::warn!("provisioner: cannot stop a stray instance: {e}");
                     }
@@ -546,7 +610,8 @@ impl Provisioner {
         let store = self.shared.store.clone();
         let me = ctx.address();
         let generation = self.generation;
-        let ttl = self.shared.leases.ttl();
+        let leases = self.shared.leases.clone();
+        let peers = self.peers.clone();
         ctx.spawn(
             async move {
                 let mut since = revision;
@@ -603,20 +668,25 @@ impl Provisioner {
                     let machines = store
                         .blocking(move |s| s.engine_machines(Some(&ids)))
                         .await?;
-                    // Those needing work that no other controller holds are
-                    // claimed: whichever controller claims first works on it.
+                    // Those needing work that no other controller holds,
+                    // and that hash to this one, are claimed; the sweep
+                    // takes any a controller leaves unclaimed.
                     let now = now_ms();
-                    let wanted: Vec<MachineId> = machines
-                        .iter()
-                        .filter(|m| needs_actor(m.record.state()))
-                        .filter(|m| {
-                            m.record.lease.as_ref().is_none_or(|lease| {
-                                lease.holder == store.holder() || !lease.is_live(now)
+                    let wanted: Vec<MachineId> = {
+                        let peers = peers.read().unwrap_or_else(PoisonError::into_inner);
+                        machines
+                            .iter()
+                            .filter(|m| needs_actor(m.record.state()))
+                            .filter(|m| match &m.record.lease {
+                                Some(lease) if lease.holder == store.holder() => true,
+                                Some(lease) if lease.is_live(now) => false,
+                                _ => is_mine(&peers, store.holder(), m.record.id),
                             })
-                        })
-                        .map(|m| m.record.id)
-                        .collect();
-                    let claimed = store.claim_machines(wanted, ttl).await?;
+                            .map(|m| m.record.id)
+                            .collect()
+                    };
+                    let claimed = store.claim_machines(wanted, leases.ttl()).await?;
+                    leases.claimed(&claimed);
                     if me
                         .send(StoreChanged {
                             machines,
@@ -690,7 +760,10 @@ impl Provisioner {
                     strays.len(),
                     strays.join(", ")
                 );
-                act.shared.broker.do_send(Terminate(strays));
+                act.shared.broker.do_send(Terminate {
+                    instances: strays,
+                    fence: Fence::Job(RECONCILE_JOB),
+                });
             }
             let mut lost = Vec::new();
             for machine in machines {
@@ -744,18 +817,22 @@ impl Provisioner {
         let work = async move {
             let ttl = shared.leases.ttl();
             let renewed = shared.store.renew_leases(ttl).await?;
+            shared.store.announce(ttl).await?;
             let reconciler = shared.store.hold_job(RECONCILE_JOB, ttl).await?;
-            let unheld = shared
+            let (peers, unheld) = shared
                 .store
-                .blocking(|s| s.unheld_machines(now_ms()))
+                .blocking(|s| {
+                    let now = now_ms();
+                    Ok((s.live_controllers(now)?, s.unheld_machines(now)?))
+                })
                 .await?;
-            Ok::<_, StoreError>((renewed, reconciler, unheld))
+            Ok::<_, StoreError>((renewed, reconciler, peers, unheld))
         };
         ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
             if act.generation != generation {
                 return;
             }
-            let (renewed, reconciler, unheld) = match result {
+            let (renewed, reconciler, peers, unheld) = match result {
                 Ok(found) => found,
                 Err(e) => {
                     // The lease clock runs out if this goes on: the broker
@@ -764,11 +841,18 @@ impl Provisioner {
                     return;
                 }
             };
-            act.shared.leases.renewed(began);
+            act.shared
+                .leases
+                .renewed(began, &renewed.machines, &renewed.jobs);
+            act.shared.leases.job(RECONCILE_JOB, reconciler);
             if reconciler != act.reconciler {
                 log::info!(
                     "provisioner: {} the reconciliation job",
-                    if reconciler { "took" } else { "no longer holds" }
+                    if reconciler {
+                        "took"
+                    } else {
+                        "no longer holds"
+                    }
                 );
             }
             act.reconciler = reconciler;
@@ -787,11 +871,23 @@ impl Provisioner {
                 }
             }
             act.report_actors();
+            *act.peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
             let fresh: Vec<(MachineId, MachineState)> = unheld
                 .into_iter()
                 .filter(|(id, _)| !act.actors.contains_key(id) && !act.queued.contains(id))
                 .collect();
-            act.take_over(fresh, ctx);
+            let before = std::mem::replace(
+                &mut act.unheld_before,
+                fresh.iter().map(|(id, _)| *id).collect(),
+            );
+            let claimable = fresh
+                .into_iter()
+                .filter(|(id, _)| act.is_mine(*id) || before.contains(id))
+                .collect();
+            act.take_over(claimable, ctx);
+            // Machines left in line for their own controller are looked at
+            // again.
+            act.admit_waiting(ctx);
         }));
     }
 
@@ -804,12 +900,16 @@ impl Provisioner {
         if machines.is_empty() || self.taking_over {
             return;
         }
+        log::info!(
+            "provisioner: taking over {} machine(s) no controller holds",
+            machines.len()
+        );
         let launching = machines
             .iter()
             .any(|(_, state)| matches!(state, MachineState::Starting | MachineState::Dying));
         if !launching {
             for (id, _) in machines {
-                self.wait_for_actor(id, None, false);
+                self.wait_in_line(id, None, false, true);
             }
             self.admit_waiting(ctx);
             return;
@@ -843,7 +943,7 @@ impl Provisioner {
                                 instance.id
                             );
                         }
-                        act.wait_for_actor(id, adopt, plan.vanished.contains(&id));
+                        act.wait_in_line(id, adopt, plan.vanished.contains(&id), true);
                     }
                     act.admit_waiting(ctx);
                 }),
@@ -900,9 +1000,7 @@ async fn confirm_strays(
         .blocking(|s| s.machine_summaries())
         .await
         .map_err(|e| e.to_string())?;
-    let still: HashSet<String> = periodic_strays(&machines, instances)
-        .into_iter()
-        .collect();
+    let still: HashSet<String> = periodic_strays(&machines, instances).into_iter().collect();
     Ok(candidates
         .into_iter()
         .filter(|id| still.contains(id))

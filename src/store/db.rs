@@ -21,6 +21,11 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// database is away a request hears 503 promptly instead of hanging.
 pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a PostgreSQL session may sit inside a transaction without
+/// sending anything before the server ends it (and lets go of its locks).
+/// berth's transactions send their statements back to back.
+pub const POSTGRES_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
@@ -121,7 +126,20 @@ impl Manager {
                 .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 Ok(Conn::Sqlite(conn))
             }
-            DatabaseUrl::Postgres(url) => PgConnection::establish(url).map(Conn::Postgres),
+            DatabaseUrl::Postgres(url) => {
+                let mut conn = PgConnection::establish(url)?;
+                // A controller stopped in the middle of a transaction (a
+                // paused process, a frozen VM) would hold its row locks,
+                // and every other controller would wait on them: the server
+                // ends such a session instead, and the controller, when it
+                // wakes, connects again.
+                conn.batch_execute(&format!(
+                    "SET idle_in_transaction_session_timeout = {}",
+                    POSTGRES_IDLE_IN_TRANSACTION.as_millis()
+                ))
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                Ok(Conn::Postgres(conn))
+            }
         }
     }
 }

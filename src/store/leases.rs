@@ -33,6 +33,9 @@ use crate::store::{now_ms, Store, StoreError};
 /// Machine ids per statement, under SQLite's bound-parameter limit.
 const IDS_PER_STATEMENT: usize = 500;
 
+/// The prefix of each controller's own lease, which says it is alive.
+pub const CONTROLLER_LEASE_PREFIX: &str = "controller:";
+
 /// The job lease of reconciliation with the cloud: the stray sweep,
 /// instances gone behind berth's back, new addresses, and agents' heartbeats.
 pub const RECONCILE_JOB: &str = "reconcile";
@@ -85,14 +88,12 @@ impl Store {
             let mut claimed = Vec::with_capacity(keys.len());
             for chunk in keys.chunks(IDS_PER_STATEMENT) {
                 let claim = diesel::update(
-                    machines::table
-                        .filter(machines::id.eq_any(chunk))
-                        .filter(
-                            machines::lease_holder
-                                .is_null()
-                                .or(machines::lease_holder.eq(&holder))
-                                .or(machines::lease_expires_ms.lt(now)),
-                        ),
+                    machines::table.filter(machines::id.eq_any(chunk)).filter(
+                        machines::lease_holder
+                            .is_null()
+                            .or(machines::lease_holder.eq(&holder))
+                            .or(machines::lease_expires_ms.lt(now)),
+                    ),
                 )
                 .set((
                     machines::lease_holder.eq(&holder),
@@ -220,19 +221,23 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::Database`] and the writer's errors.
-    pub async fn hold_job(&self, job: &'static str, ttl: Duration) -> Result<bool, StoreError> {
+    pub async fn hold_job(
+        &self,
+        job: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         let holder = self.holder().to_string();
+        let job: String = job.into();
         self.write(move |tx| {
+            let job = job.as_str();
             let now = tx.now_ms;
             let until = now.saturating_add(millis(ttl));
             // Taken if free or run out, kept if ours; the row lock orders
             // two controllers trying at once.
             let taken = diesel::update(
-                leases::table.find(job).filter(
-                    leases::holder
-                        .eq(&holder)
-                        .or(leases::expires_ms.lt(now)),
-                ),
+                leases::table
+                    .find(job)
+                    .filter(leases::holder.eq(&holder).or(leases::expires_ms.lt(now))),
             )
             .set((leases::holder.eq(&holder), leases::expires_ms.eq(until)))
             .execute(tx.conn)?;
@@ -259,6 +264,36 @@ impl Store {
             Ok(inserted > 0)
         })
         .await
+    }
+
+    /// Says this controller is alive, for `ttl`: a lease of its own
+    /// (`controller:<holder>`) that the other controllers count to share
+    /// the work ([`Store::live_controllers`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::hold_job`].
+    pub async fn announce(&self, ttl: Duration) -> Result<(), StoreError> {
+        let name = format!("{CONTROLLER_LEASE_PREFIX}{}", self.holder());
+        self.hold_job(name, ttl).await.map(drop)
+    }
+
+    /// The controllers alive at `now_ms` (those whose own lease has not
+    /// run out), by holder, sorted.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`].
+    pub fn live_controllers(&self, now_ms: i64) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            let mut names: Vec<String> = leases::table
+                .filter(leases::name.like(format!("{CONTROLLER_LEASE_PREFIX}%")))
+                .filter(leases::expires_ms.ge(now_ms))
+                .select(leases::holder)
+                .load(conn)?;
+            names.sort();
+            Ok(names)
+        })
     }
 
     /// Who holds the lease of job `job`, if anyone ever has.
