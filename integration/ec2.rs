@@ -14,11 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_sdk_ec2::config::{Credentials, Region};
 use aws_sdk_ec2::types::{
-    Filter, InstanceAttributeName, InstanceType as Ec2InstanceType, LocationType, ResourceType,
-    Tag, TagSpecification,
+    Filter, InstanceType as Ec2InstanceType, LocationType, ResourceType, Tag, TagSpecification,
 };
 use aws_sdk_ec2::Client;
 use berth::charms::resolve;
@@ -31,16 +28,18 @@ use berth::domain::names::MachineId;
 use berth::engine::broker::RateLimits;
 use berth::engine::config::ProvisionerConfig;
 use berth::engine::Engine;
-use berth::providers::ec2::{user_data, Ec2Config, Ec2Provider};
+use berth::providers::ec2::{Ec2Config, Ec2Provider};
 use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
 use berth::store::machines::AddMachines;
 use berth::store::Store;
 
 use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp};
+use crate::support::moto_api::{
+    self, any_image, live, moto_client, moto_instances, sdk_config, MotoInstance, REGION,
+};
 use crate::support::{eventually, moto, until_within};
 
-const REGION: &str = "ca-central-1";
 /// What instances are told to reach: never contacted (the tests check
 /// agents in themselves), and not loopback, which EC2 launches refuse.
 const CONTROLLER_URL: &str = "http://controller.invalid:17070";
@@ -58,40 +57,6 @@ fn provisioner() -> ProvisionerConfig {
         reconcile_interval_s: 0,
         ..ProvisionerConfig::default()
     }
-}
-
-async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .credentials_provider(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "berth-tests",
-        ))
-        .region(Region::new(REGION))
-        .load()
-        .await
-}
-
-/// A client of moto for the test's own look.
-async fn moto_client() -> Client {
-    let sdk = sdk_config().await;
-    let config = aws_sdk_ec2::config::Builder::from(&sdk)
-        .endpoint_url(moto::endpoint())
-        .build();
-    Client::from_conf(config)
-}
-
-/// Some image moto has; which one does not matter, as nothing boots.
-async fn any_image(client: &Client) -> String {
-    let images = client
-        .describe_images()
-        .owners("099720109477")
-        .send()
-        .await
-        .unwrap();
-    images.images()[0].image_id().unwrap().to_string()
 }
 
 async fn open_provider(client: &Client) -> Arc<Ec2Provider> {
@@ -145,77 +110,6 @@ fn all_in(count: usize, state: MachineState) -> impl Fn(&StatusSnapshot) -> bool
     move |s| s.machines.len() == count && s.machines.iter().all(|m| m.state() == state)
 }
 
-/// An instance as moto has it.
-#[derive(Debug, Clone)]
-struct MotoInstance {
-    id: String,
-    zone: String,
-    instance_type: String,
-    state: String,
-    tags: BTreeMap<String, String>,
-    /// Public, then private, as moto reports them.
-    addresses: Vec<String>,
-}
-
-/// Every instance moto has with this controller's tag, in any state.
-async fn moto_instances(client: &Client, controller: &str) -> Vec<MotoInstance> {
-    let found = client
-        .describe_instances()
-        .filters(
-            Filter::builder()
-                .name(format!("tag:{}", tags::CONTROLLER))
-                .values(controller)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let mut instances: Vec<MotoInstance> = found
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .map(|i| MotoInstance {
-            id: i.instance_id().unwrap().to_string(),
-            zone: i
-                .placement()
-                .and_then(|p| p.availability_zone())
-                .unwrap_or("")
-                .to_string(),
-            instance_type: i.instance_type().unwrap().as_str().to_string(),
-            state: i
-                .state()
-                .and_then(|s| s.name())
-                .unwrap()
-                .as_str()
-                .to_string(),
-            tags: i
-                .tags()
-                .iter()
-                .map(|t| {
-                    (
-                        t.key().unwrap().to_string(),
-                        t.value().unwrap_or("").to_string(),
-                    )
-                })
-                .collect(),
-            addresses: [i.public_ip_address(), i.private_ip_address()]
-                .into_iter()
-                .flatten()
-                .map(str::to_string)
-                .collect(),
-        })
-        .collect();
-    instances.sort_by(|a, b| a.id.cmp(&b.id));
-    instances
-}
-
-fn live(instances: &[MotoInstance]) -> Vec<&MotoInstance> {
-    instances
-        .iter()
-        .filter(|i| i.state != "terminated" && i.state != "shutting-down")
-        .collect()
-}
-
 /// Waits until moto's instances of `controller` satisfy `done`.
 async fn until_moto(
     client: &Client,
@@ -237,28 +131,7 @@ async fn until_moto(
 /// Checks in `machine`'s agent with the password from its instance's
 /// user data, as `berth agent` would.
 async fn check_in(client: &Client, engine: &Engine, machine: MachineId, instance: &str) {
-    let attribute = client
-        .describe_instance_attribute()
-        .instance_id(instance)
-        .attribute(InstanceAttributeName::UserData)
-        .send()
-        .await
-        .unwrap();
-    let encoded = attribute.user_data().and_then(|v| v.value()).unwrap();
-    let text = String::from_utf8(aws_smithy_types::base64::decode(encoded).unwrap()).unwrap();
-    assert!(
-        text.contains(&format!("BERTH_MACHINE={machine}\n")),
-        "{text}"
-    );
-    // A restarted agent checks in with the credential it kept there.
-    assert!(
-        text.contains(&format!(
-            " --credential-file {}\n",
-            user_data::AGENT_CREDENTIAL_FILE
-        )),
-        "{text}"
-    );
-    let password = user_data::password_in(&text).expect("a password in the user data");
+    let password = moto_api::agent_password(client, machine, instance).await;
     engine
         .link()
         .agent_connect(machine, Secret::new(password))

@@ -22,6 +22,8 @@ mod applications;
 mod auth;
 mod charm_upload;
 mod cli;
+#[cfg(feature = "ec2")]
+mod cluster;
 mod crash;
 mod dashboard;
 #[cfg(feature = "ec2")]

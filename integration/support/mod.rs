@@ -10,6 +10,8 @@ pub mod eventually;
 pub mod load;
 #[cfg(feature = "ec2")]
 pub mod moto;
+#[cfg(feature = "ec2")]
+pub mod moto_api;
 pub mod postgres;
 pub mod sshd;
 pub mod webdriver;
