@@ -292,42 +292,47 @@ async fn login_saves_two_controllers_and_switch_picks_the_one_commands_use() {
     );
 }
 
-#[test]
-fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgresql() {
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
+/// `berth serve` on `database` with its data in `data_dir`, on a free
+/// loopback port, and its URL.
+fn serve_on(database: &str, data_dir: &std::path::Path) -> (std::process::Command, String) {
+    let port = free_port();
+    let mut command = berth_command();
+    command
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--database-url", database])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    (command, format!("http://127.0.0.1:{port}"))
+}
 
-    let shared = tempfile::tempdir().unwrap();
-    let database = shared.path().join("berth.db");
-    let serve = |data_dir: &std::path::Path| {
-        let port = free_port();
-        let mut command = berth_command();
-        command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--database-url")
-            .arg(&database)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        (command, format!("http://127.0.0.1:{port}"))
-    };
-    let answers = |url: &str| {
+/// Waits until the controller at `url` answers, failing the test if
+/// `child` exits first.
+fn wait_until_it_answers(url: &str, child: &mut std::process::Child) {
+    use std::time::{Duration, Instant};
+    let answers = || {
         berth_command()
             .args(["status", "--url", url, "--token", "x"])
             .output()
             .map(|out| !String::from_utf8_lossy(&out.stderr).contains("cannot reach"))
             .unwrap_or(false)
     };
-    let wait_for = |url: &str, child: &mut std::process::Child| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !answers(url) {
-            assert!(child.try_wait().unwrap().is_none(), "berth serve exited");
-            assert!(Instant::now() < deadline, "berth serve did not answer");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !answers() {
+        assert!(child.try_wait().unwrap().is_none(), "berth serve exited");
+        assert!(Instant::now() < deadline, "berth serve did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgresql() {
+    let shared = tempfile::tempdir().unwrap();
+    let database = shared.path().join("berth.db");
+    let serve = |data_dir: &std::path::Path| serve_on(&database.to_string_lossy(), data_dir);
+    let wait_for = wait_until_it_answers;
 
     let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (mut command, first_url) = serve(first_dir.path());
@@ -357,4 +362,44 @@ fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgr
     wait_for(&second_url, &mut second);
     second.kill().unwrap();
     second.wait().unwrap();
+}
+
+#[test]
+fn a_second_controller_with_the_simulated_cloud_on_one_postgres_is_refused_but_its_own_restart_is_not(
+) {
+    let database = crate::support::postgres::fresh_database();
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut command, first_url) = serve_on(&database, first_dir.path());
+    let mut first = command.spawn().unwrap();
+    wait_until_it_answers(&first_url, &mut first);
+
+    // Another controller with its own simulated cloud: refused, once the
+    // first has stayed alive for a lease's length.
+    let (mut command, _) = serve_on(&database, second_dir.path());
+    command.env("BERTH_PROVISIONER__LEASE_TTL_S", "3");
+    let refused = refused_start(command);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("is using this database already: the simulated cloud is one controller's own")
+            && stderr.contains("kind = \"ec2\""),
+        "{stderr}"
+    );
+    assert!(!second_dir.path().join("admin.token").exists());
+
+    // The first, killed and started again at once, knows its own earlier
+    // life and is not kept waiting for it.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (mut command, again_url) = serve_on(&database, first_dir.path());
+    let started = std::time::Instant::now();
+    let mut again = command.spawn().unwrap();
+    wait_until_it_answers(&again_url, &mut again);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(14),
+        "a restart waited {:?}",
+        started.elapsed()
+    );
+    again.kill().unwrap();
+    again.wait().unwrap();
 }

@@ -57,6 +57,12 @@ pub enum AppError {
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error(
+        "controller {0} is using this database already: the simulated cloud is one \
+         controller's own (its ledger is in the data directory), so several controllers \
+         on one database need a cloud they share ([provider] kind = \"ec2\")"
+    )]
+    SimulatedCloudShared(String),
+    #[error(
         "another berth controller is using the SQLite store {}: SQLite serves one controller; \
          to run several, point them all at one PostgreSQL database \
          (database_url = \"postgres://...\")",
@@ -158,6 +164,9 @@ impl Application {
             DatabaseUrl::Sqlite(path) => Some(SqliteClaim::take(path)?),
             DatabaseUrl::Postgres(_) => None,
         };
+        if config.provider.kind == ProviderKind::Sim && !url.is_sqlite() {
+            refuse_other_controllers(&store, &data_dir, config.provisioner.lease_ttl()).await?;
+        }
         ensure_admin_token(&store, &data_dir).await?;
         let webhook_secret = match &config.webhook_secret {
             Some(secret) => Secret::new(secret.clone()),
@@ -357,6 +366,41 @@ fn write_private(path: &Path, contents: &str) -> Result<(), AppError> {
     file.write_all(contents.as_bytes()).map_err(failed)?;
     file.write_all(b"\n").map_err(failed)?;
     file.sync_all().map_err(failed)
+}
+
+/// The file in which a controller keeps its last identity among the
+/// controllers of its database, to know its own earlier life.
+pub const HOLDER_FILE: &str = "controller.holder";
+
+/// A controller with the simulated cloud must be alone on its database:
+/// refused if another controller is alive there. A controller that stopped
+/// a moment ago still looks alive until its lease runs out: this data
+/// directory's own earlier life is recognised, and another is waited for
+/// that long before the start is refused.
+async fn refuse_other_controllers(
+    store: &Store,
+    data_dir: &Path,
+    lease_ttl: std::time::Duration,
+) -> Result<(), AppError> {
+    let path = data_dir.join(HOLDER_FILE);
+    let earlier = std::fs::read_to_string(&path).unwrap_or_default();
+    let give_up = tokio::time::Instant::now() + lease_ttl;
+    loop {
+        let others: Vec<String> = store
+            .blocking(|s| s.live_controllers(crate::store::now_ms()))
+            .await?
+            .into_iter()
+            .filter(|holder| holder.as_str() != earlier.trim())
+            .collect();
+        if others.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= give_up {
+            return Err(AppError::SimulatedCloudShared(others.join(", ")));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    write_private(&path, store.holder())
 }
 
 /// Writes the model's admin token to `<data-dir>/admin.token` for the

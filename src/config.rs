@@ -97,8 +97,9 @@ pub struct Config {
     /// Where machine agents reach this controller; `None`: `http://` (or
     /// `https://` with TLS) and the listen address.
     pub controller_url: Option<String>,
-    /// The shared secret providers sign webhooks with; `None`: generated
-    /// on first start and kept in `<data-dir>/webhook.secret`.
+    /// The shared secret providers sign webhooks with; `None`: the
+    /// model's, made by the first controller on the store and kept there
+    /// (and written to `<data-dir>/webhook.secret`).
     pub webhook_secret: Option<String>,
     pub provider: ProviderConfig,
     pub provisioner: ProvisionerConfig,
