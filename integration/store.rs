@@ -28,6 +28,18 @@ fn machine(id: &str) -> MachineId {
     id.parse().unwrap()
 }
 
+/// `count` machines with the model's defaults.
+async fn add_machines(store: &Store, count: u32) -> Vec<MachineId> {
+    add_machine(
+        store,
+        AddMachines {
+            count,
+            ..AddMachines::default()
+        },
+    )
+    .await
+}
+
 async fn add_machine(store: &Store, request: AddMachines) -> Vec<MachineId> {
     store.add_machines(request).await.unwrap()
 }
@@ -94,14 +106,7 @@ async fn changing_model_constraints_never_touches_existing_machines(store: Store
 }
 
 async fn machine_numbers_are_never_reused(store: Store) {
-    let first = add_machine(
-        &store,
-        AddMachines {
-            count: 2,
-            ..AddMachines::default()
-        },
-    )
-    .await;
+    let first = add_machines(&store, 2).await;
     store.remove_machine(first[1], false).await.unwrap();
     let next = add_machine(&store, AddMachines::default()).await;
     assert_eq!(first, vec![machine("0"), machine("1")]);
@@ -260,14 +265,7 @@ async fn retry_without_constraints_keeps_the_old_ones(store: Store) {
 }
 
 async fn retrying_a_machine_not_in_error_is_a_conflict_and_changes_nothing(store: Store) {
-    let ids = add_machine(
-        &store,
-        AddMachines {
-            count: 2,
-            ..AddMachines::default()
-        },
-    )
-    .await;
+    let ids = add_machines(&store, 2).await;
     fail_provisioning(&store, &ids[0], "boom").await;
     let before = store.revision();
     let err = store
@@ -288,14 +286,7 @@ async fn retrying_a_machine_not_in_error_is_a_conflict_and_changes_nothing(store
 }
 
 async fn retry_all_takes_every_machine_in_error(store: Store) {
-    let ids = add_machine(
-        &store,
-        AddMachines {
-            count: 3,
-            ..AddMachines::default()
-        },
-    )
-    .await;
+    let ids = add_machines(&store, 3).await;
     fail_provisioning(&store, &ids[0], "boom").await;
     fail_provisioning(&store, &ids[2], "boom").await;
     let retried = store.retry_all(None).await.unwrap();
@@ -448,14 +439,7 @@ async fn state_survives_closing_and_reopening_the_store(store: Store) {
         .set_model_constraints(constraints("cores=4"))
         .await
         .unwrap();
-    let ids = add_machine(
-        &store,
-        AddMachines {
-            count: 3,
-            ..AddMachines::default()
-        },
-    )
-    .await;
+    let ids = add_machines(&store, 3).await;
     start_instance(&store, &ids[1], "i-77").await;
     let model = store.model().unwrap();
     let revision = store.revision();
@@ -782,7 +766,203 @@ async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
     ));
 }
 
+/// A second controller's store on the same database: another holder.
+async fn another_controller(store: &Store) -> Store {
+    let url = store.url().clone();
+    tokio::task::spawn_blocking(move || Store::open(&url))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over(store: Store) {
+    let ids = add_machines(&store, 3).await;
+    let other = another_controller(&store).await;
+    assert_ne!(store.holder(), other.holder());
+    let ttl = std::time::Duration::from_secs(30);
+    let mine = store.claim_machines(ids[..2].to_vec(), ttl).await.unwrap();
+    assert_eq!(mine, ids[..2]);
+    // The other gets only the machine nobody holds.
+    let theirs = other.claim_machines(ids.clone(), ttl).await.unwrap();
+    assert_eq!(theirs, ids[2..]);
+    let lease = store.machine(&ids[0]).unwrap().lease.unwrap();
+    assert_eq!(lease.holder, store.holder());
+    assert!(store.holds_machine(&ids[0]).unwrap());
+    assert!(!other.holds_machine(&ids[0]).unwrap());
+    // Renewal keeps only one's own.
+    let renewed = store.renew_leases(ttl).await.unwrap();
+    assert_eq!(renewed.machines, ids[..2].iter().copied().collect());
+    assert!(other.unheld_machines(berth::store::now_ms()).unwrap().is_empty());
+
+    // An engine write of a machine whose lease is another's is refused
+    // and changes nothing.
+    let current = other.machine(&ids[0]).unwrap().machine;
+    let decided = other
+        .decide(&current, MachineEvent::new(ids[0], Event::StartInstance))
+        .unwrap();
+    match other.commit(decided).await {
+        Err(StoreError::Conflict(message)) => assert_eq!(
+            message,
+            format!("machine {} is held by controller {}", ids[0], store.holder())
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.machine(&ids[0]).unwrap().state(), MachineState::Pending);
+    let decided = store
+        .decide(&current, MachineEvent::new(ids[0], Event::StartInstance))
+        .unwrap();
+    store.commit(decided).await.unwrap();
+    assert_eq!(store.machine(&ids[0]).unwrap().state(), MachineState::Allocating);
+
+    // Released, a machine is anyone's; lapsed, likewise.
+    store.release_machines(vec![ids[1]]).await.unwrap();
+    assert_eq!(store.machine(&ids[1]).unwrap().lease, None);
+    let brief = std::time::Duration::from_millis(1);
+    other.claim_machines(vec![ids[2]], brief).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let unheld: Vec<MachineId> = store
+        .unheld_machines(berth::store::now_ms())
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(unheld, ids[1..]);
+    assert_eq!(
+        store.claim_machines(ids[1..].to_vec(), ttl).await.unwrap(),
+        ids[1..]
+    );
+    assert!(other.renew_leases(ttl).await.unwrap().machines.is_empty());
+}
+
+async fn a_job_lease_has_one_holder_until_it_lapses(store: Store) {
+    let other = another_controller(&store).await;
+    let brief = std::time::Duration::from_millis(1);
+    let ttl = std::time::Duration::from_secs(30);
+    assert!(store.hold_job("reconcile", brief).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(other.hold_job("reconcile", ttl).await.unwrap());
+    assert!(!store.hold_job("reconcile", ttl).await.unwrap());
+    assert!(other.hold_job("reconcile", ttl).await.unwrap());
+    assert_eq!(
+        store.job_lease("reconcile").unwrap().unwrap().holder,
+        other.holder()
+    );
+    assert_eq!(store.job_lease("never-held").unwrap(), None);
+    // Each controller's own lease says it is alive.
+    store.announce(ttl).await.unwrap();
+    other.announce(ttl).await.unwrap();
+    let mut both = vec![store.holder().to_string(), other.holder().to_string()];
+    both.sort();
+    assert_eq!(store.live_controllers(berth::store::now_ms()).unwrap(), both);
+}
+
+async fn the_models_secrets_are_made_once_and_never_replaced(store: Store) {
+    let other = another_controller(&store).await;
+    let token = store.model_admin_token(None).await.unwrap();
+    assert!(secret_matches(token.expose(), &store.admin_token_hash().unwrap()));
+    // Another controller, with another token in its data directory, gets
+    // the model's.
+    let again = other
+        .model_admin_token(Some(Secret::new("not-the-models")))
+        .await
+        .unwrap();
+    assert_eq!(again.expose(), token.expose());
+    assert!(secret_matches(token.expose(), &other.admin_token_hash().unwrap()));
+    let webhook = store
+        .model_secret("webhook-secret", Secret::new("first"))
+        .await
+        .unwrap();
+    let second = other
+        .model_secret("webhook-secret", Secret::new("second"))
+        .await
+        .unwrap();
+    assert_eq!((webhook.expose(), second.expose()), ("first", "first"));
+}
+
+async fn a_store_that_kept_only_the_tokens_hash_takes_the_token_that_matches_it(store: Store) {
+    let old = store.ensure_admin_token().await.unwrap().unwrap();
+    let kept = store
+        .model_admin_token(Some(old.clone()))
+        .await
+        .unwrap();
+    assert_eq!(kept.expose(), old.expose());
+    assert!(secret_matches(old.expose(), &store.admin_token_hash().unwrap()));
+}
+
+async fn a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token(store: Store) {
+    let old = store.ensure_admin_token().await.unwrap().unwrap();
+    let new = store
+        .model_admin_token(Some(Secret::new("a-wrong-guess")))
+        .await
+        .unwrap();
+    assert_ne!(new.expose(), old.expose());
+    assert_ne!(new.expose(), "a-wrong-guess");
+    assert!(secret_matches(new.expose(), &store.admin_token_hash().unwrap()));
+}
+
+async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store: Store) {
+    use berth::domain::zones::{Occupant, Zone};
+    use berth::store::census::{ZoneChoice, ZoneChosen};
+    let ids = add_machines(&store, 2).await;
+    let ttl = std::time::Duration::from_secs(30);
+    store.claim_machines(ids.clone(), ttl).await.unwrap();
+    let zones = vec![Zone::available("a"), Zone::available("b")];
+    let mut chosen = Vec::new();
+    for id in &ids {
+        let pending = store.machine(id).unwrap().machine;
+        let decided = store
+            .decide(&pending, MachineEvent::new(*id, Event::StartInstance))
+            .unwrap();
+        let allocating = store.commit(decided).await.unwrap().next;
+        let choice = ZoneChoice {
+            id: *id,
+            // Machines without units: the kind a rebuild finds too.
+            occupant: Occupant::workload(Vec::<String>::new()),
+            zones: zones.clone(),
+            failed: BTreeSet::new(),
+            zones_constraint: Default::default(),
+            placement_zone: None,
+            clear_retry_at: false,
+        };
+        match store.choose_zone(allocating, choice).await.unwrap() {
+            ZoneChosen::Chosen(applied) => {
+                assert_eq!(applied.next.state, MachineState::Starting);
+                chosen.push(applied.next.lifecycle.zone.unwrap());
+            }
+            ZoneChosen::NoZone(why) => panic!("{why}"),
+        }
+    }
+    // Spread: one in each.
+    assert_eq!(chosen, ["a", "b"]);
+    let census = store.zone_census().unwrap();
+    assert_eq!(census.get(&("workload:".into(), "a".into())), Some(&1));
+    assert_eq!(census.get(&("workload:".into(), "b".into())), Some(&1));
+    // A launch that fails transiently gives the zone back.
+    let starting = store.machine(&ids[0]).unwrap().machine;
+    let failed = MachineEvent::new(
+        ids[0],
+        Event::InstanceFailed {
+            kind: FailureKind::Transient,
+            message: "throttled".into(),
+        },
+    );
+    let decided = store.decide(&starting, failed).unwrap();
+    store.commit(decided).await.unwrap();
+    let census = store.zone_census().unwrap();
+    assert_eq!(census.get(&("workload:".into(), "a".into())), None);
+    assert_eq!(census.len(), 1);
+    // Rebuilt from the machines, the census says the same.
+    store.rebuild_zone_census().await.unwrap();
+    assert_eq!(store.zone_census().unwrap(), census);
+}
+
 on_both_backends!(
+    two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over,
+    a_job_lease_has_one_holder_until_it_lapses,
+    the_models_secrets_are_made_once_and_never_replaced,
+    a_store_that_kept_only_the_tokens_hash_takes_the_token_that_matches_it,
+    a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token,
+    the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
     the_writer_applies_the_configured_policy,
