@@ -381,8 +381,9 @@ fn a_second_controller_with_the_simulated_cloud_on_one_postgres_is_refused_but_i
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        stderr.contains("is using this database already: the simulated cloud is one controller's own")
-            && stderr.contains("kind = \"ec2\""),
+        stderr.contains(
+            "is using this database already: the simulated cloud is one controller's own"
+        ) && stderr.contains("kind = \"ec2\""),
         "{stderr}"
     );
     assert!(!second_dir.path().join("admin.token").exists());

@@ -792,7 +792,10 @@ async fn two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over
     // Renewal keeps only one's own.
     let renewed = store.renew_leases(ttl).await.unwrap();
     assert_eq!(renewed.machines, ids[..2].iter().copied().collect());
-    assert!(other.unheld_machines(berth::store::now_ms()).unwrap().is_empty());
+    assert!(other
+        .unheld_machines(berth::store::now_ms())
+        .unwrap()
+        .is_empty());
 
     // An engine write of a machine whose lease is another's is refused
     // and changes nothing.
@@ -803,16 +806,26 @@ async fn two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over
     match other.commit(decided).await {
         Err(StoreError::Conflict(message)) => assert_eq!(
             message,
-            format!("machine {} is held by controller {}", ids[0], store.holder())
+            format!(
+                "machine {} is held by controller {}",
+                ids[0],
+                store.holder()
+            )
         ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(store.machine(&ids[0]).unwrap().state(), MachineState::Pending);
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().state(),
+        MachineState::Pending
+    );
     let decided = store
         .decide(&current, MachineEvent::new(ids[0], Event::StartInstance))
         .unwrap();
     store.commit(decided).await.unwrap();
-    assert_eq!(store.machine(&ids[0]).unwrap().state(), MachineState::Allocating);
+    assert_eq!(
+        store.machine(&ids[0]).unwrap().state(),
+        MachineState::Allocating
+    );
 
     // Released, a machine is anyone's; lapsed, likewise.
     store.release_machines(vec![ids[1]]).await.unwrap();
@@ -853,13 +866,19 @@ async fn a_job_lease_has_one_holder_until_it_lapses(store: Store) {
     other.announce(ttl).await.unwrap();
     let mut both = vec![store.holder().to_string(), other.holder().to_string()];
     both.sort();
-    assert_eq!(store.live_controllers(berth::store::now_ms()).unwrap(), both);
+    assert_eq!(
+        store.live_controllers(berth::store::now_ms()).unwrap(),
+        both
+    );
 }
 
 async fn the_models_secrets_are_made_once_and_never_replaced(store: Store) {
     let other = another_controller(&store).await;
     let token = store.model_admin_token(None).await.unwrap();
-    assert!(secret_matches(token.expose(), &store.admin_token_hash().unwrap()));
+    assert!(secret_matches(
+        token.expose(),
+        &store.admin_token_hash().unwrap()
+    ));
     // Another controller, with another token in its data directory, gets
     // the model's.
     let again = other
@@ -867,7 +886,10 @@ async fn the_models_secrets_are_made_once_and_never_replaced(store: Store) {
         .await
         .unwrap();
     assert_eq!(again.expose(), token.expose());
-    assert!(secret_matches(token.expose(), &other.admin_token_hash().unwrap()));
+    assert!(secret_matches(
+        token.expose(),
+        &other.admin_token_hash().unwrap()
+    ));
     let webhook = store
         .model_secret("webhook-secret", Secret::new("first"))
         .await
@@ -881,12 +903,12 @@ async fn the_models_secrets_are_made_once_and_never_replaced(store: Store) {
 
 async fn a_store_that_kept_only_the_tokens_hash_takes_the_token_that_matches_it(store: Store) {
     let old = store.ensure_admin_token().await.unwrap().unwrap();
-    let kept = store
-        .model_admin_token(Some(old.clone()))
-        .await
-        .unwrap();
+    let kept = store.model_admin_token(Some(old.clone())).await.unwrap();
     assert_eq!(kept.expose(), old.expose());
-    assert!(secret_matches(old.expose(), &store.admin_token_hash().unwrap()));
+    assert!(secret_matches(
+        old.expose(),
+        &store.admin_token_hash().unwrap()
+    ));
 }
 
 async fn a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token(store: Store) {
@@ -897,7 +919,10 @@ async fn a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_toke
         .unwrap();
     assert_ne!(new.expose(), old.expose());
     assert_ne!(new.expose(), "a-wrong-guess");
-    assert!(secret_matches(new.expose(), &store.admin_token_hash().unwrap()));
+    assert!(secret_matches(
+        new.expose(),
+        &store.admin_token_hash().unwrap()
+    ));
 }
 
 async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store: Store) {
