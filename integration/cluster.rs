@@ -294,6 +294,7 @@ fn assert_spread(instances: &[&MotoInstance]) {
 #[actix_web::test]
 async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_start_every_machine_once(
 ) {
+    let _turn = crate::support::heavy_test().await;
     let cluster = Cluster::new().await;
     let mut controllers = Vec::new();
     for name in ["c0", "c1", "c2"] {
@@ -442,6 +443,7 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
 
 #[actix_web::test]
 async fn a_controller_paused_past_its_leases_does_not_act_on_the_machines_taken_over() {
+    let _turn = crate::support::heavy_test().await;
     let cluster = Cluster::new().await;
     // The first controller relaunches machines whose agents have not
     // checked in within 10 s; the second waits an hour.

@@ -14,6 +14,7 @@ const STREAMS: usize = 500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a_deploy() {
+    let _turn = crate::support::heavy_test().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let report = run(
         &berth_binary(),

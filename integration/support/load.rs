@@ -380,7 +380,10 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
                         }
                     }
                     Ok(r) => failures.push(format!("{}", r.status())),
-                    Err(e) => failures.push(format!("{e}")),
+                    // With its causes: "error sending request" alone
+                    // does not say whether the connection was refused,
+                    // reset or timed out.
+                    Err(e) => failures.push(error_chain(&e)),
                 }
             }
             (requests, failures)
@@ -465,4 +468,16 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
 /// Where the `berth` binary built with this test or benchmark is.
 pub fn berth_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_berth"))
+}
+
+/// An error and each of its sources, joined by `: `.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

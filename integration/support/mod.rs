@@ -27,6 +27,16 @@ use serde_json::{json, Value};
 
 use app::{Backend, Site};
 
+/// Held by the tests that load the machine most (several controller
+/// processes, or hundreds of connections against one), so that they take
+/// turns instead of starving each other of the two cores: starved, a
+/// client's keep-alive connection can sit past the server's keep-alive and
+/// be closed under its next request.
+pub async fn heavy_test() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
 /// A store on a fresh SQLite file; the directory lives as long as the site.
 pub fn sqlite_store() -> (Store, Site) {
     let site = Site::new(Backend::Sqlite);
