@@ -120,7 +120,15 @@ impl Controller {
             .spawn()
             .expect("berth serve starts");
         let url = format!("http://127.0.0.1:{port}");
-        let client = reqwest::Client::new();
+        // A connection idle for 2 s is not used again: the controller
+        // closes idle keep-alive connections after 5 s, and a reader whose
+        // task was starved that long would otherwise send its next
+        // request on a connection the server is closing ("connection
+        // closed before message completed"), as any HTTP client must avoid.
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(2))
+            .build()
+            .expect("an HTTP client");
         let deadline = Instant::now() + PATIENCE;
         let token = loop {
             if let Ok(Some(exit)) = child.try_wait() {
@@ -373,7 +381,15 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
             let mut failures = Vec::new();
             while deploying.load(Ordering::SeqCst) {
                 requests += 1;
-                match client.get(&url).bearer_auth(&token).send().await {
+                let mut sent = client.get(&url).bearer_auth(&token).send().await;
+                if sent.as_ref().is_err_and(is_closed_keep_alive) {
+                    // The server closed the kept-alive connection as the
+                    // request went out: a GET is sent again on a new one,
+                    // as HTTP allows for idempotent requests (RFC 9112,
+                    // 9.3.1). A second failure counts.
+                    sent = client.get(&url).bearer_auth(&token).send().await;
+                }
+                match sent {
                     Ok(r) if r.status().is_success() => {
                         if let Err(e) = r.bytes().await {
                             failures.push(format!("body: {e}"));
@@ -480,4 +496,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Whether a request failed because the server closed the connection it
+/// was sent on before answering (a kept-alive connection closing).
+fn is_closed_keep_alive(error: &reqwest::Error) -> bool {
+    error.is_request() && error_chain(error).contains("connection closed before message completed")
 }
