@@ -218,6 +218,30 @@ call_timeout_s = 30
                 .await;
         }
     }
+
+    /// Checks waiting agents in, through each of `through` in turn, until
+    /// `units` machines exist and all are started.
+    async fn check_in_until_started(&self, through: &[Served], units: usize) {
+        let mut round = 0;
+        eventually("every machine to start", PATIENCE, || {
+            round += 1;
+            let through = &through[round % through.len()];
+            async move {
+                self.check_in_waiting(through).await;
+                let machines = self.machines().await;
+                let started = machines
+                    .iter()
+                    .filter(|m| m.state() == MachineState::Started)
+                    .count();
+                if machines.len() == units && started == units {
+                    Ok(())
+                } else {
+                    Err(format!("{started} of {} started", machines.len()))
+                }
+            }
+        })
+        .await;
+    }
 }
 
 async fn deploy(through: &Served, units: u32) {
@@ -356,26 +380,7 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
 
     // The survivors take its machines over; the agents check in through
     // them, alternately.
-    let mut round = 0;
-    eventually("every machine to start", PATIENCE, || {
-        round += 1;
-        let through = &controllers[round % controllers.len()];
-        let cluster = &cluster;
-        async move {
-            cluster.check_in_waiting(through).await;
-            let machines = cluster.machines().await;
-            let started = machines
-                .iter()
-                .filter(|m| m.state() == MachineState::Started)
-                .count();
-            if machines.len() == UNITS && started == UNITS {
-                Ok(())
-            } else {
-                Err(format!("{started} of {} started", machines.len()))
-            }
-        }
-    })
-    .await;
+    cluster.check_in_until_started(&controllers, UNITS).await;
 
     // Exactly one live instance per machine, and it is the machine's: no
     // duplicate and no stray (a launch taken over is adopted, not redone).
@@ -530,19 +535,7 @@ async fn a_controller_paused_past_its_leases_does_not_act_on_the_machines_taken_
     assert_eq!(holders(&machines).get(&second.pid()), Some(&UNITS));
 
     // The second carries on: the agents check in through it.
-    eventually("every machine to start", PATIENCE, || async {
-        cluster.check_in_waiting(&second).await;
-        let started = cluster
-            .machines()
-            .await
-            .iter()
-            .filter(|m| m.state() == MachineState::Started)
-            .count();
-        if started == UNITS {
-            Ok(())
-        } else {
-            Err(started)
-        }
-    })
-    .await;
+    cluster
+        .check_in_until_started(std::slice::from_ref(&second), UNITS)
+        .await;
 }

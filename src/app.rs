@@ -411,11 +411,20 @@ async fn ensure_admin_token(store: &Store, data_dir: &Path) -> Result<(), AppErr
     let path = data_dir.join(ADMIN_TOKEN_FILE);
     let on_disk = read_secret_file(&path);
     let token = store.model_admin_token(on_disk.clone()).await?;
-    if on_disk.as_ref().map(Secret::expose) != Some(token.expose()) {
-        write_private(&path, token.expose())?;
+    if keep_in_file(&path, on_disk.as_ref(), &token)? {
         log::info!("admin token written to {}", path.display());
     }
     Ok(())
+}
+
+/// Writes the model's `secret` to `path` unless `on_disk`, what the file
+/// held, is that secret already; true if it wrote.
+fn keep_in_file(path: &Path, on_disk: Option<&Secret>, secret: &Secret) -> Result<bool, AppError> {
+    if on_disk.map(Secret::expose) == Some(secret.expose()) {
+        return Ok(false);
+    }
+    write_private(path, secret.expose())?;
+    Ok(true)
 }
 
 /// The secret in `path`, if it holds one.
@@ -435,9 +444,7 @@ async fn model_webhook_secret(store: &Store, path: &Path) -> Result<Secret, AppE
     let secret = store
         .model_secret(crate::store::credentials::WEBHOOK_SECRET, fresh)
         .await?;
-    if on_disk.as_ref().map(Secret::expose) != Some(secret.expose()) {
-        write_private(path, secret.expose())?;
-    }
+    keep_in_file(path, on_disk.as_ref(), &secret)?;
     Ok(secret)
 }
 

@@ -253,7 +253,6 @@ mod tests {
             detail: "state=started".into(),
             origin: Origin::Engine,
             at_ms: 0,
-            writer: String::new(),
         }
     }
 

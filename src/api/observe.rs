@@ -395,7 +395,6 @@ mod tests {
             detail: "state=allocating".into(),
             origin: Origin::Engine,
             at_ms: 1000,
-            writer: String::new(),
         };
         assert_eq!(
             sse_frame(&change),

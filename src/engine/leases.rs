@@ -99,6 +99,12 @@ impl LeaseClock {
         }
     }
 
+    /// Whether this controller holds job `job`'s lease, as last taken or
+    /// renewed.
+    pub fn holds_job(&self, job: &str) -> bool {
+        self.held().jobs.contains(job)
+    }
+
     /// A renewal that began at `began` kept `machines` and `jobs`: every
     /// other lease it did not keep is lost, unless it was claimed after
     /// the renewal began (the renewal could not speak for it).

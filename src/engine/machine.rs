@@ -421,24 +421,22 @@ impl MachineActor {
                     ),
                     Ok(Err(StoreError::Conflict(_))) => actor.reload_then(None, ctx),
                     Ok(Err(StoreError::NotFound(_))) => actor.gone(ctx),
-                    Ok(Err(e)) => {
-                        log::error!(
-                            "machine {}: cannot choose its zone: {e}; trying again",
-                            actor.id
-                        );
-                        ctx.run_later(STORE_RETRY, |actor, ctx| {
-                            actor.step(Event::Resume, MachineUpdate::default(), None, ctx)
-                        });
-                    }
+                    Ok(Err(e)) => actor.resume_later(&format!("cannot choose its zone: {e}"), ctx),
                     Err(e) => {
-                        log::error!("machine {}: the zone tracker did not answer: {e}", actor.id);
-                        ctx.run_later(STORE_RETRY, |actor, ctx| {
-                            actor.step(Event::Resume, MachineUpdate::default(), None, ctx)
-                        });
+                        actor.resume_later(&format!("the zone tracker did not answer: {e}"), ctx)
                     }
                 },
             ),
         );
+    }
+
+    /// Something failed on the way (`why`): the machine carries on from
+    /// where it is after [`STORE_RETRY`].
+    fn resume_later(&mut self, why: &str, ctx: &mut Context<Self>) {
+        log::error!("machine {}: {why}; trying again", self.id);
+        ctx.run_later(STORE_RETRY, |actor, ctx| {
+            actor.step(Event::Resume, MachineUpdate::default(), None, ctx)
+        });
     }
 
     fn launch_request(&self, zone: &str, password: Secret) -> Result<LaunchRequest, ProviderError> {

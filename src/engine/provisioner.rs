@@ -101,9 +101,6 @@ pub struct Provisioner {
     /// Bumped on every (re)start, so that work of an earlier life that
     /// finishes late is recognised and dropped.
     generation: u64,
-    /// Whether this controller holds the lease of the cluster-wide
-    /// reconciliation job (the stray sweep, lost instances, heartbeats).
-    reconciler: bool,
     /// Machines whose actors stopped, whose leases are to be let go.
     releasing: Vec<MachineId>,
     /// Whether taking over unheld machines is under way.
@@ -128,7 +125,6 @@ impl Provisioner {
             next_serial: 0,
             containers: HashMap::new(),
             generation: 0,
-            reconciler: false,
             releasing: Vec::new(),
             taking_over: false,
             peers: Arc::default(),
@@ -426,24 +422,10 @@ impl Provisioner {
                 .await
                 .map_err(|e| e.to_string())?;
             let (machines, instances) = read_machines_and_instances(&shared).await?;
-            shared
-                .store
-                .announce(shared.leases.ttl())
-                .await
-                .map_err(|e| e.to_string())?;
-            let peers = shared
-                .store
-                .blocking(|s| s.live_controllers(now_ms()))
-                .await
-                .map_err(|e| e.to_string())?;
+            let (reconciler, peers) = take_part(&shared).await.map_err(|e| e.to_string())?;
             *shared_peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
             // Strays are stopped by the controller that holds the
             // reconciliation job, and only when a second look agrees.
-            let reconciler = shared
-                .store
-                .hold_job(RECONCILE_JOB, shared.leases.ttl())
-                .await
-                .map_err(|e| e.to_string())?;
             let candidates = if reconciler && shared.harvest.harvests_strays() {
                 plan_reconciliation(&machines, &instances).strays
             } else {
@@ -463,7 +445,6 @@ impl Provisioner {
             }
             match result {
                 Ok((revision, zones, survey, reconciler)) => {
-                    act.reconciler = reconciler;
                     act.shared.leases.job(RECONCILE_JOB, reconciler);
                     act.shared.zones.do_send(SetZones(zones));
                     act.start_from(revision, survey, ctx);
@@ -718,7 +699,7 @@ impl Provisioner {
     }
 
     fn reconcile_with_provider(&mut self, ctx: &mut Context<Self>) {
-        if !self.reconciler {
+        if !self.shared.leases.holds_job(RECONCILE_JOB) {
             // Another controller holds the reconciliation job.
             return;
         }
@@ -815,16 +796,11 @@ impl Provisioner {
         let shared = self.shared.clone();
         let generation = self.generation;
         let work = async move {
-            let ttl = shared.leases.ttl();
-            let renewed = shared.store.renew_leases(ttl).await?;
-            shared.store.announce(ttl).await?;
-            let reconciler = shared.store.hold_job(RECONCILE_JOB, ttl).await?;
-            let (peers, unheld) = shared
+            let renewed = shared.store.renew_leases(shared.leases.ttl()).await?;
+            let (reconciler, peers) = take_part(&shared).await?;
+            let unheld = shared
                 .store
-                .blocking(|s| {
-                    let now = now_ms();
-                    Ok((s.live_controllers(now)?, s.unheld_machines(now)?))
-                })
+                .blocking(|s| s.unheld_machines(now_ms()))
                 .await?;
             Ok::<_, StoreError>((renewed, reconciler, peers, unheld))
         };
@@ -841,11 +817,12 @@ impl Provisioner {
                     return;
                 }
             };
+            let was_reconciler = act.shared.leases.holds_job(RECONCILE_JOB);
             act.shared
                 .leases
                 .renewed(began, &renewed.machines, &renewed.jobs);
             act.shared.leases.job(RECONCILE_JOB, reconciler);
-            if reconciler != act.reconciler {
+            if reconciler != was_reconciler {
                 log::info!(
                     "provisioner: {} the reconciliation job",
                     if reconciler {
@@ -855,7 +832,6 @@ impl Provisioner {
                     }
                 );
             }
-            act.reconciler = reconciler;
             let lost: Vec<MachineId> = act
                 .actors
                 .iter()
@@ -952,7 +928,7 @@ impl Provisioner {
 
     fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {
         let after = self.shared.agent_down_after;
-        if after.is_zero() || !self.reconciler {
+        if after.is_zero() || !self.shared.leases.holds_job(RECONCILE_JOB) {
             return;
         }
         let before = now_ms() - i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
@@ -971,6 +947,19 @@ impl Provisioner {
                 }),
         );
     }
+}
+
+/// Says this controller is alive, takes or keeps the reconciliation job's
+/// lease (true if held), and reads which controllers are alive.
+async fn take_part(shared: &Shared) -> Result<(bool, Vec<String>), StoreError> {
+    let ttl = shared.leases.ttl();
+    shared.store.announce(ttl).await?;
+    let reconciler = shared.store.hold_job(RECONCILE_JOB, ttl).await?;
+    let peers = shared
+        .store
+        .blocking(|s| s.live_controllers(now_ms()))
+        .await?;
+    Ok((reconciler, peers))
 }
 
 /// What a reconciliation compares, and the strays it confirmed.

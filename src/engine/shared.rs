@@ -47,8 +47,9 @@ impl Shared {
     /// Whether this controller holds a live lease on `record`'s machine,
     /// as read from the store.
     pub fn holds(&self, record: &crate::store::records::MachineRecord) -> bool {
-        record.lease.as_ref().is_some_and(|lease| {
-            lease.holder == self.store.holder() && lease.is_live(crate::store::now_ms())
-        })
+        record
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.is_held_by(self.store.holder(), crate::store::now_ms()))
     }
 }

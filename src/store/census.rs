@@ -25,7 +25,7 @@ use crate::domain::machine::{Event, Machine, MachineRole};
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
 use crate::store::db::Conn;
-use crate::store::lifecycle::{commit_in, Applied, MachineEvent, MachineUpdate};
+use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
 use crate::store::schema::{machines, units, zone_census};
 use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError};
@@ -178,7 +178,14 @@ impl Store {
                 },
                 ..MachineEvent::new(choice.id, Event::ZoneChosen { zone: zone.clone() })
             };
-            let applied = commit_in(tx, &current, request, &policy, Some(&holder))?;
+            let applied = apply_to(
+                tx,
+                &current,
+                Some(current.state),
+                request,
+                &policy,
+                Some(&holder),
+            )?;
             count(tx, &choice.id.to_string(), &choice.occupant.key(), &zone)?;
             Ok(ZoneChosen::Chosen(applied))
         })

@@ -63,11 +63,6 @@ pub struct Change {
     pub detail: String,
     pub origin: Origin,
     pub at_ms: i64,
-    /// The controller whose store wrote it ([`crate::store::Store::holder`]):
-    /// a controller follows the other controllers' engine changes and
-    /// skips its own. Not part of the change log's API.
-    #[serde(skip)]
-    pub writer: String,
 }
 
 impl Change {
@@ -80,12 +75,6 @@ impl Change {
             && self.origin == Origin::User
             && self.change == ChangeKind::Updated
             && self.detail == "state=pending"
-    }
-
-    /// Whether this controller's own engine made the change (`holder`
-    /// being this controller's [`crate::store::Store::holder`]).
-    pub fn is_own_engine_change(&self, holder: &str) -> bool {
-        self.origin == Origin::Engine && self.writer == holder
     }
 }
 

@@ -11,7 +11,7 @@
 use diesel::prelude::*;
 
 use crate::contracts::secrets::{hash_secret, new_secret, secret_matches, Secret};
-use crate::store::db::Conn;
+use crate::store::db::per_backend;
 use crate::store::schema::{credentials, model_secrets};
 use crate::store::writer::Tx;
 use crate::store::{Store, StoreError};
@@ -57,10 +57,7 @@ fn insert_secret(tx: &mut Tx<'_>, name: &str, secret: Secret) -> Result<Secret, 
             model_secrets::created_at_ms.eq(tx.now_ms),
         ))
         .on_conflict_do_nothing();
-    match tx.conn {
-        Conn::Sqlite(c) => insert.execute(c)?,
-        Conn::Postgres(c) => insert.execute(c)?,
-    };
+    per_backend!(tx.conn, c => insert.execute(c)?);
     read_secret(tx, name)?
         .ok_or_else(|| StoreError::Invariant(format!("the model's {name} was not stored")))
 }

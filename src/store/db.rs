@@ -37,6 +37,19 @@ pub enum Conn {
     Postgres(PgConnection),
 }
 
+/// Runs `$body` with `$c` bound to `$conn`'s own backend connection: for
+/// the statements diesel builds per backend (multi-row inserts,
+/// `RETURNING`, `ON CONFLICT`, hand-written queries).
+macro_rules! per_backend {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match $conn {
+            $crate::store::db::Conn::Sqlite($c) => $body,
+            $crate::store::db::Conn::Postgres($c) => $body,
+        }
+    };
+}
+pub(crate) use per_backend;
+
 /// Where the state lives, parsed from `--database-url`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseUrl {

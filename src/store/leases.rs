@@ -25,8 +25,8 @@ use diesel::prelude::*;
 
 use crate::domain::machine::{is_settled, MachineState};
 use crate::domain::names::MachineId;
-use crate::store::db::Conn;
-use crate::store::records::stored;
+use crate::store::db::per_backend;
+use crate::store::records::{stored, MachineLease};
 use crate::store::schema::{leases, machines};
 use crate::store::{now_ms, Store, StoreError};
 
@@ -100,10 +100,7 @@ impl Store {
                     machines::lease_expires_ms.eq(until),
                 ))
                 .returning(machines::id);
-                let rows: Vec<String> = match tx.conn {
-                    Conn::Sqlite(c) => claim.get_results(c)?,
-                    Conn::Postgres(c) => claim.get_results(c)?,
-                };
+                let rows: Vec<String> = per_backend!(tx.conn, c => claim.get_results(c)?);
                 claimed.extend(ids_of(rows)?);
             }
             Ok(claimed)
@@ -130,10 +127,7 @@ impl Store {
             )
             .set(machines::lease_expires_ms.eq(until))
             .returning(machines::id);
-            let rows: Vec<String> = match tx.conn {
-                Conn::Sqlite(c) => renew.get_results(c)?,
-                Conn::Postgres(c) => renew.get_results(c)?,
-            };
+            let rows: Vec<String> = per_backend!(tx.conn, c => renew.get_results(c)?);
             let jobs = diesel::update(
                 leases::table
                     .filter(leases::holder.eq(&holder))
@@ -141,10 +135,7 @@ impl Store {
             )
             .set(leases::expires_ms.eq(until))
             .returning(leases::name);
-            let jobs: Vec<String> = match tx.conn {
-                Conn::Sqlite(c) => jobs.get_results(c)?,
-                Conn::Postgres(c) => jobs.get_results(c)?,
-            };
+            let jobs: Vec<String> = per_backend!(tx.conn, c => jobs.get_results(c)?);
             Ok(Renewed {
                 machines: ids_of(rows)?.into_iter().collect(),
                 jobs,
@@ -244,12 +235,9 @@ impl Store {
             if taken > 0 {
                 return Ok(true);
             }
-            let exists: i64 = leases::table.find(job).count().get_result(tx.conn)?;
-            if exists > 0 {
-                return Ok(false);
-            }
-            // Nobody has ever held it. Two first controllers may both come
-            // here: the second insert conflicts and holds nothing.
+            // Held by another, or never held: then the first insert holds
+            // it, and a second controller's at the same moment conflicts
+            // and holds nothing.
             let insert = diesel::insert_into(leases::table)
                 .values((
                     leases::name.eq(job),
@@ -257,10 +245,7 @@ impl Store {
                     leases::expires_ms.eq(until),
                 ))
                 .on_conflict_do_nothing();
-            let inserted = match tx.conn {
-                Conn::Sqlite(c) => insert.execute(c)?,
-                Conn::Postgres(c) => insert.execute(c)?,
-            };
+            let inserted = per_backend!(tx.conn, c => insert.execute(c)?);
             Ok(inserted > 0)
         })
         .await
@@ -325,7 +310,9 @@ impl Store {
                 .select((machines::lease_holder, machines::lease_expires_ms))
                 .get_result(conn)
                 .optional()?;
-            Ok(matches!(lease, Some((Some(h), Some(until))) if h == self.holder() && until >= now))
+            Ok(lease
+                .and_then(|(holder, until)| MachineLease::of(holder, until))
+                .is_some_and(|lease| lease.is_held_by(self.holder(), now)))
         })
     }
 }

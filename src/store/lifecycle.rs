@@ -35,8 +35,8 @@ use crate::domain::machine::{
 };
 use crate::domain::names::MachineId;
 use crate::store::census;
-use crate::store::db::Conn;
-use crate::store::records::{stored, MachineRecord, MachineRow};
+use crate::store::db::per_backend;
+use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
 use crate::store::writer::Tx;
 use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
@@ -264,10 +264,12 @@ fn check_lease(tx: &mut Tx<'_>, id: &MachineId, holder: &str) -> Result<(), Stor
         .select((machines::lease_holder, machines::lease_expires_ms))
         .get_result(tx.conn)
         .optional()?;
-    match lease {
-        None => Err(StoreError::NotFound(format!("machine {id} not found"))),
-        Some((Some(h), Some(until))) if h == holder && until >= tx.now_ms => Ok(()),
-        Some((h, _)) => Err(lease_lost(id, h.filter(|h| h != holder))),
+    let Some((held_by, until)) = lease else {
+        return Err(StoreError::NotFound(format!("machine {id} not found")));
+    };
+    match MachineLease::of(held_by.clone(), until) {
+        Some(lease) if lease.is_held_by(holder, tx.now_ms) => Ok(()),
+        _ => Err(lease_lost(id, held_by.filter(|h| h != holder))),
     }
 }
 
@@ -282,31 +284,18 @@ fn jitter() -> Jitter {
     Jitter::new(rand::random::<f64>() * 0.999).unwrap_or(Jitter::NONE)
 }
 
-/// Applies `request` to a machine already read in this transaction.
-fn apply_to(
-    tx: &mut Tx<'_>,
-    current: &Machine,
-    expected: Option<MachineState>,
-    request: MachineEvent,
-    policy: &Policy,
-) -> Result<Applied, StoreError> {
-    let id = request.id;
-    let decision =
-        decide(current, request, policy, jitter(), tx.now_ms).map_err(|e| illegal(id, &e))?;
-    write(tx, id, expected, &decision, None)?;
-    Ok(decision.applied)
-}
-
-/// Applies the engine's `request` to `current` (the machine as the engine
-/// holds it) and writes it, fenced by `fence`'s lease, inside another store
-/// operation's transaction (a zone choice).
+/// Applies `request` to `current`, a machine already read in this
+/// transaction (or, for the engine inside another store operation, the
+/// machine as the engine holds it, with `expected` its state), and writes
+/// it, fenced by `fence`'s lease when given.
 ///
 /// # Errors
 ///
 /// As [`Store::commit`]; an event `current` does not accept is a conflict.
-pub(crate) fn commit_in(
+pub(crate) fn apply_to(
     tx: &mut Tx<'_>,
     current: &Machine,
+    expected: Option<MachineState>,
     request: MachineEvent,
     policy: &Policy,
     fence: Option<&str>,
@@ -314,7 +303,7 @@ pub(crate) fn commit_in(
     let id = request.id;
     let decision =
         decide(current, request, policy, jitter(), tx.now_ms).map_err(|e| illegal(id, &e))?;
-    write(tx, id, Some(current.state), &decision, fence)?;
+    write(tx, id, expected, &decision, fence)?;
     Ok(decision.applied)
 }
 
@@ -332,7 +321,7 @@ pub(crate) fn apply_tx(
     policy: &Policy,
 ) -> Result<Applied, StoreError> {
     let current = load_machine(tx, &request.id)?.machine;
-    apply_to(tx, &current, None, request, policy)
+    apply_to(tx, &current, None, request, policy, None)
 }
 
 /// Deletes a machine and the units on it, and logs the removal (nothing
@@ -388,7 +377,7 @@ fn agent_connect_tx(
         },
         ..MachineEvent::new(id, Event::AgentConnected)
     };
-    match apply_to(tx, &record.machine, None, request, policy) {
+    match apply_to(tx, &record.machine, None, request, policy, None) {
         Ok(_) => Ok(CheckIn::Connected(credential)),
         Err(e) if record.state() == MachineState::Starting => Ok(CheckIn::NotYet(e)),
         Err(e) => Err(e),
@@ -589,7 +578,7 @@ impl Store {
                 .execute(tx.conn)?;
             if record.state() == MachineState::Down {
                 let request = MachineEvent::new(id, Event::AgentConnected);
-                let applied = apply_to(tx, &record.machine, None, request, &policy)?;
+                let applied = apply_to(tx, &record.machine, None, request, &policy, None)?;
                 return Ok(applied.next.state);
             }
             Ok(record.state())
@@ -894,10 +883,7 @@ fn save_machine(
         holder: fence.unwrap_or_default(),
         now_ms: tx.now_ms,
     };
-    let found = match tx.conn {
-        Conn::Sqlite(conn) => save.execute(conn)?,
-        Conn::Postgres(conn) => save.execute(conn)?,
-    };
+    let found = per_backend!(tx.conn, conn => save.execute(conn)?);
     if found == 0 {
         if let Some(holder) = fence {
             check_lease(tx, id, holder)?;

@@ -98,8 +98,7 @@ pub struct Store {
     /// every handle (see [`Store::set_policy`]).
     policy: Arc<std::sync::RwLock<crate::domain::machine::Policy>>,
     /// Who this store's controller is among the controllers sharing the
-    /// database: the holder of its leases and the writer stamped on its
-    /// change-log entries. New at every open, so a controller that comes
+    /// database: the holder of its leases. New at every open, so a controller that comes
     /// back is a new holder and never mistakes a lease it lost for its own.
     holder: Arc<str>,
 }
@@ -190,7 +189,7 @@ impl Store {
         let (head_tx, head) = watch::channel(revision);
         let head_tx = Arc::new(head_tx);
         let holder: Arc<str> = new_holder_id().into();
-        let writer = Writer::spawn(write_conn, manager, head_tx.clone(), holder.clone())?;
+        let writer = Writer::spawn(write_conn, manager, head_tx.clone())?;
         let pool = db::pool(url, READ_POOL_SIZE)?;
         if let DatabaseUrl::Postgres(postgres) = url {
             listener::spawn(postgres.clone(), head_tx).map_err(|e| {
@@ -212,7 +211,7 @@ impl Store {
     }
 
     /// This controller's identity among those sharing the database: the
-    /// holder of its leases, stamped on the change-log entries it writes.
+    /// holder of its leases.
     pub fn holder(&self) -> &str {
         &self.holder
     }
@@ -303,8 +302,7 @@ impl Store {
     /// this version cannot read.
     pub fn changes_since(&self, since: i64, limit: i64) -> Result<Vec<Change>, StoreError> {
         self.read(|conn| {
-            type Row = (i64, String, String, String, String, String, i64, String);
-            let rows: Vec<Row> = changes::table
+            let rows: Vec<(i64, String, String, String, String, String, i64)> = changes::table
                 .select((
                     changes::revision,
                     changes::entity,
@@ -313,33 +311,29 @@ impl Store {
                     changes::detail,
                     changes::origin,
                     changes::at_ms,
-                    changes::writer,
                 ))
                 .filter(changes::revision.gt(since))
                 .order(changes::revision.asc())
                 .limit(limit)
                 .load(conn)?;
             rows.into_iter()
-                .map(
-                    |(revision, entity, id, change, detail, origin, at_ms, writer)| {
-                        Ok(Change {
-                            revision,
-                            entity: Entity::parse(&entity).ok_or_else(|| {
-                                StoreError::Invariant(format!("unknown entity {entity:?}"))
-                            })?,
-                            id,
-                            change: ChangeKind::parse(&change).ok_or_else(|| {
-                                StoreError::Invariant(format!("unknown change {change:?}"))
-                            })?,
-                            detail,
-                            origin: Origin::parse(&origin).ok_or_else(|| {
-                                StoreError::Invariant(format!("unknown origin {origin:?}"))
-                            })?,
-                            at_ms,
-                            writer,
-                        })
-                    },
-                )
+                .map(|(revision, entity, id, change, detail, origin, at_ms)| {
+                    Ok(Change {
+                        revision,
+                        entity: Entity::parse(&entity).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown entity {entity:?}"))
+                        })?,
+                        id,
+                        change: ChangeKind::parse(&change).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown change {change:?}"))
+                        })?,
+                        detail,
+                        origin: Origin::parse(&origin).ok_or_else(|| {
+                            StoreError::Invariant(format!("unknown origin {origin:?}"))
+                        })?,
+                        at_ms,
+                    })
+                })
                 .collect()
         })
     }

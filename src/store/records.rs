@@ -229,7 +229,8 @@ pub struct MachineLease {
 }
 
 impl MachineLease {
-    fn of(holder: Option<String>, expires_ms: Option<i64>) -> Option<MachineLease> {
+    /// The lease the two columns describe, if both are set.
+    pub(crate) fn of(holder: Option<String>, expires_ms: Option<i64>) -> Option<MachineLease> {
         Some(MachineLease {
             holder: holder?,
             expires_ms: expires_ms?,
@@ -239,6 +240,11 @@ impl MachineLease {
     /// Whether the lease still binds at `now_ms`.
     pub fn is_live(&self, now_ms: i64) -> bool {
         self.expires_ms >= now_ms
+    }
+
+    /// Whether controller `holder` holds it and it still binds at `now_ms`.
+    pub fn is_held_by(&self, holder: &str, now_ms: i64) -> bool {
+        self.holder == holder && self.is_live(now_ms)
     }
 }
 

@@ -29,7 +29,6 @@ diesel::table! {
         detail -> Text,
         origin -> Text,
         at_ms -> BigInt,
-        writer -> Text,
     }
 }
 

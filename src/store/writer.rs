@@ -16,9 +16,7 @@
 //! callers hear "unavailable" rather than wait, and the first batch after
 //! the database is back commits normally.
 //!
-//! Every entry is stamped with this store's writer id (the controller's
-//! [`crate::store::Store::holder`]). On PostgreSQL a commit that grew the
-//! log also sends `NOTIFY berth_changes` with the new head revision, so
+//! On PostgreSQL a commit that grew the log also sends `NOTIFY berth_changes` with the new head revision, so
 //! that every other controller's follower wakes (see
 //! [`crate::store::listener`]).
 
@@ -29,7 +27,7 @@ use diesel::prelude::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
-use crate::store::db::{Conn, Manager};
+use crate::store::db::{per_backend, Conn, Manager};
 use crate::store::error::StoreError;
 use crate::store::schema::{changes, log_head};
 
@@ -144,12 +142,11 @@ impl Writer {
         conn: Conn,
         manager: Manager,
         head: Arc<watch::Sender<i64>>,
-        writer_id: Arc<str>,
     ) -> Result<Writer, StoreError> {
         let (queue, jobs) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         thread::Builder::new()
             .name("berth-store-writer".into())
-            .spawn(move || write_loop(conn, manager, jobs, &head, &writer_id))
+            .spawn(move || write_loop(conn, manager, jobs, &head))
             .map_err(|e| StoreError::Connect(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer { queue })
     }
@@ -206,7 +203,6 @@ fn write_loop(
     manager: Manager,
     mut jobs: mpsc::Receiver<Box<dyn Job>>,
     head: &watch::Sender<i64>,
-    writer_id: &str,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut conn = Some(conn);
@@ -228,7 +224,7 @@ fn write_loop(
             }
         }
         let committed = match conn.as_mut() {
-            Some(c) => commit_batch(c, &mut batch, writer_id),
+            Some(c) => commit_batch(c, &mut batch),
             None => Err(StoreError::Connect(
                 "the database is unavailable; try again shortly".into(),
             )),
@@ -270,11 +266,7 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
 
 /// Runs every job of the batch in one transaction and appends their
 /// change-log entries. Returns the new head revision if the log grew.
-fn commit_batch(
-    conn: &mut Conn,
-    batch: &mut [Box<dyn Job>],
-    writer_id: &str,
-) -> Result<Option<i64>, StoreError> {
+fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
     let now = now_ms();
     conn.transaction::<_, StoreError, _>(|conn| {
         let mut pending = Vec::new();
@@ -292,7 +284,7 @@ fn commit_batch(
                 pending.truncate(mark);
             }
         }
-        append_changes(conn, now, pending, writer_id)
+        append_changes(conn, now, pending)
     })
 }
 
@@ -300,7 +292,6 @@ fn append_changes(
     conn: &mut Conn,
     now: i64,
     pending: Vec<PendingChange>,
-    writer_id: &str,
 ) -> Result<Option<i64>, StoreError> {
     if pending.is_empty() {
         return Ok(None);
@@ -327,7 +318,6 @@ fn append_changes(
                 changes::detail.eq(c.detail),
                 changes::origin.eq(c.origin.as_str()),
                 changes::at_ms.eq(now),
-                changes::writer.eq(writer_id),
             )
         })
         .collect();
@@ -335,10 +325,7 @@ fn append_changes(
     // Multi-row inserts are backend-specific in diesel, hence the match.
     for chunk in rows.chunks(1000) {
         let insert = diesel::insert_into(changes::table).values(chunk);
-        match conn {
-            Conn::Sqlite(c) => insert.execute(c)?,
-            Conn::Postgres(c) => insert.execute(c)?,
-        };
+        per_backend!(conn, c => insert.execute(c)?);
     }
     if let Conn::Postgres(c) = conn {
         // Delivered to the listeners when (and only if) this commits.

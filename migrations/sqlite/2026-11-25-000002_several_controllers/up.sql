@@ -5,9 +5,6 @@
 ALTER TABLE machines ADD COLUMN lease_holder TEXT;
 ALTER TABLE machines ADD COLUMN lease_expires_ms BIGINT;
 CREATE INDEX machines_lease_holder ON machines (lease_holder);
--- Which controller wrote each change-log entry, so that a controller
--- follows the others' engine changes and skips its own.
-ALTER TABLE changes ADD COLUMN writer TEXT NOT NULL DEFAULT '';
 -- Cluster-wide jobs (reconciliation with the cloud, the stray sweep, the
 -- heartbeat watch) run under one lease each.
 CREATE TABLE leases (
