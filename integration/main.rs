@@ -35,6 +35,7 @@ mod manual;
 mod process;
 mod serve;
 mod sim_faults;
+mod sim_shared;
 mod store;
 mod store_faults;
 #[cfg(feature = "test-hooks")]

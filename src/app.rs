@@ -57,12 +57,6 @@ pub enum AppError {
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error(
-        "controller {0} is using this database already: the simulated cloud is one \
-         controller's own (its ledger is in the data directory), so several controllers \
-         on one database need a cloud they share ([provider] kind = \"ec2\")"
-    )]
-    SimulatedCloudShared(String),
-    #[error(
         "another berth controller is using the SQLite store {}: SQLite serves one controller; \
          to run several, point them all at one PostgreSQL database \
          (database_url = \"postgres://...\")",
@@ -164,9 +158,6 @@ impl Application {
             DatabaseUrl::Sqlite(path) => Some(SqliteClaim::take(path)?),
             DatabaseUrl::Postgres(_) => None,
         };
-        if config.provider.kind == ProviderKind::Sim && !url.is_sqlite() {
-            refuse_other_controllers(&store, &data_dir, config.provisioner.lease_ttl()).await?;
-        }
         ensure_admin_token(&store, &data_dir).await?;
         let webhook_secret = match &config.webhook_secret {
             Some(secret) => Secret::new(secret.clone()),
@@ -188,7 +179,7 @@ impl Application {
         } else {
             None
         };
-        let (provider, limits, sim) = open_provider(&config, &data_dir).await?;
+        let (provider, limits, sim) = open_provider(&config, &url, &data_dir).await?;
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
             source,
@@ -368,41 +359,6 @@ fn write_private(path: &Path, contents: &str) -> Result<(), AppError> {
     file.sync_all().map_err(failed)
 }
 
-/// The file in which a controller keeps its last identity among the
-/// controllers of its database, to know its own earlier life.
-pub const HOLDER_FILE: &str = "controller.holder";
-
-/// A controller with the simulated cloud must be alone on its database:
-/// refused if another controller is alive there. A controller that stopped
-/// a moment ago still looks alive until its lease runs out: this data
-/// directory's own earlier life is recognised, and another is waited for
-/// that long before the start is refused.
-async fn refuse_other_controllers(
-    store: &Store,
-    data_dir: &Path,
-    lease_ttl: std::time::Duration,
-) -> Result<(), AppError> {
-    let path = data_dir.join(HOLDER_FILE);
-    let earlier = std::fs::read_to_string(&path).unwrap_or_default();
-    let give_up = tokio::time::Instant::now() + lease_ttl;
-    loop {
-        let others: Vec<String> = store
-            .blocking(|s| s.live_controllers(crate::store::now_ms()))
-            .await?
-            .into_iter()
-            .filter(|holder| holder.as_str() != earlier.trim())
-            .collect();
-        if others.is_empty() {
-            break;
-        }
-        if tokio::time::Instant::now() >= give_up {
-            return Err(AppError::SimulatedCloudShared(others.join(", ")));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    write_private(&path, store.holder())
-}
-
 /// Writes the model's admin token to `<data-dir>/admin.token` for the
 /// local command line. The first controller on a store makes the token;
 /// later controllers (and this one after a restart, or after the file was
@@ -462,9 +418,13 @@ fn prepare_status(store: &Store, cloud: &'static str) -> tokio::task::JoinHandle
 }
 
 /// The provider `config` names, its rate limits, and the simulated cloud
-/// again when that is the provider (for its fault routes).
+/// again when that is the provider (for its fault routes). The simulated
+/// cloud keeps its ledger in the data directory with a SQLite store, and
+/// in the store's database with PostgreSQL, where every controller on the
+/// database shares it.
 async fn open_provider(
     config: &Config,
+    store_url: &DatabaseUrl,
     data_dir: &Path,
 ) -> Result<(Arc<dyn Provider>, RateLimits, Option<Arc<SimProvider>>), AppError> {
     match config.provider.kind {
@@ -475,12 +435,15 @@ async fn open_provider(
             };
             let sim_config = config.provider.sim.clone();
             let ledger = data_dir.join(SIM_LEDGER_FILE);
+            let store_url = store_url.clone();
             // Reading the ledger takes a while with many instances.
-            let sim =
-                tokio::task::spawn_blocking(move || SimProvider::open(sim_config, Some(ledger)))
-                    .await
-                    .map_err(|e| failed(e.to_string()))?
-                    .map_err(|e| failed(e.to_string()))?;
+            let sim = tokio::task::spawn_blocking(move || match store_url {
+                DatabaseUrl::Postgres(url) => SimProvider::open_shared(sim_config, &url),
+                DatabaseUrl::Sqlite(_) => SimProvider::open(sim_config, Some(ledger)),
+            })
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .map_err(|e| failed(e.to_string()))?;
             let sim = Arc::new(sim);
             Ok((sim.clone(), RateLimits::default(), Some(sim)))
         }

@@ -31,6 +31,8 @@ pub enum SimError {
         .path.display()
     )]
     LedgerInUse { path: PathBuf },
+    #[error("cannot use the simulated cloud's shared ledger: {0}")]
+    SharedLedger(String),
     #[error("the ledger could not record the change: {0}")]
     LedgerWrite(String),
     #[error("no instance {0:?} in the simulated cloud")]

@@ -26,6 +26,8 @@ use crate::providers::sim::records::{
 };
 
 diesel::table! {
+    /// The instances (the shared ledger's table has a `version` column
+    /// besides, see `shared`).
     sim_instances (seq) {
         seq -> BigInt,
         id -> Text,
@@ -75,17 +77,17 @@ const SCHEMA: &str = "
 ";
 
 /// The `sim_meta` key of the generator's position (`seed:word_pos`).
-const RNG_KEY: &str = "rng";
+pub(super) const RNG_KEY: &str = "rng";
 
 /// Rows per INSERT statement, well under SQLite's limit of bound
 /// parameters per statement.
-const INSERT_CHUNK: usize = 1000;
+pub(super) const INSERT_CHUNK: usize = 1000;
 
 #[derive(Queryable, Selectable, Insertable)]
 #[diesel(table_name = sim_instances)]
-#[diesel(check_for_backend(diesel::sqlite::Sqlite))]
+#[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]
 #[diesel(treat_none_as_default_value = false)]
-struct Row {
+pub(super) struct Row {
     seq: i64,
     id: String,
     tags: String,
@@ -222,11 +224,11 @@ fn is_busy(e: &diesel::result::Error) -> bool {
     text.contains("database is locked") || text.contains("database is busy")
 }
 
-fn to_i64(n: u64) -> i64 {
+pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn parse_rng(text: &str) -> Option<RngPosition> {
+pub(super) fn parse_rng(text: &str) -> Option<RngPosition> {
     let (seed, word_pos) = text.split_once(':')?;
     Some(RngPosition {
         seed: seed.parse().ok()?,
@@ -235,7 +237,7 @@ fn parse_rng(text: &str) -> Option<RngPosition> {
 }
 
 impl Row {
-    fn from_record(r: &Record) -> Row {
+    pub(super) fn from_record(r: &Record) -> Row {
         let e = &r.entry;
         Row {
             seq: to_i64(r.seq),
@@ -256,7 +258,7 @@ impl Row {
         }
     }
 
-    fn into_record(self) -> Result<Record, String> {
+    pub(super) fn into_record(self) -> Result<Record, String> {
         let bad = |what: &str, value: &str| {
             format!("instance {}: cannot read its {what} {value:?}", self.id)
         };

@@ -1,17 +1,28 @@
 //! The simulated cloud's ledger: every instance it ever started, indexed in
-//! memory and, when the cloud has a ledger file, mirrored there.
+//! memory and, when the cloud has a ledger file or a shared ledger,
+//! mirrored there.
 //!
 //! # Guarantees
 //!
-//! Every change goes through [`Ledger::commit`], which writes the file
-//! first (one transaction) and touches the in-memory index only when that
-//! transaction committed. So the index and the file never disagree, and a
-//! failed write changes nothing.
+//! Every change goes through [`Ledger::commit`], which writes the file or
+//! the shared ledger first (one transaction) and touches the in-memory
+//! index only when that transaction committed. So the index never holds
+//! what was not written, and a failed write changes nothing. A shared
+//! ledger's index also takes in what other clouds wrote
+//! ([`Ledger::absorb`]).
 
 use std::collections::HashMap;
 
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::records::{Batch, Change, Record};
+use crate::providers::sim::shared::SharedLedger;
+
+/// Where the ledger is kept besides memory.
+pub(super) enum Backing {
+    Memory,
+    File(LedgerFile),
+    Shared(SharedLedger),
+}
 
 /// The in-memory index, and the file behind it.
 pub(super) struct Ledger {
@@ -28,12 +39,12 @@ pub(super) struct Ledger {
     /// the next one.
     containers: HashMap<String, Vec<u64>>,
     next_seq: u64,
-    file: Option<LedgerFile>,
+    backing: Backing,
 }
 
 impl Ledger {
-    /// A ledger holding `records` (read back from `file`, if any).
-    pub fn new(records: Vec<Record>, file: Option<LedgerFile>) -> Ledger {
+    /// A ledger holding `records` (read back from `backing`).
+    pub fn new(records: Vec<Record>, backing: Backing) -> Ledger {
         let mut ledger = Ledger {
             by_seq: Vec::with_capacity(records.len()),
             seq_of: HashMap::new(),
@@ -41,7 +52,7 @@ impl Ledger {
             live_in_zone: HashMap::new(),
             containers: HashMap::new(),
             next_seq: 0,
-            file,
+            backing,
         };
         for record in records {
             ledger.insert(record);
@@ -105,8 +116,10 @@ impl Ledger {
         if batch.is_empty() {
             return Ok(());
         }
-        if let Some(file) = &mut self.file {
-            file.write(&batch).map_err(|e| e.to_string())?;
+        match &mut self.backing {
+            Backing::Memory => {}
+            Backing::File(file) => file.write(&batch).map_err(|e| e.to_string())?,
+            Backing::Shared(shared) => shared.write(&batch)?,
         }
         for record in batch.inserts {
             self.insert(record);
@@ -115,6 +128,31 @@ impl Ledger {
             self.apply(&change);
         }
         Ok(())
+    }
+
+    /// The shared ledger, if this is one.
+    pub fn shared(&mut self) -> Option<&mut SharedLedger> {
+        match &mut self.backing {
+            Backing::Shared(shared) => Some(shared),
+            _ => None,
+        }
+    }
+
+    /// Takes in records another cloud wrote or changed: new ones are
+    /// added, known ones take the state, agent and time they have now.
+    pub fn absorb(&mut self, records: Vec<Record>) {
+        for record in records {
+            if self.position(record.seq).is_some() {
+                self.apply(&Change {
+                    seq: record.seq,
+                    state: record.entry.state,
+                    agent: record.entry.agent,
+                    changed_at_ms: record.changed_at_ms,
+                });
+            } else {
+                self.insert(record);
+            }
+        }
     }
 
     fn insert(&mut self, record: Record) {
@@ -203,7 +241,7 @@ mod tests {
                 record(0, "i-1", "a", None),
                 record(1, "i-2", "b", None),
             ],
-            None,
+            Backing::Memory,
         );
         let ids: Vec<&str> = ledger.records().map(|r| r.entry.id.as_str()).collect();
         assert_eq!(ids, vec!["i-1", "i-2", "i-3"]);
@@ -249,7 +287,7 @@ mod tests {
                 record(1, "i-2", "a", None),
                 record(2, "i-1-lxd-0", "a", Some("i-1")),
             ],
-            None,
+            Backing::Memory,
         );
         assert_eq!(ledger.live_in_zone("a"), 2);
         assert_eq!(ledger.containers_made("i-1"), 1);

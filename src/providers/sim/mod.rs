@@ -14,7 +14,9 @@
 //! - [`faults`]: the faults an administrator sets while it runs,
 //!   [`FaultSet`]: zones down, zone capacity, transient failures, calls
 //!   that hang or are throttled, agents that never check in.
-//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file.
+//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file;
+//!   `shared`: their PostgreSQL tables, shared by several controllers'
+//!   clouds ([`SimProvider::open_shared`]).
 //! - `events`: the timeline of starts and check-ins, the reports still to be
 //!   delivered, and the one task that works through them.
 //!
@@ -46,7 +48,10 @@
 //! - The ledger file holds each waiting agent's one-time password, as a
 //!   cloud holds an instance's user data.
 //! - A ledger file belongs to one open cloud at a time (see
-//!   [`LEDGER_LOCK_WAIT`]).
+//!   [`LEDGER_LOCK_WAIT`]). A shared ledger is for several; each cloud
+//!   keeps its own faults, throttle and hang (they are the controller's
+//!   view of the cloud), though a zone taken down stops that zone's
+//!   instances for all.
 //! - A client token seen before returns the earlier instance even if the
 //!   rest of the request differs (EC2 would refuse with
 //!   `IdempotentParameterMismatch`).
@@ -58,6 +63,7 @@ pub mod faults;
 mod file;
 mod ledger;
 mod records;
+mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -82,13 +88,15 @@ use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
 use crate::providers::sim::faults::RequestBucket;
 use crate::providers::sim::file::LedgerFile;
-use crate::providers::sim::ledger::Ledger;
+use crate::providers::sim::ledger::{Backing, Ledger};
 use crate::providers::sim::records::{tagged_machine, Batch, Change, Record, RngPosition};
+use crate::providers::sim::shared::SharedLedger;
 
 pub use config::SimConfig;
 pub use error::SimError;
 pub use faults::{CallCounts, FaultSet, Throttle};
 pub use records::{addresses_of, AgentState, LedgerEntry, Tags};
+pub use shared::ORPHAN_GRACE_MS;
 
 /// The most launches one call carries.
 pub const MAX_LAUNCH_BATCH: usize = 500;
@@ -115,6 +123,10 @@ const LEDGER_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The most events or reports the background task handles in one round.
 const DRIVER_BATCH: usize = 1000;
+
+/// How often a cloud on a shared ledger reads what the others wrote, and
+/// takes up the starts and check-ins a dead cloud left.
+const SHARED_POLL: Duration = Duration::from_millis(500);
 
 /// Every constraint key but `spaces` and `virt-type`, which the simulated
 /// cloud has no notion of.
@@ -155,9 +167,11 @@ struct Settings {
     start_delay: Duration,
     agent_delay: Duration,
     seed: u64,
-    /// Whether ledger work touches a file (and so runs on a blocking
-    /// thread).
-    file_backed: bool,
+    /// Whether ledger work touches a file or a database (and so runs on a
+    /// blocking thread).
+    stored: bool,
+    /// Whether the ledger is shared with other clouds.
+    shared: bool,
     /// How often connected agents report that they are alive.
     heartbeat_interval: Duration,
 }
@@ -179,6 +193,25 @@ struct State {
     /// Draws which agents are silent: a generator of its own, so that
     /// the ids and failures a seed gives do not depend on the faults set.
     fault_rng: ChaCha8Rng,
+    /// On a shared ledger: the agents whose check-in this cloud took up
+    /// from another, so that it is taken up once.
+    taken_up: HashSet<String>,
+}
+
+/// Whether a ledger call changes the ledger: on a shared ledger, a change
+/// is decided under the writers' lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// Where a cloud keeps its ledger besides memory.
+enum LedgerPlace {
+    Memory,
+    File(PathBuf),
+    /// A PostgreSQL database's URL.
+    Shared(String),
 }
 
 /// What the generator of silent agents is seeded with, beside the seed.
@@ -229,7 +262,34 @@ impl SimProvider {
             ),
             Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
         };
-        SimProvider::build(config, catalogue, ledger_path)
+        let place = ledger_path.map_or(LedgerPlace::Memory, LedgerPlace::File);
+        SimProvider::build(config, catalogue, place)
+    }
+
+    /// Opens the simulated cloud described by `config` with its ledger in
+    /// the PostgreSQL database at `database_url`, shared with every other
+    /// cloud opened on it: several controllers on one database see one
+    /// cloud. Instances another cloud launched are listed, adopted by
+    /// client token and terminated here like this cloud's own, and the
+    /// starts and check-ins a dead cloud left are taken up after
+    /// [`ORPHAN_GRACE_MS`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SimProvider::open`]; [`SimError::SharedLedger`] for the
+    /// database.
+    pub fn open_shared(config: SimConfig, database_url: &str) -> Result<SimProvider, SimError> {
+        let catalogue = match &config.catalogue {
+            None => CatalogueSource::Embedded(
+                Catalogue::embedded().map_err(|e| SimError::EmbeddedCatalogue(e.clone()))?,
+            ),
+            Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
+        };
+        SimProvider::build(
+            config,
+            catalogue,
+            LedgerPlace::Shared(database_url.to_string()),
+        )
     }
 
     /// Like [`SimProvider::open`], with `catalogue` instead of the one
@@ -243,21 +303,34 @@ impl SimProvider {
         catalogue: Catalogue,
         ledger_path: Option<PathBuf>,
     ) -> Result<SimProvider, SimError> {
-        SimProvider::build(config, CatalogueSource::Owned(catalogue), ledger_path)
+        let place = ledger_path.map_or(LedgerPlace::Memory, LedgerPlace::File);
+        SimProvider::build(config, CatalogueSource::Owned(catalogue), place)
     }
 
     fn build(
         config: SimConfig,
         catalogue: CatalogueSource,
-        ledger_path: Option<PathBuf>,
+        place: LedgerPlace,
     ) -> Result<SimProvider, SimError> {
         config.validate().map_err(SimError::Config)?;
-        let (ledger, position) = match &ledger_path {
-            Some(path) => {
-                let opened = LedgerFile::open(path, LEDGER_LOCK_WAIT)?;
-                (Ledger::new(opened.records, Some(opened.file)), opened.rng)
+        let stored = !matches!(place, LedgerPlace::Memory);
+        let shared = matches!(place, LedgerPlace::Shared(_));
+        let (ledger, position) = match place {
+            LedgerPlace::File(path) => {
+                let opened = LedgerFile::open(&path, LEDGER_LOCK_WAIT)?;
+                (
+                    Ledger::new(opened.records, Backing::File(opened.file)),
+                    opened.rng,
+                )
             }
-            None => (Ledger::new(Vec::new(), None), None),
+            LedgerPlace::Shared(url) => {
+                let (ledger, update) = SharedLedger::open(&url)?;
+                (
+                    Ledger::new(update.records, Backing::Shared(ledger)),
+                    update.rng,
+                )
+            }
+            LedgerPlace::Memory => (Ledger::new(Vec::new(), Backing::Memory), None),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         if let Some(position) = position.filter(|p| p.seed == config.seed) {
@@ -270,7 +343,8 @@ impl SimProvider {
                 start_delay: config.start_delay(),
                 agent_delay: config.agent_delay(),
                 seed: config.seed,
-                file_backed: ledger_path.is_some(),
+                stored,
+                shared,
                 heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
             },
             knobs: Mutex::new(Knobs {
@@ -283,6 +357,7 @@ impl SimProvider {
                 ledger,
                 rng,
                 fault_rng: ChaCha8Rng::seed_from_u64(config.seed ^ FAULT_SEED_SALT),
+                taken_up: HashSet::new(),
             }),
             events: Arc::new(Events::new()),
         };
@@ -378,7 +453,9 @@ impl SimProvider {
         if !down.is_empty() {
             let now_ms = wall_ms();
             let reports = Arc::clone(&self.inner)
-                .run(move |_, state| stop_in_zones(state, &down, now_ms))
+                .run(Access::Write, move |_, state| {
+                    stop_in_zones(state, &down, now_ms)
+                })
                 .await
                 .map_err(|e| SimError::LedgerWrite(e.message))?
                 .map_err(SimError::LedgerWrite)?;
@@ -422,7 +499,7 @@ impl SimProvider {
         let now_ms = wall_ms();
         let tags = Tags::from(tags);
         let created = Arc::clone(&self.inner)
-            .run(move |settings, state| {
+            .run(Access::Write, move |settings, state| {
                 let id = new_id(&mut state.rng, &state.ledger, &HashSet::new());
                 let record = Record {
                     seq: state.ledger.next_seq(),
@@ -475,7 +552,9 @@ impl SimProvider {
     pub async fn stop_behind_back(&self, instance_id: &str) -> Result<(), SimError> {
         let id = instance_id.to_string();
         let known = Arc::clone(&self.inner)
-            .run(move |_, state| state.ledger.get(&id).is_some())
+            .run(Access::Read, move |_, state| {
+                state.ledger.get(&id).is_some()
+            })
             .await
             .map_err(|e| SimError::LedgerWrite(e.message))?;
         if !known {
@@ -488,14 +567,13 @@ impl SimProvider {
         }
     }
 
-    /// Every instance the cloud ever started, in launch order. Waits for a
-    /// ledger write in progress; for tests and benchmarks.
+    /// Every instance the cloud ever started, in launch order (on a shared
+    /// ledger, as the database has it now). Waits for a ledger write in
+    /// progress; for tests and benchmarks.
     pub fn ledger(&self) -> Vec<LedgerEntry> {
-        lock(&self.inner.state)
-            .ledger
-            .records()
-            .map(|r| r.entry.clone())
-            .collect()
+        self.inner.with_state(Access::Read, |_, state| {
+            state.ledger.records().map(|r| r.entry.clone()).collect()
+        })
     }
 
     /// Scheduled events and reports not yet delivered: 0 once the cloud
@@ -950,13 +1028,15 @@ fn apply_due(
         agents_later: Vec::new(),
         agents_now: Vec::new(),
     };
+    let mut started = HashSet::new();
     for d in &due {
         match d {
             Due::Start { id } => {
                 let Some(record) = state.ledger.get(id) else {
                     continue;
                 };
-                if record.entry.state != InstanceState::Pending {
+                // A start taken up from another cloud may also be due here.
+                if record.entry.state != InstanceState::Pending || !started.insert(record.seq) {
                     continue;
                 }
                 let at = next_change_ms(record, now_ms);
@@ -1028,18 +1108,18 @@ impl Inner {
     ///
     /// A transient error if the blocking task panicked or its runtime shut
     /// down.
-    async fn run<T, F>(self: Arc<Self>, f: F) -> Result<T, ProviderError>
+    async fn run<T, F>(self: Arc<Self>, access: Access, f: F) -> Result<T, ProviderError>
     where
         F: FnOnce(&Settings, &mut State) -> T + Send + 'static,
         T: Send + 'static,
     {
-        if self.settings.file_backed && tokio::runtime::Handle::try_current().is_ok() {
+        if self.settings.stored && tokio::runtime::Handle::try_current().is_ok() {
             let inner = self;
-            tokio::task::spawn_blocking(move || inner.with_state(f))
+            tokio::task::spawn_blocking(move || inner.with_state(access, f))
                 .await
                 .map_err(|e| transient(format!("InternalError: {e}")))
         } else {
-            Ok(self.with_state(f))
+            Ok(self.with_state(access, f))
         }
     }
 
@@ -1069,9 +1149,95 @@ impl Inner {
         }
     }
 
-    fn with_state<T>(&self, f: impl FnOnce(&Settings, &mut State) -> T) -> T {
+    /// Runs `f` on the state. On a shared ledger, what other clouds wrote
+    /// is read first, under the writers' lock for a [`Access::Write`], and
+    /// the lock is let go after.
+    fn with_state<T>(&self, access: Access, f: impl FnOnce(&Settings, &mut State) -> T) -> T {
         let mut state = lock(&self.state);
-        f(&self.settings, &mut state)
+        self.catch_up(&mut state, access);
+        let out = f(&self.settings, &mut state);
+        if let Some(shared) = state.ledger.shared() {
+            shared.unlock();
+        }
+        out
+    }
+
+    /// Brings a shared ledger's index up to date. If the database cannot be
+    /// read, the cloud works from what it read last: reads answer from it,
+    /// and changes fail when they are written (no lock was taken).
+    fn catch_up(&self, state: &mut State, access: Access) {
+        let Some(shared) = state.ledger.shared() else {
+            return;
+        };
+        let update = match access {
+            Access::Read => shared.read(),
+            Access::Write => shared.lock_and_read(),
+        };
+        match update {
+            Ok(update) => {
+                state.ledger.absorb(update.records);
+                if let Some(position) = update.rng.filter(|p| p.seed == self.settings.seed) {
+                    state.rng.set_word_pos(position.word_pos);
+                }
+            }
+            Err(e) => log::warn!("the simulated cloud works from what it read last: {e}"),
+        }
+    }
+
+    /// On a shared ledger: reads what other clouds wrote, and schedules now
+    /// the starts and check-ins overdue by [`ORPHAN_GRACE_MS`], which the
+    /// cloud that launched them did not do (it is gone).
+    async fn take_up_orphans(self: Arc<Self>) {
+        let start_ms = i64::try_from(self.settings.start_delay.as_millis()).unwrap_or(i64::MAX);
+        let agent_ms = i64::try_from(self.settings.agent_delay.as_millis()).unwrap_or(i64::MAX);
+        let now_ms = wall_ms();
+        let events = Arc::clone(&self.events);
+        let found = self
+            .run(Access::Read, move |_, state| {
+                let mut due = Vec::new();
+                let mut agents = Vec::new();
+                for record in state.ledger.records() {
+                    let entry = &record.entry;
+                    let overdue = |since: i64, delay: i64| {
+                        since.saturating_add(delay).saturating_add(ORPHAN_GRACE_MS) <= now_ms
+                    };
+                    match (entry.state, entry.agent) {
+                        (InstanceState::Pending, _) if overdue(entry.launched_at_ms, start_ms) => {
+                            due.push(Due::Start {
+                                id: entry.id.clone(),
+                            });
+                        }
+                        (InstanceState::Running, AgentState::Waiting)
+                            if overdue(record.changed_at_ms, agent_ms)
+                                && !state.taken_up.contains(&entry.id) =>
+                        {
+                            agents.push(entry.id.clone());
+                        }
+                        _ => {}
+                    }
+                }
+                for id in &agents {
+                    state.taken_up.insert(id.clone());
+                }
+                due.extend(
+                    agents
+                        .into_iter()
+                        .map(|id| Due::AgentCheckIn { id, attempt: 1 }),
+                );
+                due
+            })
+            .await;
+        match found {
+            Ok(due) if !due.is_empty() => {
+                log::info!(
+                    "the simulated cloud takes up {} overdue starts and check-ins",
+                    due.len()
+                );
+                events.schedule_all(Instant::now(), due);
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("the simulated cloud cannot read the shared ledger: {e}"),
+        }
     }
 
     fn check_zone(&self, zone: &str) -> Result<(), SimError> {
@@ -1088,6 +1254,11 @@ impl Inner {
     /// Schedules what the ledger says is still to happen: pending instances
     /// start, waiting agents check in.
     fn resume(&self) {
+        if self.settings.shared {
+            // Other clouds may be driving them: what is overdue is taken up
+            // by `take_up_orphans`.
+            return;
+        }
         let now = Instant::now();
         let state = lock(&self.state);
         let mut starts = Vec::new();
@@ -1132,7 +1303,7 @@ impl Inner {
         let events = Arc::clone(&self.events);
         let now_ms = wall_ms();
         let outcome = self
-            .run(move |_, state| apply_due(state, due, now_ms))
+            .run(Access::Write, move |_, state| apply_due(state, due, now_ms))
             .await;
         match outcome {
             Ok(Ok(progress)) => {
@@ -1152,7 +1323,7 @@ impl Inner {
     /// queued.
     async fn still_wanted(self: Arc<Self>, batch: Vec<Outgoing>) -> Vec<Outgoing> {
         let kept = self
-            .run(move |_, state| {
+            .run(Access::Read, move |_, state| {
                 batch
                     .into_iter()
                     .filter(|item| match item {
@@ -1172,11 +1343,17 @@ impl Inner {
 
     async fn record_agents(self: Arc<Self>, outcomes: Vec<(String, AgentState)>) {
         let recorded = self
-            .run(move |_, state| {
+            .run(Access::Write, move |_, state| {
                 let changes = outcomes
                     .iter()
                     .filter_map(|(id, agent)| {
-                        state.ledger.get(id).map(|r| Change {
+                        let r = state.ledger.get(id)?;
+                        // A check-in taken up twice (a shared ledger's) may
+                        // be refused the second time: it stays connected.
+                        if r.entry.agent == AgentState::Connected {
+                            return None;
+                        }
+                        Some(Change {
                             seq: r.seq,
                             state: r.entry.state,
                             agent: *agent,
@@ -1292,12 +1469,22 @@ async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
         Some(inner) => inner.settings.heartbeat_interval,
         None => return,
     };
+    let shared = cloud.upgrade().is_some_and(|inner| inner.settings.shared);
     let mut next_heartbeat = Instant::now() + interval;
+    let mut next_poll = Instant::now() + SHARED_POLL;
     loop {
         if events.is_closed() {
             return;
         }
         let now = Instant::now();
+        if shared && now >= next_poll {
+            next_poll = now + SHARED_POLL;
+            let Some(inner) = cloud.upgrade() else {
+                return;
+            };
+            inner.take_up_orphans().await;
+            continue;
+        }
         if now >= next_heartbeat {
             next_heartbeat = now + interval;
             if let Some(link) = events.link() {
@@ -1338,9 +1525,12 @@ async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
             }
         }
         let wake = events.wake();
-        let at = events
+        let mut at = events
             .next_at()
             .map_or(next_heartbeat, |at| at.min(next_heartbeat));
+        if shared {
+            at = at.min(next_poll);
+        }
         tokio::select! {
             () = tokio::time::sleep_until(at) => {}
             () = wake.notified() => {}
@@ -1412,7 +1602,9 @@ impl Provider for SimProvider {
         let now = Instant::now();
         let now_ms = wall_ms();
         let outcome = Arc::clone(&self.inner)
-            .run(move |settings, state| launch_in(settings, &faults, state, requests, now_ms))
+            .run(Access::Write, move |settings, state| {
+                launch_in(settings, &faults, state, requests, now_ms)
+            })
             .await;
         match outcome {
             Ok((results, started)) => {
@@ -1434,7 +1626,9 @@ impl Provider for SimProvider {
         }
         let now_ms = wall_ms();
         let outcome = Arc::clone(&self.inner)
-            .run(move |_, state| terminate_in(state, &instance_ids, now_ms))
+            .run(Access::Write, move |_, state| {
+                terminate_in(state, &instance_ids, now_ms)
+            })
             .await;
         match outcome {
             Ok((failed, reports)) => {
@@ -1461,7 +1655,7 @@ impl Provider for SimProvider {
         self.inner.admit().await?;
         let uuid = controller_uuid.to_string();
         Arc::clone(&self.inner)
-            .run(move |_, state| {
+            .run(Access::Read, move |_, state| {
                 state
                     .ledger
                     .records()
