@@ -1,12 +1,13 @@
 //! Several `berth serve` processes on one PostgreSQL database, with moto's
-//! EC2 server as their cloud: the provisioning lock (each machine's lease),
-//! takeover when a controller is killed, fencing of a controller paused
-//! past its leases, the model's secrets shared, status agreeing, and the
-//! command line failing over.
+//! EC2 server or the shared simulated cloud as their cloud: the
+//! provisioning lock (each machine's lease), takeover when a controller is
+//! killed, fencing of a controller paused past its leases, the model's
+//! secrets shared, status agreeing, and the command line failing over.
 //!
-//! Nothing boots in moto, so the tests check each agent in themselves with
-//! the one-time password from its instance's user data, through whichever
-//! controller is alive: an agent may reach any controller.
+//! Nothing boots in moto, so the moto tests check each agent in themselves
+//! with the one-time password from its instance's user data, through
+//! whichever controller is alive: an agent may reach any controller. In the
+//! simulated cloud, agents check in by themselves.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,7 +16,9 @@ use std::time::Duration;
 
 use aws_sdk_ec2::Client;
 use berth::contracts::provider::tags;
+use berth::domain::instance::InstanceState;
 use berth::domain::machine::MachineState;
+use berth::providers::sim::{SimConfig, SimProvider};
 use berth::store::db::DatabaseUrl;
 use berth::store::records::MachineRecord;
 use berth::store::Store;
@@ -78,20 +81,35 @@ fn read(path: &Path) -> String {
         .to_string()
 }
 
-/// Controllers sharing one fresh PostgreSQL database and moto.
+/// The cloud a cluster's controllers share.
+enum Cloud {
+    Moto {
+        client: Client,
+        image: String,
+    },
+    /// The simulated cloud, its ledger in the cluster's database; the
+    /// `[provider.sim]` settings.
+    Sim(String),
+}
+
+/// Controllers sharing one fresh PostgreSQL database and one cloud.
 struct Cluster {
     root: tempfile::TempDir,
     database: String,
-    image: String,
     store: Store,
-    moto: Client,
+    cloud: Cloud,
 }
 
 impl Cluster {
+    /// A cluster on moto's EC2 server.
     async fn new() -> Cluster {
+        let client = moto_client().await;
+        let image = any_image(&client).await;
+        Cluster::on(Cloud::Moto { client, image }).await
+    }
+
+    async fn on(cloud: Cloud) -> Cluster {
         let database = postgres::fresh_database();
-        let moto = moto_client().await;
-        let image = any_image(&moto).await;
         let url = DatabaseUrl::parse(&database).unwrap();
         let store = tokio::task::spawn_blocking(move || Store::open(&url))
             .await
@@ -100,9 +118,43 @@ impl Cluster {
         Cluster {
             root: tempfile::tempdir().unwrap(),
             database,
-            image,
             store,
-            moto,
+            cloud,
+        }
+    }
+
+    fn moto(&self) -> &Client {
+        match &self.cloud {
+            Cloud::Moto { client, .. } => client,
+            Cloud::Sim(_) => panic!("this cluster's cloud is the simulated one"),
+        }
+    }
+
+    /// The `[provider]` part of a controller's configuration.
+    fn provider_config(&self) -> String {
+        match &self.cloud {
+            Cloud::Moto { image, .. } => format!(
+                r#"[provider]
+kind = "ec2"
+
+[provider.ec2]
+region = "{REGION}"
+endpoint_url = "{endpoint}"
+image_has_agent = true
+
+[provider.ec2.images]
+"ubuntu@24.04/amd64" = "{image}"
+"#,
+                endpoint = moto::endpoint(),
+            ),
+            Cloud::Sim(settings) => format!(
+                r#"[provider]
+kind = "sim"
+
+[provider.sim]
+{settings}
+"#
+            ),
         }
     }
 
@@ -119,17 +171,7 @@ impl Cluster {
 database_url = "{database}"
 controller_url = "{CONTROLLER_URL}"
 
-[provider]
-kind = "ec2"
-
-[provider.ec2]
-region = "{REGION}"
-endpoint_url = "{endpoint}"
-image_has_agent = true
-
-[provider.ec2.images]
-"ubuntu@24.04/amd64" = "{image}"
-
+{provider_config}
 [provisioner]
 lease_ttl_s = {LEASE_TTL_S}
 reconcile_interval_s = 1
@@ -139,8 +181,7 @@ call_timeout_s = 30
 {provisioner}
 "#,
                 database = self.database,
-                endpoint = moto::endpoint(),
-                image = self.image,
+                provider_config = self.provider_config(),
             ),
         )
         .unwrap();
@@ -197,7 +238,7 @@ call_timeout_s = 30
     }
 
     async fn instances(&self) -> Vec<MotoInstance> {
-        moto_instances(&self.moto, &self.controller_uuid()).await
+        moto_instances(self.moto(), &self.controller_uuid()).await
     }
 
     /// Checks in every machine waiting for its agent, through `through`.
@@ -208,7 +249,7 @@ call_timeout_s = 30
                 continue;
             }
             let instance = machine.instance_id().unwrap().to_string();
-            let password = moto_api::agent_password(&self.moto, machine.id, &instance).await;
+            let password = moto_api::agent_password(self.moto(), machine.id, &instance).await;
             // A conflict (the machine moved meanwhile) is tried again on
             // the next round.
             let _ = http
@@ -444,6 +485,196 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
     );
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["machines"].as_object().unwrap().len(), UNITS);
+}
+
+/// Adds `units` units of wordpress through `through`, in the API's
+/// requests of at most 1,000.
+async fn deploy_many(through: &Served, units: usize) {
+    let http = reqwest::Client::new();
+    let mut left = units;
+    let mut first = true;
+    while left > 0 {
+        let count = left.min(1000);
+        let (path, body) = if first {
+            (
+                "/v1/applications".to_string(),
+                json!({"charm": "wordpress", "num_units": count}),
+            )
+        } else {
+            (
+                "/v1/applications/wordpress/units".to_string(),
+                json!({ "num_units": count }),
+            )
+        };
+        let answer = http
+            .post(format!("{}{path}", through.url))
+            .bearer_auth(through.token())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{:?}", answer.text().await);
+        first = false;
+        left -= count;
+    }
+}
+
+#[actix_web::test]
+async fn three_controllers_sharing_the_simulated_cloud_lose_one_to_sigkill_mid_deploy_of_2000_units(
+) {
+    const UNITS: usize = 2000;
+    let _turn = crate::support::heavy_test().await;
+    let cluster = Cluster::on(Cloud::Sim(
+        "start_delay_ms = 1500\nagent_delay_ms = 300".to_string(),
+    ))
+    .await;
+    let mut controllers = Vec::new();
+    for name in ["c0", "c1", "c2"] {
+        controllers.push(cluster.start(name, "").await);
+    }
+    eventually("the three to know of each other", PATIENCE, || async {
+        let live = cluster
+            .store
+            .live_controllers(berth::store::now_ms())
+            .unwrap();
+        if live.len() == 3 {
+            Ok(())
+        } else {
+            Err(live)
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2 * LEASE_TTL_S / 3 + 1)).await;
+    let deployed = std::time::Instant::now();
+    deploy_many(&controllers[0], UNITS).await;
+
+    // Mid-deploy: every controller holds machines, agents are checking in,
+    // and most machines are not started yet. The one holding the most is killed.
+    let held = eventually("every controller to hold machines", PATIENCE, || async {
+        let machines = cluster.machines().await;
+        let held = holders(&machines);
+        let started = machines
+            .iter()
+            .filter(|m| m.state() == MachineState::Started)
+            .count();
+        if held.len() == 3 && held.values().sum::<usize>() >= UNITS / 3 && started >= 50 {
+            Ok((held, started))
+        } else {
+            Err((held, started))
+        }
+    })
+    .await;
+    let (held, started_before) = held;
+    assert!(started_before < UNITS, "the deploy had finished");
+    let (victim_pid, victim_held) = held
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(pid, n)| (*pid, *n))
+        .unwrap();
+    let victim = controllers
+        .iter()
+        .position(|c| c.pid() == victim_pid)
+        .expect("the holder is one of the three");
+    let mut killed = controllers.remove(victim);
+    killed.signal("-KILL");
+    let _ = killed.child.wait();
+    eprintln!(
+        "killed controller {victim} (pid {victim_pid}) holding {victim_held} machines \
+         with {started_before} of {UNITS} started, {:?} after the deploy; held: {held:?}",
+        deployed.elapsed()
+    );
+
+    eventually("every machine to start", PATIENCE * 3, || async {
+        let machines = cluster.machines().await;
+        let started = machines
+            .iter()
+            .filter(|m| m.state() == MachineState::Started)
+            .count();
+        if machines.len() == UNITS && started == UNITS {
+            Ok(())
+        } else {
+            let mut states: BTreeMap<String, usize> = BTreeMap::new();
+            for m in machines
+                .iter()
+                .filter(|m| m.state() != MachineState::Started)
+            {
+                *states.entry(format!("{:?}", m.state())).or_default() += 1;
+            }
+            let warnings: Vec<String> = controllers
+                .iter()
+                .flat_map(|c| {
+                    c.log()
+                        .lines()
+                        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                        .take(5)
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            Err(format!(
+                "{started} of {} started; the others: {states:?}; warnings: {warnings:#?}",
+                machines.len()
+            ))
+        }
+    })
+    .await;
+    eprintln!("{UNITS} started {:?} after the deploy", deployed.elapsed());
+
+    // The cloud, as the shared ledger has it: one instance ever launched
+    // per machine (a launch taken over is adopted, not redone), each the
+    // machine's and running, and none besides.
+    let database = cluster.database.clone();
+    let observer = tokio::task::spawn_blocking(move || {
+        SimProvider::open_shared(SimConfig::default(), &database)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let ledger = observer.ledger();
+    let mut per_machine: BTreeMap<String, usize> = BTreeMap::new();
+    for entry in &ledger {
+        *per_machine
+            .entry(entry.tags.get(tags::MACHINE).unwrap_or("none").to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(per_machine.len(), UNITS, "instances per machine tag");
+    assert!(
+        per_machine.values().all(|n| *n == 1),
+        "machines launched twice: {:?}",
+        per_machine
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(ledger.len(), UNITS);
+    assert!(ledger.iter().all(|e| e.state == InstanceState::Running));
+    let machines = cluster.machines().await;
+    let recorded: BTreeSet<&str> = machines.iter().filter_map(|m| m.instance_id()).collect();
+    let running: BTreeSet<&str> = ledger.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(recorded, running, "the machines' instances are the cloud's");
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in &ledger {
+        *per_zone.entry(entry.zone.as_str()).or_default() += 1;
+    }
+    let (most, least) = (
+        per_zone.values().max().copied().unwrap_or(0),
+        per_zone.values().min().copied().unwrap_or(0),
+    );
+    assert!(most - least <= 1, "zones out of balance: {per_zone:?}");
+
+    let agreed = eventually("the survivors' status to agree", PATIENCE, || async {
+        let first = machines_in_status(&controllers[0]).await;
+        let second = machines_in_status(&controllers[1]).await;
+        if first == second && first.len() == UNITS {
+            Ok(first)
+        } else {
+            Err((first.len(), second.len()))
+        }
+    })
+    .await;
+    assert!(agreed
+        .values()
+        .all(|(_, agent)| agent.as_str() == Some("started")));
 }
 
 #[actix_web::test]

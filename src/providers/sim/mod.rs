@@ -194,7 +194,8 @@ struct State {
     /// the ids and failures a seed gives do not depend on the faults set.
     fault_rng: ChaCha8Rng,
     /// On a shared ledger: the agents whose check-in this cloud took up
-    /// from another, so that it is taken up once.
+    /// and is still trying, so that it is taken up once at a time (one
+    /// that gives up leaves the set, and is taken up again).
     taken_up: HashSet<String>,
 }
 
@@ -1343,10 +1344,18 @@ impl Inner {
 
     async fn record_agents(self: Arc<Self>, outcomes: Vec<(String, AgentState)>) {
         let recorded = self
-            .run(Access::Write, move |_, state| {
+            .run(Access::Write, move |settings, state| {
                 let changes = outcomes
                     .iter()
                     .filter_map(|(id, agent)| {
+                        // On a shared ledger an agent that gave up tries
+                        // again later, as a real one would: the controller
+                        // that refused it may not have taken its machine
+                        // over from a dead one yet.
+                        if settings.shared && *agent == AgentState::Refused {
+                            state.taken_up.remove(id);
+                            return None;
+                        }
                         let r = state.ledger.get(id)?;
                         // A check-in taken up twice (a shared ledger's) may
                         // be refused the second time: it stays connected.
