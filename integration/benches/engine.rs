@@ -3,7 +3,15 @@
 //! For each size (default 1,000 and 10,000 units; set `BERTH_BENCH_SIZES`,
 //! e.g. `1000,10000,100000`), in a fresh data directory, against a real
 //! `berth serve` process over HTTP on loopback with the simulated cloud at
-//! zero start and check-in latency, it measures:
+//! zero start and check-in latency, it measures what follows.
+//!
+//! The store is SQLite, or PostgreSQL with `BERTH_BENCH_STORE=postgres`: a
+//! fresh database on a server the harness starts as the tests do (or on
+//! `BERTH_TEST_POSTGRES_URL`'s). On PostgreSQL, `BERTH_BENCH_CONTROLLERS`
+//! (e.g. `1,2,3`) runs each size with that many controllers on the one
+//! database, sharing the simulated cloud; the deploy goes through the
+//! first, and webhooks and restart are measured with one controller only.
+//!
 //!
 //! - deploy-to-settled: from sending the deploy to every machine `started`;
 //! - floor: the same rows (units, machines, their status transitions and
@@ -15,7 +23,7 @@
 //!   reconciled every machine;
 //! - memory: the controller's peak resident memory.
 //!
-//! It prints a table and writes `target/bench/engine.json`. Nothing is
+//! It prints a table and writes `target/bench/engine-<store>.json`. Nothing is
 //! asserted: the figures go into BENCHMARKS.md.
 
 use std::collections::BTreeMap;
@@ -35,6 +43,11 @@ use berth::store::lifecycle::MachineEvent;
 use berth::store::Store;
 use serde_json::{json, Value};
 
+// The tests' server; the bench uses only its fresh databases.
+#[allow(dead_code)]
+#[path = "../support/postgres.rs"]
+mod postgres;
+
 /// Units one API request may add (the API's own limit).
 const PER_REQUEST: usize = 1000;
 const READERS: usize = 4;
@@ -48,6 +61,53 @@ fn sizes() -> Vec<usize> {
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .filter(|v: &Vec<usize>| !v.is_empty())
         .unwrap_or_else(|| vec![1_000, 10_000])
+}
+
+/// The store the controllers use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BenchStore {
+    Sqlite,
+    Postgres,
+}
+
+impl BenchStore {
+    fn from_env() -> BenchStore {
+        match std::env::var("BERTH_BENCH_STORE").as_deref() {
+            Ok("postgres") => BenchStore::Postgres,
+            Ok("sqlite") | Err(_) => BenchStore::Sqlite,
+            Ok(other) => panic!("BERTH_BENCH_STORE={other}: expected sqlite or postgres"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BenchStore::Sqlite => "sqlite",
+            BenchStore::Postgres => "postgres",
+        }
+    }
+
+    /// A fresh store: a file in `dir`, or a new PostgreSQL database.
+    fn fresh(self, dir: &Path, name: &str) -> DatabaseUrl {
+        match self {
+            BenchStore::Sqlite => DatabaseUrl::Sqlite(dir.join(format!("{name}.db"))),
+            BenchStore::Postgres => DatabaseUrl::Postgres(postgres::fresh_database()),
+        }
+    }
+}
+
+/// How many controllers to run each size with (`BERTH_BENCH_CONTROLLERS`).
+fn controller_counts(store: BenchStore) -> Vec<usize> {
+    let counts: Vec<usize> = std::env::var("BERTH_BENCH_CONTROLLERS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1]);
+    assert!(
+        store == BenchStore::Postgres || counts.iter().all(|c| *c == 1),
+        "several controllers need BERTH_BENCH_STORE=postgres"
+    );
+    assert!(counts.iter().all(|c| *c >= 1), "at least one controller");
+    counts
 }
 
 fn bench_root() -> PathBuf {
@@ -72,15 +132,20 @@ struct Server {
     client: reqwest::Client,
 }
 
-fn spawn_server(dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
+fn spawn_server(dir: &Path, port: u16, store: &DatabaseUrl) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    command
         .args([
             "serve",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--data-dir",
         ])
-        .arg(dir)
+        .arg(dir);
+    if let DatabaseUrl::Postgres(url) = store {
+        command.args(["--database-url", url]);
+    }
+    command
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -89,9 +154,17 @@ fn spawn_server(dir: &Path, port: u16) -> Child {
 }
 
 impl Server {
-    async fn start(dir: &Path, port: u16) -> (Server, Duration, Duration) {
+    /// Starts a controller and waits until it answers and, if
+    /// `reconciles` (the controller that runs the cluster-wide jobs), has
+    /// reconciled with the cloud.
+    async fn start(
+        dir: &Path,
+        port: u16,
+        store: &DatabaseUrl,
+        reconciles: bool,
+    ) -> (Server, Duration, Duration) {
         let started = Instant::now();
-        let child = spawn_server(dir, port);
+        let child = spawn_server(dir, port, store);
         let url = format!("http://127.0.0.1:{port}");
         let client = reqwest::Client::new();
         let deadline = Instant::now() + PATIENCE;
@@ -118,7 +191,7 @@ impl Server {
             token,
             client,
         };
-        while server.metric("berth_reconciliations_total").await < 1.0 {
+        while reconciles && server.metric("berth_reconciliations_total").await < 1.0 {
             assert!(Instant::now() < deadline, "the engine did not reconcile");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -197,8 +270,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// through the store: units and machines in transactions of 1,000 units,
 /// then four transitions per machine, committed by the group-committing
 /// writer in large batches.
-async fn floor(dir: &Path, n: usize) -> Duration {
-    let store = Store::open(&DatabaseUrl::Sqlite(dir.join("floor.db"))).expect("open floor store");
+async fn floor(url: DatabaseUrl, n: usize) -> Duration {
+    let store = tokio::task::spawn_blocking(move || Store::open(&url))
+        .await
+        .expect("task")
+        .expect("open floor store");
     let started = Instant::now();
     let mut remaining = n;
     let mut first = true;
@@ -355,12 +431,38 @@ async fn status_latencies(server: &Server, n: usize) -> (f64, f64) {
     (percentile(&all, 50.0), percentile(&all, 99.0))
 }
 
-async fn run(n: usize) -> Value {
-    let dir = bench_root().join(format!("engine-{n}"));
+async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
+    let dir = bench_root().join(format!("engine-{}-{controllers}-{n}", store.name()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("bench dir");
+    let url = store.fresh(&dir, "store");
     let port = free_port();
-    let (server, _, _) = Server::start(&dir, port).await;
+    let (server, _, _) = Server::start(&dir.join("c0"), port, &url, true).await;
+    let mut others = Vec::new();
+    for k in 1..controllers {
+        let (other, _, _) =
+            Server::start(&dir.join(format!("c{k}")), free_port(), &url, false).await;
+        others.push(other);
+    }
+    if controllers > 1 {
+        // Each controller announces itself as it starts, and takes its share
+        // of new work once the others know of it.
+        let check = url.clone();
+        let look = tokio::task::spawn_blocking(move || Store::open(&check))
+            .await
+            .expect("task")
+            .expect("open the store to look");
+        let deadline = Instant::now() + PATIENCE;
+        while look
+            .live_controllers(berth::store::now_ms())
+            .expect("leases")
+            .len()
+            < controllers
+        {
+            assert!(Instant::now() < deadline, "the controllers did not meet");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 
     let started = Instant::now();
     let mut remaining = n;
@@ -393,17 +495,34 @@ async fn run(n: usize) -> Value {
     let settled = started.elapsed();
 
     let (p50, p99) = status_latencies(&server, n).await;
-    let webhooks_per_s = webhooks(&server, &dir).await;
-    let peak_mib = server.peak_rss_mib();
-    server.stop();
+    let mut peak_mib = server.peak_rss_mib();
+    let mut one_controller = Value::Null;
+    if controllers == 1 {
+        let webhooks_per_s = webhooks(&server, &dir.join("c0")).await;
+        peak_mib = peak_mib.max(server.peak_rss_mib());
+        server.stop();
+        let (server, serving, reconciled) = Server::start(&dir.join("c0"), port, &url, true).await;
+        peak_mib = peak_mib.max(server.peak_rss_mib());
+        server.stop();
+        one_controller = json!({
+            "webhooks_per_s": webhooks_per_s,
+            "restart_to_serving_s": serving.as_secs_f64(),
+            "restart_to_reconciled_s": reconciled.as_secs_f64(),
+        });
+    } else {
+        server.stop();
+    }
+    for other in others {
+        peak_mib = peak_mib.max(other.peak_rss_mib());
+        other.stop();
+    }
 
-    let (server, serving, reconciled) = Server::start(&dir, port).await;
-    let peak_after_restart = server.peak_rss_mib();
-    server.stop();
-
-    let floor = floor(&dir, n).await;
+    let floor = floor(store.fresh(&dir, "floor"), n).await;
     let ratio = settled.as_secs_f64() / floor.as_secs_f64();
+    let f = |k: &str| one_controller.get(k).cloned().unwrap_or(Value::Null);
     json!({
+        "store": store.name(),
+        "controllers": controllers,
         "units": n,
         "deploy_to_settled_s": settled.as_secs_f64(),
         "machines_per_s": n as f64 / settled.as_secs_f64(),
@@ -411,10 +530,10 @@ async fn run(n: usize) -> Value {
         "ratio_to_floor": ratio,
         "status_p50_ms": p50,
         "status_p99_ms": p99,
-        "webhooks_per_s": webhooks_per_s,
-        "restart_to_serving_s": serving.as_secs_f64(),
-        "restart_to_reconciled_s": reconciled.as_secs_f64(),
-        "peak_rss_mib": peak_mib.max(peak_after_restart),
+        "webhooks_per_s": f("webhooks_per_s"),
+        "restart_to_serving_s": f("restart_to_serving_s"),
+        "restart_to_reconciled_s": f("restart_to_reconciled_s"),
+        "peak_rss_mib": peak_mib,
     })
 }
 
@@ -423,9 +542,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let store = BenchStore::from_env();
     let mut rows = Vec::new();
     println!(
-        "{:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
+        "{:>8} {:>5} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
+        "store",
+        "ctl",
         "units",
         "settled s",
         "mach/s",
@@ -438,11 +560,14 @@ fn main() {
         "reconcile s",
         "peak MiB"
     );
-    for n in sizes() {
-        let row = runtime.block_on(run(n));
-        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
-        println!(
-            "{:>8} {:>10.2} {:>10.0} {:>9.2} {:>7.2} {:>9.1} {:>9.1} {:>10.0} {:>9.2} {:>11.2} {:>9.0}",
+    for controllers in controller_counts(store) {
+        for n in sizes() {
+            let row = runtime.block_on(run(n, store, controllers));
+            let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+            "{:>8} {:>5} {:>8} {:>10.2} {:>10.0} {:>9.2} {:>7.2} {:>9.1} {:>9.1} {:>10.0} {:>9.2} {:>11.2} {:>9.0}",
+            store.name(),
+            controllers,
             n,
             f("deploy_to_settled_s"),
             f("machines_per_s"),
@@ -455,13 +580,14 @@ fn main() {
             f("restart_to_reconciled_s"),
             f("peak_rss_mib"),
         );
-        rows.push(row);
+            rows.push(row);
+        }
     }
-    let out = bench_root().join("engine.json");
+    let out = bench_root().join(format!("engine-{}.json", store.name()));
     std::fs::write(
         &out,
         serde_json::to_string_pretty(&json!({ "sizes": rows })).expect("json"),
     )
-    .expect("write engine.json");
+    .expect("write the results");
     println!("wrote {}", out.display());
 }
