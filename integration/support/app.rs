@@ -107,11 +107,17 @@ impl Site {
         Store::open(&self.database).expect("open store")
     }
 
-    /// Opens the simulated cloud on the site's ledger.
+    /// Opens the simulated cloud on the site's ledger, where `berth serve`
+    /// keeps it: in the data directory with SQLite, in the database with
+    /// PostgreSQL.
     pub fn open_sim(&self, config: SimConfig) -> Arc<SimProvider> {
-        Arc::new(
-            SimProvider::open(config, Some(self.dir().join(SIM_LEDGER_FILE))).expect("open sim"),
-        )
+        let sim = match &self.database {
+            DatabaseUrl::Sqlite(_) => {
+                SimProvider::open(config, Some(self.dir().join(SIM_LEDGER_FILE)))
+            }
+            DatabaseUrl::Postgres(url) => SimProvider::open_shared(config, url),
+        };
+        Arc::new(sim.expect("open sim"))
     }
 }
 

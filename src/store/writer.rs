@@ -8,6 +8,8 @@
 //! entries just before the commit, by bumping the `log_head` row inside the
 //! transaction: the row lock orders concurrent committers (several
 //! controllers on one PostgreSQL), so the log never has a gap or a reorder.
+//! On PostgreSQL a batch first takes an advisory lock, so that concurrent
+//! batches take their turns before they lock any row and cannot deadlock.
 //!
 //! When the database goes away (a PostgreSQL restart, a dropped
 //! connection), the batch fails with [`StoreError::Connect`] (503 at the
@@ -34,6 +36,11 @@ use crate::store::schema::{changes, log_head};
 /// The PostgreSQL channel every commit that grew the log is announced on,
 /// with the new head revision as its payload.
 pub const CHANGES_CHANNEL: &str = "berth_changes";
+
+/// The advisory lock a PostgreSQL batch holds from its start to its commit
+/// (`berth-wr` in ASCII), so that the batches of several controllers never
+/// interleave their row locks.
+const WRITERS_LOCK: i64 = 0x6265_7274_682d_7772;
 
 /// The most operations committed in one transaction.
 pub const MAX_BATCH: usize = 1024;
@@ -269,6 +276,16 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
 fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
     let now = now_ms();
     conn.transaction::<_, StoreError, _>(|conn| {
+        if let Conn::Postgres(c) = conn {
+            // Several controllers' writers take their turns before touching
+            // any row. Without it, two batches that both touch a machine
+            // (a check-in through one controller, a save by its holder)
+            // and then both need `log_head` deadlock; PostgreSQL breaks
+            // each deadlock by failing one operation, and the two batches
+            // went on failing each other's operations for minutes.
+            diesel::sql_query(format!("SELECT pg_advisory_xact_lock({WRITERS_LOCK})"))
+                .execute(c)?;
+        }
         let mut pending = Vec::new();
         for job in batch.iter_mut() {
             let mark = pending.len();
