@@ -739,6 +739,82 @@ async fn the_simulated_agents_heartbeats_keep_their_machines_started(backend: Ba
     .await;
 }
 
+async fn no_instance_above_the_price_ceiling_is_launched(backend: Backend) {
+    use berth::domain::instance_types::{select_for_workload, Catalogue};
+    let catalogue = Catalogue::embedded().unwrap();
+    let fit = |c: &str| select_for_workload(&Constraints::parse(c).unwrap(), catalogue).unwrap();
+    let (small, large) = (fit("mem=4G"), fit("mem=8G"));
+    assert!(small.price < large.price);
+    // The ceiling is the small type's price: it is allowed, to the cent.
+    let config = ProvisionerConfig {
+        max_hourly_price: small.price.to_string().parse().unwrap(),
+        ..fast_provisioner()
+    };
+    let app = spawn_engine(backend, SimConfig::default(), config).await;
+    deploy(app.store(), "small", 1, "mem=4G", "").await;
+    deploy(app.store(), "large", 1, "mem=8G", "").await;
+    deploy(app.store(), "huge", 1, "mem=max", "").await;
+    let status = until(app.store(), "one started, two refused", |s| {
+        s.machines.len() == 3
+            && s.machines
+                .iter()
+                .filter(|m| m.state() == MachineState::ProvisioningError)
+                .count()
+                == 2
+            && s.machines
+                .iter()
+                .any(|m| m.state() == MachineState::Started)
+    })
+    .await;
+    let started: Vec<&MachineRecord> = status
+        .machines
+        .iter()
+        .filter(|m| m.state() == MachineState::Started)
+        .collect();
+    assert_eq!(
+        started[0].instance_type.as_deref(),
+        Some(small.name.as_str())
+    );
+    for machine in status
+        .machines
+        .iter()
+        .filter(|m| m.state() == MachineState::ProvisioningError)
+    {
+        let message = last_error(machine);
+        assert!(
+            message.contains("[provisioner] max_hourly_price")
+                && message.contains(&format!("above the ceiling of ${}/hour", small.price)),
+            "{message}"
+        );
+        assert_eq!(machine.machine.lifecycle.attempts_used, 0, "{message}");
+        assert_eq!(machine.instance_id(), None);
+    }
+    let refused_large = status
+        .machines
+        .iter()
+        .any(|m| last_error(m).contains(&format!("{} costs ${}/hour", large.name, large.price)));
+    assert!(refused_large, "{:#?}", status.machines);
+    // Only the one within the ceiling runs in the cloud.
+    assert_eq!(live_instances(app.sim()).len(), 1);
+}
+
+async fn mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_the_setting(
+    backend: Backend,
+) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "huge", 1, "mem=max", "").await;
+    let status = until(app.store(), "provisioning error", |s| {
+        s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
+    })
+    .await;
+    let message = last_error(&status.machines[0]);
+    assert!(
+        message.contains("above the ceiling of $10/hour ([provisioner] max_hourly_price)"),
+        "{message}"
+    );
+    assert!(live_instances(app.sim()).is_empty());
+}
+
 on_each_backend! {
     actix: [
         nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone,
@@ -749,6 +825,8 @@ on_each_backend! {
         an_explicit_zone_placement_is_honoured,
         unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine,
         a_missing_image_is_a_permanent_failure_and_is_not_retried,
+        no_instance_above_the_price_ceiling_is_launched,
+        mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_the_setting,
         with_thirty_percent_transient_failures_every_machine_ends_started,
         a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone,
         an_instance_terminated_behind_berths_back_shows_the_machine_down,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::{Backoff, Policy};
 
 /// Which instances the provisioner may stop on its own: Juju's
@@ -69,6 +70,11 @@ pub struct ProvisionerConfig {
     /// a controller that stops renewing loses its machines to the others
     /// this long after its last renewal. At least 3.
     pub lease_ttl_s: u64,
+    /// The most an instance may cost, in the catalogue's currency (US
+    /// dollars) per hour: a machine whose chosen type costs more (`mem=max`
+    /// on a large catalogue, say) ends in a provisioning error and launches
+    /// nothing. Containers are not priced.
+    pub max_hourly_price: f64,
 }
 
 impl Default for ProvisionerConfig {
@@ -86,6 +92,7 @@ impl Default for ProvisionerConfig {
             agent_down_after_s: 120,
             max_machine_actors: 8192,
             lease_ttl_s: 15,
+            max_hourly_price: 10.0,
         }
     }
 }
@@ -118,6 +125,19 @@ impl ProvisionerConfig {
         if self.lease_ttl_s < 3 {
             return Err("provisioner.lease_ttl_s must be at least 3".into());
         }
+        if !(self.max_hourly_price.is_finite() && self.max_hourly_price > 0.0) {
+            return Err(format!(
+                "provisioner.max_hourly_price must be a price above 0 (US dollars per hour), \
+                 not {}",
+                self.max_hourly_price
+            ));
+        }
+        if self.max_hourly_price > MOST_HOURLY_PRICE {
+            return Err(format!(
+                "provisioner.max_hourly_price must be at most {MOST_HOURLY_PRICE}, not {}",
+                self.max_hourly_price
+            ));
+        }
         Ok(())
     }
 
@@ -141,7 +161,17 @@ impl ProvisionerConfig {
     pub fn lease_ttl(&self) -> Duration {
         Duration::from_secs(self.lease_ttl_s)
     }
+
+    /// `max_hourly_price` to the micro-dollar.
+    pub fn price_ceiling(&self) -> HourlyPrice {
+        // Validated: finite, positive and at most MOST_HOURLY_PRICE, so the
+        // product fits.
+        HourlyPrice::from_micro_usd((self.max_hourly_price * 1e6).round() as u64)
+    }
 }
+
+/// The largest `max_hourly_price` taken: far above any instance's price.
+const MOST_HOURLY_PRICE: f64 = 1e6;
 
 #[cfg(test)]
 mod tests {
@@ -181,6 +211,27 @@ mod tests {
         assert_eq!(
             no_actors.validate(),
             Err("provisioner.max_machine_actors must be at least 1".into())
+        );
+        for price in [0.0, -1.0, f64::NAN, f64::INFINITY, 2e6] {
+            let bad = ProvisionerConfig {
+                max_hourly_price: price,
+                ..ProvisionerConfig::default()
+            };
+            let refused = bad.validate().unwrap_err();
+            assert!(
+                refused.starts_with("provisioner.max_hourly_price must be"),
+                "{refused}"
+            );
+        }
+        let ceiling = ProvisionerConfig {
+            max_hourly_price: 0.0416,
+            ..ProvisionerConfig::default()
+        };
+        assert_eq!(ceiling.validate(), Ok(()));
+        assert_eq!(ceiling.price_ceiling().micro_usd(), 41_600);
+        assert_eq!(
+            ProvisionerConfig::default().price_ceiling().to_string(),
+            "10"
         );
         let short_lease = ProvisionerConfig {
             lease_ttl_s: 2,

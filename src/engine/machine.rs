@@ -451,6 +451,18 @@ impl MachineActor {
                 ProviderError::new(FailureClass::ZoneSpecific, e.to_string())
             }
         })?;
+        let ceiling = self.shared.price_ceiling;
+        if self.host.is_none() && chosen.price > ceiling {
+            return Err(ProviderError::new(
+                FailureClass::Permanent,
+                format!(
+                    "instance type {} costs ${}/hour, above the ceiling of ${ceiling}/hour \
+                     ([provisioner] max_hourly_price): relax the constraints or raise \
+                     max_hourly_price",
+                    chosen.name, chosen.price
+                ),
+            ));
+        }
         let life = &self.machine.lifecycle;
         let mut instance_tags = std::collections::BTreeMap::new();
         instance_tags.insert(

@@ -138,6 +138,7 @@ impl Engine {
             reconcile_interval: Duration::from_secs(config.reconcile_interval_s),
             agent_down_after: Duration::from_secs(config.agent_down_after_s),
             max_machine_actors: config.max_machine_actors.max(1),
+            price_ceiling: config.price_ceiling(),
             metrics,
             leases,
         });

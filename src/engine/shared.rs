@@ -7,6 +7,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::contracts::provider::{ControllerContact, Provider};
+use crate::domain::instance_types::HourlyPrice;
 use crate::engine::broker::ProviderBroker;
 use crate::engine::config::HarvestMode;
 use crate::engine::leases::LeaseClock;
@@ -36,6 +37,9 @@ pub struct Shared {
     pub agent_down_after: Duration,
     /// The most machine actors alive at once.
     pub max_machine_actors: usize,
+    /// `[provisioner] max_hourly_price`: no instance costing more is
+    /// launched.
+    pub price_ceiling: HourlyPrice,
     /// Updated by the actors, rendered by the API's `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Whether this controller's leases can be trusted now (see
