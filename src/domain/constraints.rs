@@ -202,6 +202,10 @@ pub enum Problem {
     EmptyListEntry(String),
     #[error("{0:?} is not a valid zone list: zones cannot be excluded")]
     ExcludedZone(String),
+    /// Juju's rule for space names: lowercase letters and digits, in
+    /// words joined by single hyphens.
+    #[error("{0:?} is not a valid space name")]
+    SpaceName(String),
     #[error("already set")]
     AlreadySet,
 }
@@ -274,7 +278,7 @@ impl Constraints {
             Key::VirtType => self.virt_type = setting(raw, text)?,
             Key::Tags => self.tags = setting(raw, parse_list)?,
             Key::Zones => self.zones = setting(raw, parse_zones)?,
-            Key::Spaces => self.spaces = setting(raw, parse_list)?,
+            Key::Spaces => self.spaces = setting(raw, parse_spaces)?,
             Key::AllocatePublicIp => self.allocate_public_ip = setting(raw, parse_bool)?,
             Key::ImageId => self.image_id = setting(raw, text)?,
         }
@@ -486,6 +490,26 @@ fn parse_list(raw: &str) -> Result<Vec<ListItem>, Problem> {
             })
         })
         .collect()
+}
+
+/// A list of space names (`db,^dmz`), each valid by Juju's rule.
+fn parse_spaces(raw: &str) -> Result<Vec<ListItem>, Problem> {
+    let spaces = parse_list(raw)?;
+    match spaces.iter().find(|s| !is_space_name(&s.name)) {
+        Some(bad) => Err(Problem::SpaceName(bad.name.clone())),
+        None => Ok(spaces),
+    }
+}
+
+/// Juju's `names.IsValidSpace`: `[a-z0-9]+(-[a-z0-9]+)*`.
+fn is_space_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('-').all(|word| {
+            !word.is_empty()
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
 }
 
 fn parse_zones(raw: &str) -> Result<Vec<String>, Problem> {
@@ -854,6 +878,18 @@ mod tests {
     }
 
     #[test]
+    fn space_names_follow_jujus_rule() {
+        for bad in ["42_space", "Db", "db-", "-db", "a--b", "d.b", "%inv#alid"] {
+            assert_eq!(
+                error(&format!("spaces=ok,^{bad}")),
+                format!(r#"bad "spaces" constraint: {bad:?} is not a valid space name"#)
+            );
+        }
+        let c = parse("spaces=db,^dmz-2,42");
+        assert_eq!(c.to_string(), "spaces=db,^dmz-2,42");
+    }
+
+    #[test]
     fn lists_refuse_empty_entries() {
         assert_eq!(
             error("tags=a,,b"),
@@ -998,10 +1034,18 @@ mod tests {
         }
 
         fn list() -> impl Strategy<Value = Vec<ListItem>> {
+            list_of(name())
+        }
+
+        fn list_of(names: impl Strategy<Value = String>) -> impl Strategy<Value = Vec<ListItem>> {
             prop::collection::vec(
-                (name(), any::<bool>()).prop_map(|(name, excluded)| ListItem { name, excluded }),
+                (names, any::<bool>()).prop_map(|(name, excluded)| ListItem { name, excluded }),
                 1..4,
             )
+        }
+
+        fn space_name() -> impl Strategy<Value = String> {
+            "[a-z0-9]{1,4}(-[a-z0-9]{1,4}){0,2}"
         }
 
         prop_compose! {
@@ -1017,7 +1061,7 @@ mod tests {
                 virt_type in setting_of(word()),
                 tags in setting_of(list()),
                 zones in setting_of(prop::collection::vec(name(), 1..4)),
-                spaces in setting_of(list()),
+                spaces in setting_of(list_of(space_name())),
                 allocate_public_ip in setting_of(any::<bool>()),
                 image_id in setting_of(word()),
             ) -> Constraints {
