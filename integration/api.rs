@@ -536,6 +536,7 @@ async fn add_unit_remove_unit_and_remove_application() {
                 {"unit": "wordpress/2", "machine": "1"},
             ],
             "machines": ["0/lxd/0", "1"],
+            "warnings": [],
         })
     );
     let removed = app
@@ -576,6 +577,46 @@ async fn constraints_set_later_apply_only_to_later_units() {
         .map(|m| status["machines"][m]["constraints"].as_str().unwrap())
         .collect();
     assert_eq!(mems, ["mem=2048M", "mem=3072M", "mem=3072M"]);
+}
+
+#[tokio::test]
+async fn add_units_takes_constraints_for_the_new_units_and_refuses_bad_ones() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "wordpress", "constraints": "mem=2G"}))
+        .await;
+    let added = json_of(
+        app.add_units(
+            "wordpress",
+            &json!({"num_units": 1, "constraints": "mem=8G virt-type=kvm"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(added["machines"], json!(["1"]));
+    assert_eq!(
+        added["warnings"],
+        json!(["constraint \"virt-type\" is not supported by provider \"sim\" and is ignored"])
+    );
+    let status = json_of(app.status().await).await;
+    assert_eq!(status["machines"]["0"]["constraints"], "mem=2048M");
+    assert_eq!(
+        status["machines"]["1"]["constraints"],
+        "mem=8192M virt-type=kvm"
+    );
+
+    let before = app.store().revision();
+    let message = error_of(
+        app.add_units("wordpress", &json!({"constraints": "mem=lots"}))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(
+        message,
+        r#"bad "mem" constraint: must be a non-negative float with optional M/G/T/P suffix"#
+    );
+    assert_eq!(app.store().revision(), before);
 }
 
 #[tokio::test]

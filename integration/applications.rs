@@ -156,6 +156,63 @@ async fn changing_model_constraints_never_touches_existing_units(store: Store) {
     assert_eq!(mem_of_machines(&store), vec!["mem=1024M", "mem=8192M"]);
 }
 
+async fn unit_constraints_sit_over_the_applications_and_the_models_key_by_key(store: Store) {
+    store
+        .set_model_constraints(Constraints::parse("zones=a cores=4").unwrap())
+        .await
+        .unwrap();
+    let mut deploy = request("wordpress", named("wordpress"), 1);
+    deploy.constraints = Constraints::parse("mem=2G cores=2").unwrap();
+    store.deploy(deploy).await.unwrap();
+    // The unit's mem wins; cores comes from the application, zones from
+    // the model; `cpu-power=` is the unit's own empty setting.
+    let placed = store
+        .add_units_with_constraints(
+            app("wordpress"),
+            1,
+            Vec::new(),
+            Constraints::parse("mem=8G cpu-power=").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(placed.len(), 1);
+    assert_eq!(
+        mem_of_machines(&store),
+        vec![
+            "mem=2048M cores=2 zones=a",
+            "mem=8192M cores=2 cpu-power= zones=a"
+        ]
+    );
+    // A later change to the application touches neither unit.
+    store
+        .set_application_constraints(app("wordpress"), Constraints::parse("mem=4G").unwrap())
+        .await
+        .unwrap();
+    let units: Vec<String> = store
+        .units()
+        .unwrap()
+        .iter()
+        .map(|u| u.constraints.to_string())
+        .collect();
+    assert_eq!(
+        units,
+        vec![
+            "mem=2048M cores=2 zones=a",
+            "mem=8192M cores=2 cpu-power= zones=a"
+        ]
+    );
+    // Units added without constraints of their own take the application's
+    // as it is now.
+    store
+        .add_units(app("wordpress"), 1, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.units().unwrap()[2].constraints.to_string(),
+        "mem=4096M cores=4 zones=a"
+    );
+}
+
 async fn deploying_an_application_twice_is_a_conflict(store: Store) {
     store
         .deploy(request("wordpress", named("wordpress"), 1))
@@ -709,6 +766,7 @@ on_both_backends!(
     machine_summaries_show_what_a_reconciliation_needs,
     a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
+    unit_constraints_sit_over_the_applications_and_the_models_key_by_key,
     a_unit_snapshots_the_model_and_application_constraints_merged,
     changing_model_constraints_never_touches_existing_units,
     deploying_an_application_twice_is_a_conflict,

@@ -122,6 +122,46 @@ fn the_seeds_constraints_scenario_gives_one_2g_machine_and_two_3g_machines() {
 }
 
 #[test]
+fn add_unit_constraints_apply_to_the_new_units_only() {
+    let controller = start_controller();
+    ok(
+        &controller,
+        &["deploy", "--constraints", "mem=2G", "wordpress"],
+    );
+    assert_eq!(
+        ok(
+            &controller,
+            &["add-unit", "wordpress", "--constraints", "mem=8G"]
+        ),
+        "added unit wordpress/1 to machine 1\n"
+    );
+    let status = status_json(&controller);
+    assert_eq!(status["machines"]["0"]["constraints"], "mem=2048M");
+    assert_eq!(status["machines"]["1"]["constraints"], "mem=8192M");
+    assert_eq!(
+        ok(&controller, &["constraints", "wordpress"]),
+        "mem=2048M\n"
+    );
+    // Bad constraints are refused before anything is sent.
+    let refused = berth(
+        &controller,
+        &["add-unit", "wordpress", "--constraints", "mem=lots"],
+    );
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.err.contains(r#"bad "mem" constraint"#),
+        "{refused:?}"
+    );
+    assert_eq!(
+        status_json(&controller)["machines"]
+            .as_object()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
 fn set_constraints_takes_the_application_first_and_get_constraints_reads_it() {
     let controller = start_controller();
     ok(&controller, &["deploy", "wordpress"]);

@@ -86,6 +86,12 @@ pub struct AddUnitsRequest {
     pub num_units: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<PlacementList>,
+    /// `mem=8G`: constraints for these units only, over the application's
+    /// and the model's key by key; later changes to the application do not
+    /// touch them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "mem=8G")]
+    pub constraints: Option<String>,
 }
 
 /// What add-unit did.
@@ -94,6 +100,9 @@ pub struct AddUnitsRequest {
 pub struct AddUnitsResponse {
     pub units: Vec<PlacedUnitView>,
     pub machines: Vec<String>,
+    /// Constraint keys the active provider ignores.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// `POST /v1/units/remove`.
@@ -250,6 +259,8 @@ pub async fn add_units(
 ) -> Result<HttpResponse, ApplicationError> {
     let application = input::application(&app)?;
     let count = input::count("num_units", body.num_units.unwrap_or(1), 1)?;
+    let constraints = input::constraints(body.constraints.as_deref())?;
+    let warnings = input::warnings(&constraints, &shared.state.provider);
     let placement = body
         .to
         .as_ref()
@@ -259,10 +270,14 @@ pub async fn add_units(
     let placed = shared
         .state
         .store
-        .add_units(application, count, placement)
+        .add_units_with_constraints(application, count, placement, constraints)
         .await?;
     let (units, machines) = placed_views(&placed);
-    Ok(HttpResponse::Created().json(AddUnitsResponse { units, machines }))
+    Ok(HttpResponse::Created().json(AddUnitsResponse {
+        units,
+        machines,
+        warnings,
+    }))
 }
 
 /// Removes principal units (and their subordinates); their machines stay.

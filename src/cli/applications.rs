@@ -67,6 +67,10 @@ pub struct AddUnitArgs {
     /// Where the units go, one directive per unit (comma-separated).
     #[arg(long, value_name = "LIST")]
     pub to: Option<String>,
+    /// Constraints for these units only, such as "mem=8G", over the
+    /// application's key by key.
+    #[arg(long, value_name = "CONSTRAINTS")]
+    pub constraints: Option<String>,
 }
 
 /// `berth remove-unit UNIT...`.
@@ -260,11 +264,17 @@ impl AddUnitArgs {
             .map(placement_list)
             .transpose()?
             .map(PlacementList::One);
+        let constraints = self
+            .constraints
+            .as_deref()
+            .map(|c| canonical_constraints(&[c]))
+            .transpose()?;
         Ok((
             application,
             AddUnitsRequest {
                 num_units: Some(num_units),
                 to,
+                constraints,
             },
         ))
     }
@@ -383,7 +393,8 @@ pub fn add_unit(
     let (application, request) = args.request()?;
     let path = format!("/v1/applications/{}/units", segment(application.as_str()));
     let added: AddUnitsResponse = session.client()?.post(&path, &request)?;
-    print_placed(io, &added.units)
+    print_placed(io, &added.units)?;
+    io.warnings(&added.warnings)
 }
 
 /// `berth remove-unit`.

@@ -152,7 +152,13 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
         format!("charm={charm_url} base={base}"),
     );
     let units = if request.units > 0 {
-        add_units_tx(tx, name, request.units, &request.placement)?
+        add_units_tx(
+            tx,
+            name,
+            request.units,
+            &request.placement,
+            &Constraints::default(),
+        )?
     } else {
         Vec::new()
     };

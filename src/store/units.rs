@@ -174,6 +174,7 @@ pub(crate) fn add_units_tx(
     application: &ApplicationName,
     count: u32,
     placements: &[Placement],
+    unit_constraints: &Constraints,
 ) -> Result<Vec<PlacedUnit>, StoreError> {
     let app = load_application(tx, application)?;
     if app.subordinate {
@@ -195,8 +196,13 @@ pub(crate) fn add_units_tx(
         )));
     }
     // The seeds' rule: the unit snapshots the model and application
-    // constraints as they are now; later changes never touch it.
-    let constraints = merge(&model_constraints_tx(tx)?, &app.constraints);
+    // constraints as they are now, under its own (key by key, the unit's
+    // over the application's over the model's); later changes never touch
+    // it.
+    let constraints = merge(
+        &merge(&model_constraints_tx(tx)?, &app.constraints),
+        unit_constraints,
+    );
     let subordinates = subordinates_of(tx, application)?;
     let mut placed = Vec::new();
     for i in 0..count as usize {
@@ -242,7 +248,25 @@ impl Store {
         count: u32,
         placements: Vec<Placement>,
     ) -> Result<Vec<PlacedUnit>, StoreError> {
-        self.write(move |tx| add_units_tx(tx, &application, count, &placements))
+        self.add_units_with_constraints(application, count, placements, Constraints::default())
+            .await
+    }
+
+    /// `add-unit --constraints`: as [`Store::add_units`], with constraints
+    /// for the new units only, over the application's and the model's key
+    /// by key (unset keys inherit; `mem=` takes berth's default).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::add_units`].
+    pub async fn add_units_with_constraints(
+        &self,
+        application: ApplicationName,
+        count: u32,
+        placements: Vec<Placement>,
+        constraints: Constraints,
+    ) -> Result<Vec<PlacedUnit>, StoreError> {
+        self.write(move |tx| add_units_tx(tx, &application, count, &placements, &constraints))
             .await
     }
 
