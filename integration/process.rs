@@ -366,12 +366,27 @@ fn a_second_controller_on_the_same_sqlite_store_is_refused_and_pointed_to_postgr
 
 #[test]
 fn two_controllers_with_the_simulated_cloud_on_one_postgres_share_one_cloud() {
+    let _turn = crate::support::heavy_test_blocking();
     let database = crate::support::postgres::fresh_database();
     let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Their logs, shown if the test fails.
+    let logs = tempfile::tempdir().unwrap();
+    let logged = |command: &mut std::process::Command, name: &str| {
+        let log = std::fs::File::create(logs.path().join(name)).unwrap();
+        command.env("RUST_LOG", "info").stderr(log);
+    };
+    let show_logs = || {
+        for name in ["first.log", "second.log"] {
+            let log = std::fs::read_to_string(logs.path().join(name)).unwrap_or_default();
+            eprintln!("---- {name}\n{log}");
+        }
+    };
     let (mut command, first_url) = serve_on(&database, first_dir.path());
+    logged(&mut command, "first.log");
     let mut first = command.spawn().unwrap();
     wait_until_it_answers(&first_url, &mut first);
     let (mut command, second_url) = serve_on(&database, second_dir.path());
+    logged(&mut command, "second.log");
     let mut second = command.spawn().unwrap();
     wait_until_it_answers(&second_url, &mut second);
     let token = std::fs::read_to_string(first_dir.path().join("admin.token")).unwrap();
@@ -388,11 +403,10 @@ fn two_controllers_with_the_simulated_cloud_on_one_postgres_share_one_cloud() {
             .args(["--url", url, "--token", token])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "berth {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            show_logs();
+            panic!("berth {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // Deployed through one, started by both, waited for through the other.

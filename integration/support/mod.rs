@@ -33,9 +33,15 @@ use app::{Backend, Site};
 /// client's keep-alive connection can sit past the server's keep-alive and
 /// be closed under its next request.
 pub async fn heavy_test() -> tokio::sync::MutexGuard<'static, ()> {
-    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     HEAVY.lock().await
 }
+
+/// [`heavy_test`] for a test that is not async.
+pub fn heavy_test_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.blocking_lock()
+}
+
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A store on a fresh SQLite file; the directory lives as long as the site.
 pub fn sqlite_store() -> (Store, Site) {
