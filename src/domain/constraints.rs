@@ -120,6 +120,9 @@ pub struct Constraints {
     pub spaces: Setting<Vec<ListItem>>,
     pub allocate_public_ip: Setting<bool>,
     pub image_id: Setting<String>,
+    /// The cloud's role for the instance: on EC2 the name of an IAM
+    /// instance profile.
+    pub instance_role: Setting<String>,
 }
 
 word_enum! {
@@ -142,6 +145,7 @@ word_enum! {
         Spaces => "spaces",
         AllocatePublicIp => "allocate-public-ip",
         ImageId => "image-id",
+        InstanceRole => "instance-role",
     }
 }
 
@@ -281,6 +285,7 @@ impl Constraints {
             Key::Spaces => self.spaces = setting(raw, parse_spaces)?,
             Key::AllocatePublicIp => self.allocate_public_ip = setting(raw, parse_bool)?,
             Key::ImageId => self.image_id = setting(raw, text)?,
+            Key::InstanceRole => self.instance_role = setting(raw, text)?,
         }
         Ok(())
     }
@@ -314,6 +319,7 @@ impl Constraints {
             Key::Spaces => self.spaces.is_unset(),
             Key::AllocatePublicIp => self.allocate_public_ip.is_unset(),
             Key::ImageId => self.image_id.is_unset(),
+            Key::InstanceRole => self.instance_role.is_unset(),
         }
     }
 
@@ -364,6 +370,7 @@ pub fn merge(model: &Constraints, application: &Constraints) -> Constraints {
             .allocate_public_ip
             .or_inherit(&model.allocate_public_ip),
         image_id: application.image_id.or_inherit(&model.image_id),
+        instance_role: application.instance_role.or_inherit(&model.instance_role),
     }
 }
 
@@ -579,6 +586,7 @@ impl fmt::Display for Constraints {
                 Key::Spaces => self.spaces.value().map(|v| list_text(v)),
                 Key::AllocatePublicIp => self.allocate_public_ip.value().map(|v| v.to_string()),
                 Key::ImageId => self.image_id.value().cloned(),
+                Key::InstanceRole => self.instance_role.value().cloned(),
             };
             if let Some(value) = value {
                 write_escaped(f, &value)?;
@@ -674,7 +682,7 @@ mod tests {
         let c = parse(
             "arch=amd64 container=lxd mem=1G cores=2 cpu-power=100 root-disk=8G root-disk-source=ebs \
              instance-type=m5.large virt-type=hvm tags=a,^b zones=z1,z2 spaces=db,^dmz \
-             allocate-public-ip=true image-id=ami-0123",
+             allocate-public-ip=true image-id=ami-0123 instance-role=agents",
         );
         assert_eq!(c.keys(), Key::ALL.to_vec());
         assert_eq!(c.arch, Setting::Value(Arch::Amd64));
@@ -701,6 +709,7 @@ mod tests {
         assert_eq!(c.zones, Setting::Value(vec!["z1".into(), "z2".into()]));
         assert_eq!(c.allocate_public_ip, Setting::Value(true));
         assert_eq!(c.image_id, Setting::Value("ami-0123".into()));
+        assert_eq!(c.instance_role, Setting::Value("agents".into()));
         assert_eq!(parse(&c.to_string()), c);
     }
 
@@ -874,6 +883,18 @@ mod tests {
         assert_eq!(
             error("allocate-public-ip=yes"),
             r#"bad "allocate-public-ip" constraint: must be "true" or "false""#
+        );
+    }
+
+    #[test]
+    fn instance_role_is_a_name_kept_as_given() {
+        let c = parse("instance-role=berth-agents mem=2G");
+        assert_eq!(c.instance_role, Setting::Value("berth-agents".into()));
+        assert_eq!(c.to_string(), "mem=2048M instance-role=berth-agents");
+        assert_eq!(parse("instance-role=").instance_role, Setting::Empty);
+        assert_eq!(
+            error("instance-role=a instance-role=b"),
+            r#"bad "instance-role" constraint: already set"#
         );
     }
 
@@ -1064,10 +1085,12 @@ mod tests {
                 spaces in setting_of(list_of(space_name())),
                 allocate_public_ip in setting_of(any::<bool>()),
                 image_id in setting_of(word()),
+                instance_role in setting_of(word()),
             ) -> Constraints {
                 Constraints {
                     arch, container, mem, cores, cpu_power, root_disk, root_disk_source,
                     instance_type, virt_type, tags, zones, spaces, allocate_public_ip, image_id,
+                    instance_role,
                 }
             }
         }

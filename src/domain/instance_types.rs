@@ -576,6 +576,9 @@ pub struct Requirements {
     pub spaces: Vec<ListItem>,
     pub allocate_public_ip: Option<bool>,
     pub image_id: Option<String>,
+    /// The cloud's role for the instance (EC2: an IAM instance profile's
+    /// name).
+    pub instance_role: Option<String>,
 }
 
 impl Requirements {
@@ -622,6 +625,7 @@ impl Requirements {
             spaces: constraints.spaces.value().cloned().unwrap_or_default(),
             allocate_public_ip: constraints.allocate_public_ip.value().copied(),
             image_id: constraints.image_id.value().cloned(),
+            instance_role: constraints.instance_role.value().cloned(),
         }
     }
 }
@@ -706,6 +710,10 @@ impl fmt::Display for Requirements {
         if let Some(image) = &self.image_id {
             key(f, "image-id")?;
             f.write_str(image)?;
+        }
+        if let Some(role) = &self.instance_role {
+            key(f, "instance-role")?;
+            f.write_str(role)?;
         }
         Ok(())
     }
@@ -1669,6 +1677,7 @@ mod tests {
             spaces: Setting::Value(items(&["db", "^dmz"])),
             allocate_public_ip: Setting::Value(true),
             image_id: named("ami-0abc"),
+            instance_role: named("berth-agents"),
         }
     }
 
@@ -1681,6 +1690,7 @@ mod tests {
         assert_eq!(req.spaces, items(&["db", "^dmz"]));
         assert_eq!(req.allocate_public_ip, Some(true));
         assert_eq!(req.image_id.as_deref(), Some("ami-0abc"));
+        assert_eq!(req.instance_role.as_deref(), Some("berth-agents"));
         assert_eq!(req.root_disk_mib, Some(16 * G));
     }
 
@@ -1746,7 +1756,7 @@ mod tests {
             "arch=amd64 container=lxd mem=4096M cores=2 cpu-power=200 root-disk=16384M \
              root-disk-source=gp3 instance-type=m1.large virt-type=hvm \
              tags=current-generation,^gpu zones=us-east-1a,us-east-1b spaces=db,^dmz \
-             allocate-public-ip=true image-id=ami-0abc"
+             allocate-public-ip=true image-id=ami-0abc instance-role=berth-agents"
         );
     }
 

@@ -109,9 +109,9 @@ use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::{BehaviorVersion, Region};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
-    BlockDeviceMapping, EbsBlockDevice, Filter, InstanceNetworkInterfaceSpecification,
-    InstanceStateName, InstanceType as Ec2InstanceType, LocationType, Placement, ResourceType, Tag,
-    TagSpecification,
+    BlockDeviceMapping, EbsBlockDevice, Filter, IamInstanceProfileSpecification,
+    InstanceNetworkInterfaceSpecification, InstanceStateName, InstanceType as Ec2InstanceType,
+    LocationType, Placement, ResourceType, Tag, TagSpecification,
 };
 use aws_sdk_ec2::Client;
 use sha2::{Digest, Sha256};
@@ -151,7 +151,7 @@ const LARGE_PAGE: i32 = 1000;
 
 /// The constraint keys EC2 honours. `container` (no lxd here), `spaces`,
 /// `virt-type` and `root-disk-source` are not among them.
-const SUPPORTED_CONSTRAINTS: [Key; 10] = [
+const SUPPORTED_CONSTRAINTS: [Key; 11] = [
     Key::Arch,
     Key::Mem,
     Key::Cores,
@@ -162,7 +162,12 @@ const SUPPORTED_CONSTRAINTS: [Key; 10] = [
     Key::Zones,
     Key::AllocatePublicIp,
     Key::ImageId,
+    Key::InstanceRole,
 ];
+
+/// The `instance-role` with which Juju makes a role of its own; berth
+/// attaches only instance profiles that exist.
+const AUTO_ROLE: &str = "auto";
 
 /// Every instance state but `terminated`, for DescribeInstances' filter.
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
@@ -553,6 +558,14 @@ impl Ec2Provider {
                 ),
             ));
         }
+        if request.requirements.instance_role.as_deref() == Some(AUTO_ROLE) {
+            return Err(ProviderError::new(
+                FailureClass::Permanent,
+                "instance-role=auto is not supported: berth does not create IAM roles; name an \
+                 existing instance profile (instance-role=<name>)"
+                    .to_string(),
+            ));
+        }
         let user_data = user_data::cloud_config(
             &request.agent.controller_url,
             request.machine,
@@ -575,7 +588,12 @@ impl Ec2Provider {
                     .build(),
             )
             .user_data(aws_smithy_types::base64::encode(user_data.as_bytes()))
-            .set_key_name(self.config.key_name.clone());
+            .set_key_name(self.config.key_name.clone())
+            .set_iam_instance_profile(request.requirements.instance_role.as_ref().map(|name| {
+                IamInstanceProfileSpecification::builder()
+                    .name(name)
+                    .build()
+            }));
         for resource in [ResourceType::Instance, ResourceType::Volume] {
             let mut spec = TagSpecification::builder().resource_type(resource);
             for (key, value) in &request.tags {

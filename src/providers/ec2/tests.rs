@@ -294,6 +294,7 @@ fn ec2_honours_what_it_can_and_leaves_the_rest_as_warnings() {
         Key::Zones,
         Key::AllocatePublicIp,
         Key::ImageId,
+        Key::InstanceRole,
     ] {
         assert!(keys.contains(&key), "{key:?}");
     }
@@ -384,6 +385,56 @@ async fn root_disk_sizes_the_images_root_device_in_whole_gib() {
     let instance = p.launch(vec![req]).await.remove(0).unwrap();
     assert_eq!(instance.hardware.root_disk_mib, Some(10 * 1024 + 1));
     assert_eq!(instance.zone, "us-east-1a");
+    assert_eq!(run.num_calls(), 1);
+}
+
+#[tokio::test]
+async fn instance_role_names_the_instance_profile_and_auto_is_refused() {
+    let run = mock!(Client::run_instances)
+        .match_requests(|r| {
+            r.iam_instance_profile().and_then(|p| p.name()) == Some("berth-agents")
+                && r.iam_instance_profile().and_then(|p| p.arn()).is_none()
+        })
+        .then_compute_output(|input| {
+            RunInstancesOutput::builder()
+                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
+                .build()
+        });
+    let images = image_exists();
+    let p = provider(&[&run, &images]);
+    let mut req = request("1", "us-east-1a", "t3a.medium");
+    req.requirements.instance_role = Some("berth-agents".to_string());
+    p.launch(vec![req]).await.remove(0).unwrap();
+    assert_eq!(run.num_calls(), 1);
+
+    let mut auto = request("2", "us-east-1a", "t3a.medium");
+    auto.requirements.instance_role = Some("auto".to_string());
+    let refused = p.launch(vec![auto]).await.remove(0).unwrap_err();
+    assert_eq!(refused.class, FailureClass::Permanent);
+    assert!(
+        refused
+            .message
+            .starts_with("instance-role=auto is not supported"),
+        "{refused:?}"
+    );
+    assert_eq!(run.num_calls(), 1, "nothing launched for auto");
+}
+
+#[tokio::test]
+async fn a_launch_without_instance_role_names_no_profile() {
+    let run = mock!(Client::run_instances)
+        .match_requests(|r| r.iam_instance_profile().is_none())
+        .then_compute_output(|input| {
+            RunInstancesOutput::builder()
+                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
+                .build()
+        });
+    let images = image_exists();
+    let p = provider(&[&run, &images]);
+    p.launch(vec![request("1", "us-east-1a", "t3a.medium")])
+        .await
+        .remove(0)
+        .unwrap();
     assert_eq!(run.num_calls(), 1);
 }
 

@@ -128,8 +128,8 @@ const DRIVER_BATCH: usize = 1000;
 /// takes up the starts and check-ins a dead cloud left.
 const SHARED_POLL: Duration = Duration::from_millis(500);
 
-/// Every constraint key but `spaces` and `virt-type`, which the simulated
-/// cloud has no notion of.
+/// Every constraint key but `spaces`, `virt-type` and `instance-role`,
+/// which the simulated cloud has no notion of.
 const SUPPORTED_CONSTRAINTS: [Key; 12] = [
     Key::Arch,
     Key::Container,

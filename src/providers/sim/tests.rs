@@ -1015,7 +1015,7 @@ fn the_cloud_describes_itself() {
         .into_iter()
         .filter(|k| !cloud.supported_constraints().contains(k))
         .collect();
-    assert_eq!(unsupported, [Key::VirtType, Key::Spaces]);
+    assert_eq!(unsupported, [Key::VirtType, Key::Spaces, Key::InstanceRole]);
 }
 
 #[tokio::test]
