@@ -213,6 +213,69 @@ async fn unit_constraints_sit_over_the_applications_and_the_models_key_by_key(st
     );
 }
 
+async fn place_with_and_place_in_put_new_containers_beside_an_applications_units(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 2))
+        .await
+        .unwrap();
+    // Machine 0 runs a second unit: machine 1 is the least loaded.
+    let mut beside = request("mysql", named("mysql"), 1);
+    beside.placement = vec!["0".parse().unwrap()];
+    store.deploy(beside).await.unwrap();
+    let mut cache = request("memcached", named("memcached"), 2);
+    cache.placement = vec![
+        "place-with=wordpress".parse().unwrap(),
+        "place-in=0".parse().unwrap(),
+    ];
+    let deployed = store.deploy(cache).await.unwrap();
+    let machines: Vec<String> = deployed
+        .units
+        .iter()
+        .map(|u| u.machine.to_string())
+        .collect();
+    assert_eq!(machines, ["1/lxd/0", "0/lxd/0"]);
+    // The next one goes beside the least loaded again: machine 1 now runs
+    // two units (one in its container), machine 0 three.
+    let placed = store
+        .add_units(
+            app("memcached"),
+            1,
+            vec!["place-with=wordpress".parse().unwrap()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(placed[0].machine.to_string(), "1/lxd/1");
+
+    let before = store.revision();
+    let unknown = store
+        .add_units(
+            app("memcached"),
+            1,
+            vec!["place-with=ghost".parse().unwrap()],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.to_string(), r#"application "ghost" not found"#);
+    let mut empty = request("ntp", named("wordpress"), 0);
+    empty.application = app("idle");
+    store.deploy(empty).await.unwrap();
+    let before_idle = store.revision();
+    let no_units = store
+        .add_units(
+            app("memcached"),
+            1,
+            vec!["place-with=idle".parse().unwrap()],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        no_units.to_string(),
+        r#"cannot place with application "idle": it has no units on machines yet"#
+    );
+    assert_eq!(store.revision(), before_idle);
+    assert!(before < before_idle);
+}
+
 async fn deploying_an_application_twice_is_a_conflict(store: Store) {
     store
         .deploy(request("wordpress", named("wordpress"), 1))
@@ -767,6 +830,7 @@ on_both_backends!(
     a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
     unit_constraints_sit_over_the_applications_and_the_models_key_by_key,
+    place_with_and_place_in_put_new_containers_beside_an_applications_units,
     a_unit_snapshots_the_model_and_application_constraints_merged,
     changing_model_constraints_never_touches_existing_units,
     deploying_an_application_twice_is_a_conflict,

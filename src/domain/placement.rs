@@ -13,6 +13,8 @@
 //! | `ssh:[user@]host[:port]` | an existing host, enlisted over SSH |
 //! | `zone=us-east-1a`  | a provider directive, `key=value`     |
 //! | `maas2.name`       | a provider-specific machine name      |
+//! | `place-in=3`       | a new container on machine 3 (the placement spec's co-location) |
+//! | `place-with=db`    | a new container on the least loaded machine running a unit of `db` |
 //!
 //! `--to` takes a comma-separated list of these, one per unit
 //! ([`parse_to_list`]). Every directive prints back in the form it was
@@ -24,7 +26,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::names::{ContainerType, MachineId, MachineIdError};
+use crate::domain::names::{ApplicationName, ContainerType, MachineId, MachineIdError};
 use crate::domain::words::text_conversions;
 
 /// Container types Juju knows that berth does not support, so that asking
@@ -33,6 +35,10 @@ const UNSUPPORTED_CONTAINER_TYPES: [&str; 2] = ["kvm", "lxc"];
 
 /// The key of the one provider directive berth itself understands.
 const ZONE_KEY: &str = "zone";
+
+/// The placement spec's co-location directives.
+const PLACE_IN_KEY: &str = "place-in";
+const PLACE_WITH_KEY: &str = "place-with";
 
 /// Where to put a unit or a new machine.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -54,6 +60,11 @@ pub enum Placement {
     /// A provider-specific machine name, such as the hostname of a MAAS
     /// node to acquire.
     Hostname(Hostname),
+    /// `place-in=3`: a new container on machine 3, as `lxd:3`.
+    PlaceIn { host: u64 },
+    /// `place-with=db`: a new container on the machine running a unit of
+    /// `db` that holds the fewest units, chosen when the unit is added.
+    PlaceWith(ApplicationName),
 }
 
 /// What the model's provider can carry out of the placement directives,
@@ -107,8 +118,16 @@ impl Placement {
         let provider = support.provider.to_string();
         match self {
             Placement::Machine(_) => Ok(()),
-            Placement::NewContainer { .. } if support.containers => Ok(()),
-            Placement::NewContainer { .. } => Err(UnsupportedPlacement::Containers {
+            Placement::NewContainer { .. }
+            | Placement::PlaceIn { .. }
+            | Placement::PlaceWith(_)
+                if support.containers =>
+            {
+                Ok(())
+            }
+            Placement::NewContainer { .. }
+            | Placement::PlaceIn { .. }
+            | Placement::PlaceWith(_) => Err(UnsupportedPlacement::Containers {
                 placement,
                 provider,
             }),
@@ -149,6 +168,10 @@ pub enum PlacementError {
     UnsupportedContainer(String),
     #[error("invalid placement scope {0:?}: expected lxd or ssh")]
     UnknownScope(String),
+    #[error("invalid value {value:?} for \"place-in\": expected the machine-id of a machine")]
+    InvalidPlaceIn { value: String },
+    #[error("invalid value {value:?} for \"place-with\": expected an application name")]
+    InvalidPlaceWith { value: String },
     #[error("invalid placement directive {0:?}: expected <key>=<value>")]
     InvalidProviderDirective(String),
     #[error(transparent)]
@@ -194,6 +217,8 @@ impl fmt::Display for Placement {
             Placement::Ssh(target) => write!(f, "ssh:{target}"),
             Placement::Provider(directive) => write!(f, "{directive}"),
             Placement::Hostname(name) => write!(f, "{name}"),
+            Placement::PlaceIn { host } => write!(f, "{PLACE_IN_KEY}={host}"),
+            Placement::PlaceWith(application) => write!(f, "{PLACE_WITH_KEY}={application}"),
         }
     }
 }
@@ -228,7 +253,19 @@ impl FromStr for Placement {
         let colon = s.find(':');
         if let Some(equals) = s.find('=') {
             if colon.is_none_or(|colon| equals < colon) {
-                return s.parse().map(Placement::Provider);
+                let (key, value) = s.split_at(equals);
+                let value = &value[1..];
+                match key {
+                    PLACE_IN_KEY => return parse_place_in(value),
+                    PLACE_WITH_KEY => {
+                        return value.parse().map(Placement::PlaceWith).map_err(|_| {
+                            PlacementError::InvalidPlaceWith {
+                                value: value.to_string(),
+                            }
+                        })
+                    }
+                    _ => return s.parse().map(Placement::Provider),
+                }
             }
         }
         if let Some((scope, value)) = s.split_once(':') {
@@ -247,6 +284,21 @@ impl FromStr for Placement {
             .map(Placement::Hostname)
             .map_err(|_| PlacementError::Unrecognised(s.to_string()))
     }
+}
+
+/// Parses the machine of `place-in=<machine>`: a machine, not a container.
+fn parse_place_in(value: &str) -> Result<Placement, PlacementError> {
+    let host: MachineId = value.parse().map_err(|_| PlacementError::InvalidPlaceIn {
+        value: value.to_string(),
+    })?;
+    if host.is_container() {
+        return Err(PlacementError::InvalidPlaceIn {
+            value: value.to_string(),
+        });
+    }
+    Ok(Placement::PlaceIn {
+        host: host.host_number(),
+    })
 }
 
 /// Parses `scope:value`, `scope` being what came before the first colon.
@@ -573,6 +625,56 @@ mod tests {
             .unwrap()
             .check_supported(support(containers))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn co_location_directives_parse_print_back_and_need_containers() {
+        assert_eq!(
+            "place-in=3".parse::<Placement>(),
+            Ok(Placement::PlaceIn { host: 3 })
+        );
+        assert_eq!(
+            "place-with=db".parse::<Placement>(),
+            Ok(Placement::PlaceWith("db".parse().unwrap()))
+        );
+        for directive in ["place-in=3", "place-with=db"] {
+            let placement: Placement = directive.parse().unwrap();
+            assert_eq!(placement.to_string(), directive);
+            assert_eq!(check(directive, true), Ok(()));
+            assert_eq!(
+                check(directive, false),
+                Err(format!(
+                    "cannot honour placement {directive:?}: provider \"sim\" cannot start lxd containers"
+                ))
+            );
+        }
+        for (bad, message) in [
+            (
+                "place-in=0/lxd/1",
+                r#"invalid value "0/lxd/1" for "place-in": expected the machine-id of a machine"#,
+            ),
+            (
+                "place-in=x",
+                r#"invalid value "x" for "place-in": expected the machine-id of a machine"#,
+            ),
+            (
+                "place-with=Not_An_App",
+                r#"invalid value "Not_An_App" for "place-with": expected an application name"#,
+            ),
+        ] {
+            assert_eq!(
+                bad.parse::<Placement>().unwrap_err().to_string(),
+                message,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_to_list("place-with=db,place-in=1").unwrap(),
+            vec![
+                Placement::PlaceWith("db".parse().unwrap()),
+                Placement::PlaceIn { host: 1 }
+            ]
+        );
     }
 
     #[test]

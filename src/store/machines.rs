@@ -1,17 +1,20 @@
 //! Machine operations: add-machine, remove-machine, retry-provisioning, and
 //! the engine's own writes (transitions, instance details, agent check-in).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use diesel::prelude::*;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::{merge, Constraints};
 use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
-use crate::domain::names::{ContainerType, MachineId};
+use crate::domain::names::{ApplicationName, ContainerType, MachineId};
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
+use crate::store::units::load_application;
 use crate::store::writer::Tx;
 use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
 
@@ -99,6 +102,57 @@ pub(crate) fn check_container_host(
         )));
     }
     Ok(record)
+}
+
+/// `place-with=<application>`: of the machines running a unit of
+/// `application` (a unit in a container counts for its host) that can host
+/// a container, the one with the fewest units, then the lowest id.
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`] for an unknown application;
+/// [`StoreError::Invalid`] if none of its units' machines can host a
+/// container.
+fn least_loaded_host_of(
+    tx: &mut Tx<'_>,
+    application: &ApplicationName,
+) -> Result<MachineId, StoreError> {
+    load_application(tx, application)?;
+    let placed: Vec<(String, Option<String>)> = units::table
+        .filter(units::machine_id.is_not_null())
+        .select((units::application, units::machine_id))
+        .load(tx.conn)?;
+    let mut load: BTreeMap<MachineId, usize> = BTreeMap::new();
+    let mut hosts = BTreeSet::new();
+    for (app, machine) in placed {
+        let Some(machine) = machine else { continue };
+        let host = MachineId::new(stored::<MachineId>("machine id", &machine)?.host_number());
+        *load.entry(host).or_default() += 1;
+        if app == application.as_str() {
+            hosts.insert(host);
+        }
+    }
+    let mut refused = Vec::new();
+    let mut candidates: Vec<(usize, MachineId)> = Vec::new();
+    for host in hosts {
+        match check_container_host(tx, &host) {
+            Ok(_) => candidates.push((load.get(&host).copied().unwrap_or(0), host)),
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    candidates.sort();
+    match candidates.first() {
+        Some((_, host)) => Ok(*host),
+        None if refused.is_empty() => Err(StoreError::Invalid(format!(
+            "cannot place with application {:?}: it has no units on machines yet",
+            application.as_str()
+        ))),
+        None => Err(StoreError::Invalid(format!(
+            "cannot place with application {:?}: none of its machines can host a container ({})",
+            application.as_str(),
+            refused.join("; ")
+        ))),
+    }
 }
 
 /// Refuses to enlist a host that a machine of the model already is
@@ -194,9 +248,13 @@ pub(crate) fn create_placed_machine(
         Some(Placement::Machine(id)) => Err(StoreError::Invalid(format!(
             "machine-id {id} cannot be specified when adding machines"
         ))),
-        Some(Placement::NewContainer { host: Some(host) }) => {
+        Some(Placement::NewContainer { host: Some(host) } | Placement::PlaceIn { host }) => {
             let host = MachineId::new(*host);
             check_container_host(tx, &host)?;
+            create_machine(tx, NewMachine::Container { host }, base, constraints, role)
+        }
+        Some(Placement::PlaceWith(application)) => {
+            let host = least_loaded_host_of(tx, application)?;
             create_machine(tx, NewMachine::Container { host }, base, constraints, role)
         }
         Some(Placement::NewContainer { host: None }) => {
