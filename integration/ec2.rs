@@ -577,42 +577,56 @@ async fn the_default_image_lookup_finds_canonicals_image_in_moto() {
     let app = spawn_ec2(provider, None).await;
     let store = app.store();
     let controller = store.model().unwrap().controller_uuid;
-    store
-        .add_machines(AddMachines {
-            base: Some("ubuntu@16.04".parse().unwrap()),
-            constraints: Constraints::parse("root-disk=20G").unwrap(),
-            ..AddMachines::default()
-        })
-        .await
-        .unwrap();
+    // Machine 0 asks for a root disk; machine 1 for more storage than
+    // that, which the root volume provides.
+    for constraints in ["root-disk=20G", "root-disk=20G storage=30G"] {
+        store
+            .add_machines(AddMachines {
+                base: Some("ubuntu@16.04".parse().unwrap()),
+                constraints: Constraints::parse(constraints).unwrap(),
+                ..AddMachines::default()
+            })
+            .await
+            .unwrap();
+    }
     until_within(
         PATIENCE,
         store,
         "awaiting",
-        all_in(1, MachineState::AwaitingAgent),
+        all_in(2, MachineState::AwaitingAgent),
     )
     .await;
     let instances = moto_instances(&client, &controller).await;
-    let described = client
-        .describe_instances()
-        .instance_ids(&instances[0].id)
-        .send()
-        .await
-        .unwrap();
-    let instance = &described.reservations()[0].instances()[0];
-    assert_eq!(instance.image_id(), Some("ami-785db401"));
-    let volume = instance.block_device_mappings()[0]
-        .ebs()
-        .and_then(|e| e.volume_id())
-        .unwrap()
-        .to_string();
-    let volumes = client
-        .describe_volumes()
-        .volume_ids(volume)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(volumes.volumes()[0].size(), Some(20));
+    let mut sizes = BTreeMap::new();
+    for launched in &instances {
+        let described = client
+            .describe_instances()
+            .instance_ids(&launched.id)
+            .send()
+            .await
+            .unwrap();
+        let instance = &described.reservations()[0].instances()[0];
+        assert_eq!(instance.image_id(), Some("ami-785db401"));
+        let volume = instance.block_device_mappings()[0]
+            .ebs()
+            .and_then(|e| e.volume_id())
+            .unwrap()
+            .to_string();
+        let volumes = client
+            .describe_volumes()
+            .volume_ids(volume)
+            .send()
+            .await
+            .unwrap();
+        sizes.insert(
+            launched.tags[tags::MACHINE].clone(),
+            volumes.volumes()[0].size(),
+        );
+    }
+    assert_eq!(
+        sizes,
+        BTreeMap::from([("0".to_string(), Some(20)), ("1".to_string(), Some(30))])
+    );
 }
 
 #[actix_web::test]

@@ -815,6 +815,36 @@ async fn mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_
     assert!(live_instances(app.sim()).is_empty());
 }
 
+async fn storage_sizes_the_root_disk_and_more_than_any_disk_is_an_error(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    deploy(app.store(), "data", 1, "storage=50G", "").await;
+    deploy(app.store(), "hoard", 1, "storage=17T", "").await;
+    let status = until(app.store(), "one started, one in error", |s| {
+        s.machines.len() == 2
+            && all_in(s, &[MachineState::Started, MachineState::ProvisioningError])
+    })
+    .await;
+    let (started, failed) = (&status.machines[0], &status.machines[1]);
+    assert_eq!(started.state(), MachineState::Started);
+    assert!(
+        started
+            .hardware
+            .as_deref()
+            .unwrap_or_default()
+            .contains("root-disk=51200M"),
+        "{:?}",
+        started.hardware
+    );
+    assert_eq!(failed.state(), MachineState::ProvisioningError);
+    let message = last_error(failed);
+    assert!(
+        message.contains("no instance type satisfies constraints")
+            && message.contains("storage=17825792M"),
+        "{message}"
+    );
+    assert_eq!(live_instances(app.sim()).len(), 1);
+}
+
 on_each_backend! {
     actix: [
         nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone,
@@ -826,6 +856,7 @@ on_each_backend! {
         unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine,
         a_missing_image_is_a_permanent_failure_and_is_not_retried,
         no_instance_above_the_price_ceiling_is_launched,
+        storage_sizes_the_root_disk_and_more_than_any_disk_is_an_error,
         mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_the_setting,
         with_thirty_percent_transient_failures_every_machine_ends_started,
         a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone,

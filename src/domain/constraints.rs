@@ -11,7 +11,8 @@
 //! space inside a value (and `\\` a backslash). Sizes are MiB with optional
 //! binary suffixes `M`, `G`, `T`, `P` (`mem=1.5G` is 1536 MiB, rounded up);
 //! lists are comma-separated, and in `tags` and `spaces` a leading `^`
-//! excludes. `mem`, `cores`, `cpu-power` and `root-disk` also take `max`.
+//! excludes. `mem`, `cores`, `cpu-power`, `root-disk` and `storage` also
+//! take `max`.
 //! The 2012 spec's names are aliases: `cpu` (in ECU: `cpu=2` is
 //! `cpu-power=200`), `ec2-instance-type`, `ec2-zone`; `cpu-cores` is an alias
 //! of `cores`.
@@ -123,6 +124,10 @@ pub struct Constraints {
     /// The cloud's role for the instance: on EC2 the name of an IAM
     /// instance profile.
     pub instance_role: Setting<String>,
+    /// The least persistent disk the machine must have (`storage=50G`, or
+    /// `max`); see [`crate::domain::instance_types::Requirements`] for how
+    /// it meets `root-disk`.
+    pub storage: Setting<Amount>,
 }
 
 word_enum! {
@@ -146,6 +151,7 @@ word_enum! {
         AllocatePublicIp => "allocate-public-ip",
         ImageId => "image-id",
         InstanceRole => "instance-role",
+        Storage => "storage",
     }
 }
 
@@ -286,6 +292,7 @@ impl Constraints {
             Key::AllocatePublicIp => self.allocate_public_ip = setting(raw, parse_bool)?,
             Key::ImageId => self.image_id = setting(raw, text)?,
             Key::InstanceRole => self.instance_role = setting(raw, text)?,
+            Key::Storage => self.storage = setting(raw, parse_size)?,
         }
         Ok(())
     }
@@ -320,6 +327,7 @@ impl Constraints {
             Key::AllocatePublicIp => self.allocate_public_ip.is_unset(),
             Key::ImageId => self.image_id.is_unset(),
             Key::InstanceRole => self.instance_role.is_unset(),
+            Key::Storage => self.storage.is_unset(),
         }
     }
 
@@ -371,6 +379,7 @@ pub fn merge(model: &Constraints, application: &Constraints) -> Constraints {
             .or_inherit(&model.allocate_public_ip),
         image_id: application.image_id.or_inherit(&model.image_id),
         instance_role: application.instance_role.or_inherit(&model.instance_role),
+        storage: application.storage.or_inherit(&model.storage),
     }
 }
 
@@ -587,6 +596,7 @@ impl fmt::Display for Constraints {
                 Key::AllocatePublicIp => self.allocate_public_ip.value().map(|v| v.to_string()),
                 Key::ImageId => self.image_id.value().cloned(),
                 Key::InstanceRole => self.instance_role.value().cloned(),
+                Key::Storage => self.storage.value().map(size_text),
             };
             if let Some(value) = value {
                 write_escaped(f, &value)?;
@@ -682,7 +692,7 @@ mod tests {
         let c = parse(
             "arch=amd64 container=lxd mem=1G cores=2 cpu-power=100 root-disk=8G root-disk-source=ebs \
              instance-type=m5.large virt-type=hvm tags=a,^b zones=z1,z2 spaces=db,^dmz \
-             allocate-public-ip=true image-id=ami-0123 instance-role=agents",
+             allocate-public-ip=true image-id=ami-0123 instance-role=agents storage=50G",
         );
         assert_eq!(c.keys(), Key::ALL.to_vec());
         assert_eq!(c.arch, Setting::Value(Arch::Amd64));
@@ -710,6 +720,7 @@ mod tests {
         assert_eq!(c.allocate_public_ip, Setting::Value(true));
         assert_eq!(c.image_id, Setting::Value("ami-0123".into()));
         assert_eq!(c.instance_role, Setting::Value("agents".into()));
+        assert_eq!(c.storage, Setting::Value(Amount::AtLeast(50 * 1024)));
         assert_eq!(parse(&c.to_string()), c);
     }
 
@@ -1086,11 +1097,12 @@ mod tests {
                 allocate_public_ip in setting_of(any::<bool>()),
                 image_id in setting_of(word()),
                 instance_role in setting_of(word()),
+                storage in setting_of(amount()),
             ) -> Constraints {
                 Constraints {
                     arch, container, mem, cores, cpu_power, root_disk, root_disk_source,
                     instance_type, virt_type, tags, zones, spaces, allocate_public_ip, image_id,
-                    instance_role,
+                    instance_role, storage,
                 }
             }
         }

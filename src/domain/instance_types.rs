@@ -44,8 +44,9 @@ pub mod defaults {
     //! `cpu-power=0`) is a value: it means "do not filter on this key", so no
     //! default applies either.
     //!
-    //! `root-disk=max` asks for [`MAX_ROOT_DISK_MIB`]. Other keys have no
-    //! default: left out, they do not filter.
+    //! `root-disk=max` and `storage=max` ask for [`MAX_ROOT_DISK_MIB`].
+    //! `storage` defaults to [`STORAGE_MIB`]. Other keys have no default:
+    //! left out, they do not filter.
 
     use crate::domain::constraints::Arch;
 
@@ -61,6 +62,9 @@ pub mod defaults {
     /// (16 TiB), since every type's root disk is an EBS volume sized at
     /// launch.
     pub const MAX_ROOT_DISK_MIB: u64 = 16 * 1024 * 1024;
+    /// Default least persistent disk (`storage`), in MiB: the placement
+    /// document's 4G.
+    pub const STORAGE_MIB: u64 = 4 * 1024;
 }
 
 // ---------------------------------------------------------------------------
@@ -241,6 +245,14 @@ pub struct InstanceType {
 }
 
 impl InstanceType {
+    /// The most persistent disk an instance of this type can have, in MiB:
+    /// an EBS volume of up to [`defaults::MAX_ROOT_DISK_MIB`] (every type in
+    /// the catalogue boots from EBS). Its instance store, if any, does not
+    /// count: it is lost when the instance stops.
+    pub fn persistent_storage_mib(&self) -> u64 {
+        defaults::MAX_ROOT_DISK_MIB
+    }
+
     /// Whether this type is at least `floor` in every dimension a
     /// constraint can ask for: memory, vCPUs, CPU power, and GPUs.
     ///
@@ -579,6 +591,13 @@ pub struct Requirements {
     /// The cloud's role for the instance (EC2: an IAM instance profile's
     /// name).
     pub instance_role: Option<String>,
+    /// The least persistent disk asked for with `storage`, in MiB; `None`:
+    /// the default, [`defaults::STORAGE_MIB`]. It rules out the types that
+    /// cannot have that much persistent disk
+    /// ([`InstanceType::persistent_storage_mib`]) and, when given, is
+    /// provided on the root volume: `root_disk_mib` is the larger of
+    /// `root-disk` and `storage`.
+    pub storage_mib: Option<u64>,
 }
 
 impl Requirements {
@@ -603,6 +622,16 @@ impl Requirements {
         };
         let unless_named = |default: u64| (!named).then_some(default);
 
+        let storage_mib = match constraints.storage {
+            Setting::Value(Amount::AtLeast(0)) | Setting::Unset | Setting::Empty => None,
+            Setting::Value(Amount::AtLeast(n)) => Some(n),
+            Setting::Value(Amount::Max) => Some(defaults::MAX_ROOT_DISK_MIB),
+        };
+        let root_disk_mib = match constraints.root_disk {
+            Setting::Value(Amount::AtLeast(0)) | Setting::Unset | Setting::Empty => None,
+            Setting::Value(Amount::AtLeast(n)) => Some(n),
+            Setting::Value(Amount::Max) => Some(defaults::MAX_ROOT_DISK_MIB),
+        };
         Requirements {
             arch: match constraints.arch {
                 Setting::Value(arch) => Some(arch),
@@ -614,11 +643,7 @@ impl Requirements {
             instance_type,
             virt_type: constraints.virt_type.value().cloned(),
             tags: constraints.tags.value().cloned().unwrap_or_default(),
-            root_disk_mib: match constraints.root_disk {
-                Setting::Value(Amount::AtLeast(0)) | Setting::Unset | Setting::Empty => None,
-                Setting::Value(Amount::AtLeast(n)) => Some(n),
-                Setting::Value(Amount::Max) => Some(defaults::MAX_ROOT_DISK_MIB),
-            },
+            root_disk_mib: root_disk_mib.max(storage_mib),
             root_disk_source: constraints.root_disk_source.value().cloned(),
             container: constraints.container.value().copied(),
             zones: constraints.zones.value().cloned().unwrap_or_default(),
@@ -626,6 +651,7 @@ impl Requirements {
             allocate_public_ip: constraints.allocate_public_ip.value().copied(),
             image_id: constraints.image_id.value().cloned(),
             instance_role: constraints.instance_role.value().cloned(),
+            storage_mib,
         }
     }
 }
@@ -714,6 +740,10 @@ impl fmt::Display for Requirements {
         if let Some(role) = &self.instance_role {
             key(f, "instance-role")?;
             f.write_str(role)?;
+        }
+        if let Some(storage) = self.storage_mib {
+            key(f, "storage")?;
+            write!(f, "{storage}M")?;
         }
         Ok(())
     }
@@ -890,6 +920,8 @@ struct Matcher<'r> {
     required_tags: TagSet,
     excluded_tags: TagSet,
     virt_type: Option<&'r str>,
+    /// The least persistent disk, in MiB.
+    min_storage: u64,
     /// Which size keys are `max`.
     max_mem: bool,
     max_cores: bool,
@@ -936,6 +968,7 @@ impl<'r> Matcher<'r> {
             required_tags,
             excluded_tags,
             virt_type: req.virt_type.as_deref(),
+            min_storage: req.storage_mib.unwrap_or(defaults::STORAGE_MIB),
             max_mem: req.mem == Some(Amount::Max),
             max_cores: req.cores == Some(Amount::Max),
             max_cpu_power: req.cpu_power == Some(Amount::Max),
@@ -954,6 +987,7 @@ impl<'r> Matcher<'r> {
             && self
                 .virt_type
                 .is_none_or(|v| t.virt_type.as_deref() == Some(v))
+            && t.persistent_storage_mib() >= self.min_storage
     }
 
     /// `Less` if `a` is preferred to `b` (see [`select`] for the order).
@@ -1678,6 +1712,7 @@ mod tests {
             allocate_public_ip: Setting::Value(true),
             image_id: named("ami-0abc"),
             instance_role: named("berth-agents"),
+            storage: Setting::Unset,
         }
     }
 
@@ -1744,6 +1779,33 @@ mod tests {
             pick(&Constraints::default(), &catalogue(vec![])),
             Err(
                 r#"no instance type satisfies constraints "arch=amd64 mem=2048M cores=1""#
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn storage_defaults_to_4g_rules_out_what_no_disk_can_hold_and_sizes_the_root_volume() {
+        let default = workload(&Constraints::default());
+        assert_eq!((default.storage_mib, default.root_disk_mib), (None, None));
+        let req = workload(&Constraints::parse("storage=50G root-disk=20G").unwrap());
+        assert_eq!(req.storage_mib, Some(50 * G));
+        assert_eq!(req.root_disk_mib, Some(50 * G), "the larger of the two");
+        let req = workload(&Constraints::parse("storage=10G root-disk=20G").unwrap());
+        assert_eq!(req.root_disk_mib, Some(20 * G));
+        let req = workload(&Constraints::parse("storage=max").unwrap());
+        assert_eq!(req.storage_mib, Some(defaults::MAX_ROOT_DISK_MIB));
+        assert_eq!(req.root_disk_mib, Some(defaults::MAX_ROOT_DISK_MIB));
+        assert_eq!(
+            pick(&Constraints::parse("storage=max").unwrap(), &m1_catalogue()),
+            pick(&Constraints::default(), &m1_catalogue())
+        );
+        // More than the largest EBS volume: no type has that much
+        // persistent disk (an instance store is not persistent).
+        assert_eq!(
+            pick(&Constraints::parse("storage=17T").unwrap(), &m1_catalogue()),
+            Err(
+                r#"no instance type satisfies constraints "arch=amd64 mem=2048M cores=1 root-disk=17825792M storage=17825792M""#
                     .to_string()
             )
         );

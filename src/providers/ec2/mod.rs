@@ -151,7 +151,7 @@ const LARGE_PAGE: i32 = 1000;
 
 /// The constraint keys EC2 honours. `container` (no lxd here), `spaces`,
 /// `virt-type` and `root-disk-source` are not among them.
-const SUPPORTED_CONSTRAINTS: [Key; 11] = [
+const SUPPORTED_CONSTRAINTS: [Key; 12] = [
     Key::Arch,
     Key::Mem,
     Key::Cores,
@@ -163,6 +163,7 @@ const SUPPORTED_CONSTRAINTS: [Key; 11] = [
     Key::AllocatePublicIp,
     Key::ImageId,
     Key::InstanceRole,
+    Key::Storage,
 ];
 
 /// The `instance-role` with which Juju makes a role of its own; berth

@@ -295,6 +295,7 @@ fn ec2_honours_what_it_can_and_leaves_the_rest_as_warnings() {
         Key::AllocatePublicIp,
         Key::ImageId,
         Key::InstanceRole,
+        Key::Storage,
     ] {
         assert!(keys.contains(&key), "{key:?}");
     }

@@ -130,7 +130,7 @@ const SHARED_POLL: Duration = Duration::from_millis(500);
 
 /// Every constraint key but `spaces`, `virt-type` and `instance-role`,
 /// which the simulated cloud has no notion of.
-const SUPPORTED_CONSTRAINTS: [Key; 12] = [
+const SUPPORTED_CONSTRAINTS: [Key; 13] = [
     Key::Arch,
     Key::Container,
     Key::Mem,
@@ -143,6 +143,7 @@ const SUPPORTED_CONSTRAINTS: [Key; 12] = [
     Key::Zones,
     Key::AllocatePublicIp,
     Key::ImageId,
+    Key::Storage,
 ];
 
 /// The catalogue, embedded (shared, parsed once) or the cloud's own.
