@@ -620,6 +620,30 @@ async fn add_units_takes_constraints_for_the_new_units_and_refuses_bad_ones() {
 }
 
 #[tokio::test]
+async fn an_application_deployed_to_scale_with_another_follows_its_units_in_status() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "db", "num_units": 2})).await;
+    let deployed = json_of(
+        app.deploy(&json!({"charm": "cache", "to": "scale-with=db"}))
+            .await,
+    )
+    .await;
+    assert_eq!(deployed["machines"], json!(["0/lxd/0", "1/lxd/0"]));
+    app.add_units("db", &json!({})).await;
+    let status = json_of(app.status().await).await;
+    let cache = &status["applications"]["cache"];
+    assert_eq!(cache["scale-with"], "db");
+    let machines: Vec<&str> = cache["units"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|u| u["machine"].as_str().unwrap())
+        .collect();
+    assert_eq!(machines, ["0/lxd/0", "1/lxd/0", "2/lxd/0"]);
+    assert!(status["applications"]["db"].get("scale-with").is_none());
+}
+
+#[tokio::test]
 async fn model_constraints_are_read_and_replaced() {
     let app = spawn_app().await;
     assert_eq!(

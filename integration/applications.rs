@@ -276,6 +276,89 @@ async fn place_with_and_place_in_put_new_containers_beside_an_applications_units
     assert!(before < before_idle);
 }
 
+/// The machines of `application`'s units, in unit order.
+fn machines_of_units(store: &Store, application: &str) -> Vec<String> {
+    store
+        .units()
+        .unwrap()
+        .into_iter()
+        .filter(|u| u.application.as_str() == application)
+        .map(|u| u.machine.map(|m| m.to_string()).unwrap_or_default())
+        .collect()
+}
+
+async fn scale_with_keeps_a_unit_beside_every_unit_of_the_leader(store: Store) {
+    store.deploy(request("db", named("db"), 2)).await.unwrap();
+    let mut cache = request("cache", named("cache"), 1);
+    cache.placement = vec!["scale-with=db".parse().unwrap()];
+    let deployed = store.deploy(cache).await.unwrap();
+    assert_eq!(
+        deployed.units.len(),
+        2,
+        "one per unit of db, whatever -n says"
+    );
+    assert_eq!(machines_of_units(&store, "cache"), ["0/lxd/0", "1/lxd/0"]);
+    assert_eq!(
+        store.application(&app("cache")).unwrap().scale_with,
+        Some(app("db"))
+    );
+    // A unit added to db brings one of cache beside it...
+    let added = store.add_units(app("db"), 1, Vec::new()).await.unwrap();
+    assert_eq!(added[0].machine.to_string(), "2");
+    assert_eq!(
+        machines_of_units(&store, "cache"),
+        ["0/lxd/0", "1/lxd/0", "2/lxd/0"]
+    );
+    // ... and one removed takes its follower with it.
+    store
+        .remove_units(vec!["db/0".parse().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(machines_of_units(&store, "cache"), ["1/lxd/0", "2/lxd/0"]);
+
+    // Refused, changing nothing: units added to the follower itself, the
+    // directive outside deploy, with others, on itself, or naming no
+    // application.
+    let before = store.revision();
+    let refused = store
+        .add_units(app("cache"), 1, Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        r#"application "cache" scales with "db": add units to "db" instead"#
+    );
+    let refused = store
+        .add_units(app("db"), 1, vec!["scale-with=db".parse().unwrap()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "scale-with=db is a deploy directive: it places a whole application"
+    );
+    let mut with_others = request("web", named("web"), 2);
+    with_others.placement = vec!["scale-with=db".parse().unwrap(), "0".parse().unwrap()];
+    assert!(store
+        .deploy(with_others)
+        .await
+        .unwrap_err()
+        .to_string()
+        .starts_with("scale-with=db places every unit: give it alone"));
+    let mut itself = request("self", named("self"), 1);
+    itself.placement = vec!["scale-with=self".parse().unwrap()];
+    assert_eq!(
+        store.deploy(itself).await.unwrap_err().to_string(),
+        r#"application "self" cannot scale with itself"#
+    );
+    let mut ghost = request("shadow", named("shadow"), 1);
+    ghost.placement = vec!["scale-with=ghost".parse().unwrap()];
+    assert_eq!(
+        store.deploy(ghost).await.unwrap_err().to_string(),
+        r#"application "ghost" not found"#
+    );
+    assert_eq!(store.revision(), before);
+}
+
 async fn deploying_an_application_twice_is_a_conflict(store: Store) {
     store
         .deploy(request("wordpress", named("wordpress"), 1))
@@ -831,6 +914,7 @@ on_both_backends!(
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,
     unit_constraints_sit_over_the_applications_and_the_models_key_by_key,
     place_with_and_place_in_put_new_containers_beside_an_applications_units,
+    scale_with_keeps_a_unit_beside_every_unit_of_the_leader,
     a_unit_snapshots_the_model_and_application_constraints_merged,
     changing_model_constraints_never_touches_existing_units,
     deploying_an_application_twice_is_a_conflict,

@@ -15,6 +15,7 @@
 //! | `maas2.name`       | a provider-specific machine name      |
 //! | `place-in=3`       | a new container on machine 3 (the placement spec's co-location) |
 //! | `place-with=db`    | a new container on the least loaded machine running a unit of `db` |
+//! | `scale-with=db`    | (deploy only) a new container beside every unit of `db`, now and later |
 //!
 //! `--to` takes a comma-separated list of these, one per unit
 //! ([`parse_to_list`]). Every directive prints back in the form it was
@@ -39,6 +40,7 @@ const ZONE_KEY: &str = "zone";
 /// The placement spec's co-location directives.
 const PLACE_IN_KEY: &str = "place-in";
 const PLACE_WITH_KEY: &str = "place-with";
+const SCALE_WITH_KEY: &str = "scale-with";
 
 /// Where to put a unit or a new machine.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -65,6 +67,9 @@ pub enum Placement {
     /// `place-with=db`: a new container on the machine running a unit of
     /// `db` that holds the fewest units, chosen when the unit is added.
     PlaceWith(ApplicationName),
+    /// `scale-with=db`, on deploy only: a unit in a new container beside
+    /// every unit of `db`, then and whenever `db` gains or loses a unit.
+    ScaleWith(ApplicationName),
 }
 
 /// What the model's provider can carry out of the placement directives,
@@ -121,13 +126,15 @@ impl Placement {
             Placement::NewContainer { .. }
             | Placement::PlaceIn { .. }
             | Placement::PlaceWith(_)
+            | Placement::ScaleWith(_)
                 if support.containers =>
             {
                 Ok(())
             }
             Placement::NewContainer { .. }
             | Placement::PlaceIn { .. }
-            | Placement::PlaceWith(_) => Err(UnsupportedPlacement::Containers {
+            | Placement::PlaceWith(_)
+            | Placement::ScaleWith(_) => Err(UnsupportedPlacement::Containers {
                 placement,
                 provider,
             }),
@@ -170,8 +177,8 @@ pub enum PlacementError {
     UnknownScope(String),
     #[error("invalid value {value:?} for \"place-in\": expected the machine-id of a machine")]
     InvalidPlaceIn { value: String },
-    #[error("invalid value {value:?} for \"place-with\": expected an application name")]
-    InvalidPlaceWith { value: String },
+    #[error("invalid value {value:?} for {key:?}: expected an application name")]
+    InvalidApplication { key: String, value: String },
     #[error("invalid placement directive {0:?}: expected <key>=<value>")]
     InvalidProviderDirective(String),
     #[error(transparent)]
@@ -219,6 +226,7 @@ impl fmt::Display for Placement {
             Placement::Hostname(name) => write!(f, "{name}"),
             Placement::PlaceIn { host } => write!(f, "{PLACE_IN_KEY}={host}"),
             Placement::PlaceWith(application) => write!(f, "{PLACE_WITH_KEY}={application}"),
+            Placement::ScaleWith(application) => write!(f, "{SCALE_WITH_KEY}={application}"),
         }
     }
 }
@@ -257,12 +265,19 @@ impl FromStr for Placement {
                 let value = &value[1..];
                 match key {
                     PLACE_IN_KEY => return parse_place_in(value),
-                    PLACE_WITH_KEY => {
-                        return value.parse().map(Placement::PlaceWith).map_err(|_| {
-                            PlacementError::InvalidPlaceWith {
-                                value: value.to_string(),
-                            }
-                        })
+                    PLACE_WITH_KEY | SCALE_WITH_KEY => {
+                        let application =
+                            value
+                                .parse()
+                                .map_err(|_| PlacementError::InvalidApplication {
+                                    key: key.to_string(),
+                                    value: value.to_string(),
+                                })?;
+                        return Ok(if key == PLACE_WITH_KEY {
+                            Placement::PlaceWith(application)
+                        } else {
+                            Placement::ScaleWith(application)
+                        });
                     }
                     _ => return s.parse().map(Placement::Provider),
                 }
@@ -637,7 +652,11 @@ mod tests {
             "place-with=db".parse::<Placement>(),
             Ok(Placement::PlaceWith("db".parse().unwrap()))
         );
-        for directive in ["place-in=3", "place-with=db"] {
+        assert_eq!(
+            "scale-with=db".parse::<Placement>(),
+            Ok(Placement::ScaleWith("db".parse().unwrap()))
+        );
+        for directive in ["place-in=3", "place-with=db", "scale-with=db"] {
             let placement: Placement = directive.parse().unwrap();
             assert_eq!(placement.to_string(), directive);
             assert_eq!(check(directive, true), Ok(()));

@@ -513,6 +513,7 @@ mod tests {
             subordinate: matches!(name, "ntp" | "telegraf"),
             settings: json!({}),
             life: "alive".to_string(),
+            scale_with: None,
         }
     }
 

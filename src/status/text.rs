@@ -201,6 +201,13 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
         apps.align_right(3);
         apps.align_right(6);
         for (name, app) in &status.applications {
+            let mut message = app.application_status.message.clone().unwrap_or_default();
+            if let Some(leader) = &app.scale_with {
+                if !message.is_empty() {
+                    message.push_str("; ");
+                }
+                message.push_str(&format!("scales with {leader}"));
+            }
             apps.row(vec![
                 name.to_string(),
                 String::new(),
@@ -213,7 +220,7 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
                 app.charm_name.clone(),
                 base_text(&app.base),
                 app.charm_rev.to_string(),
-                app.application_status.message.clone().unwrap_or_default(),
+                message,
             ]);
         }
         text.push('\n');
@@ -340,6 +347,7 @@ mod tests {
             subordinate_to: Vec::new(),
             relations: BTreeMap::new(),
             life: None,
+            scale_with: None,
             units: BTreeMap::new(),
         }
     }

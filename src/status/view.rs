@@ -196,6 +196,10 @@ pub struct ApplicationView {
     /// `dying` while being removed; absent while alive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub life: Option<String>,
+    /// The application it scales with (deployed `--to scale-with=db`): it
+    /// has a unit beside every unit of that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_with: Option<String>,
     /// Principal units by name (a subordinate application's units are
     /// shown under their principals).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -434,6 +438,7 @@ fn application_view(app: &ApplicationRecord) -> ApplicationView {
         subordinate_to: Vec::new(),
         relations: BTreeMap::new(),
         life: (app.life != "alive").then(|| app.life.clone()),
+        scale_with: app.scale_with.as_ref().map(ToString::to_string),
         units: BTreeMap::new(),
     }
 }
@@ -617,6 +622,7 @@ mod tests {
             subordinate,
             settings: json!({}),
             life: "alive".to_string(),
+            scale_with: None,
         }
     }
 

@@ -16,7 +16,9 @@ use crate::domain::placement::Placement;
 use crate::store::machines::delete_unit_rows;
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow, RelationRecord};
 use crate::store::schema::{applications, charms, relations, units};
-use crate::store::units::{add_units_tx, ensure_subordinate_unit, load_application, PlacedUnit};
+use crate::store::units::{
+    add_units_tx, ensure_subordinate_unit, follow_every_unit, load_application, PlacedUnit,
+};
 use crate::store::writer::Tx;
 use crate::store::{ChangeKind, Entity, Store, StoreError};
 
@@ -132,6 +134,7 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
     let settings = serde_json::to_string(&settings)
         .map_err(|e| StoreError::Invariant(format!("settings: {e}")))?;
+    let leader = scale_with_leader(tx, request)?;
     let (charm_url, _) = store_charm(tx, &request.charm)?;
     diesel::insert_into(applications::table)
         .values((
@@ -143,6 +146,7 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
             applications::settings.eq(settings),
             applications::life.eq("alive"),
             applications::created_at_ms.eq(tx.now_ms),
+            applications::scale_with.eq(leader.as_ref().map(|l| l.as_str().to_string())),
         ))
         .execute(tx.conn)?;
     tx.record(
@@ -151,7 +155,9 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
         ChangeKind::Created,
         format!("charm={charm_url} base={base}"),
     );
-    let units = if request.units > 0 {
+    let units = if let Some(leader) = &leader {
+        follow_every_unit(tx, name, leader)?
+    } else if request.units > 0 {
         add_units_tx(
             tx,
             name,
@@ -168,6 +174,47 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
         base,
         units,
     })
+}
+
+/// The application a deploy's `--to scale-with=<leader>` names, checked:
+/// the only directive, a principal application that is alive and not the
+/// one being deployed. `None` without the directive.
+fn scale_with_leader(
+    tx: &mut Tx<'_>,
+    request: &DeployRequest,
+) -> Result<Option<ApplicationName>, StoreError> {
+    let leader = request.placement.iter().find_map(|p| match p {
+        Placement::ScaleWith(leader) => Some(leader.clone()),
+        _ => None,
+    });
+    let Some(leader) = leader else {
+        return Ok(None);
+    };
+    if request.placement.len() > 1 {
+        return Err(StoreError::Invalid(format!(
+            "scale-with={leader} places every unit: give it alone, without other directives"
+        )));
+    }
+    if leader == request.application {
+        return Err(StoreError::Invalid(format!(
+            "application {:?} cannot scale with itself",
+            leader.as_str()
+        )));
+    }
+    let record = load_application(tx, &leader)?;
+    if record.subordinate {
+        return Err(StoreError::Invalid(format!(
+            "cannot scale with subordinate application {:?}: it has no machines of its own",
+            leader.as_str()
+        )));
+    }
+    if record.life != "alive" {
+        return Err(StoreError::Conflict(format!(
+            "application {:?} is being removed",
+            leader.as_str()
+        )));
+    }
+    Ok(Some(leader))
 }
 
 fn charm_meta(tx: &mut Tx<'_>, app: &ApplicationRecord) -> Result<CharmMeta, StoreError> {

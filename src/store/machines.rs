@@ -253,6 +253,10 @@ pub(crate) fn create_placed_machine(
             check_container_host(tx, &host)?;
             create_machine(tx, NewMachine::Container { host }, base, constraints, role)
         }
+        Some(Placement::ScaleWith(_)) => Err(StoreError::Invalid(format!(
+            "{} is a deploy directive: it places a whole application",
+            placement.map(ToString::to_string).unwrap_or_default()
+        ))),
         Some(Placement::PlaceWith(application)) => {
             let host = least_loaded_host_of(tx, application)?;
             create_machine(tx, NewMachine::Container { host }, base, constraints, role)

@@ -81,6 +81,7 @@ pub(crate) struct ApplicationRow {
     pub subordinate: bool,
     pub settings: String,
     pub life: String,
+    pub scale_with: Option<String>,
 }
 
 /// An application as stored.
@@ -93,6 +94,9 @@ pub struct ApplicationRecord {
     pub subordinate: bool,
     pub settings: serde_json::Value,
     pub life: String,
+    /// The application it was deployed to scale with (`--to
+    /// scale-with=db`): it keeps a unit beside every unit of that one.
+    pub scale_with: Option<ApplicationName>,
 }
 
 impl TryFrom<ApplicationRow> for ApplicationRecord {
@@ -108,6 +112,11 @@ impl TryFrom<ApplicationRow> for ApplicationRecord {
             charm_url: row.charm_url,
             subordinate: row.subordinate,
             life: row.life,
+            scale_with: row
+                .scale_with
+                .as_deref()
+                .map(|leader| stored("application name", leader))
+                .transpose()?,
         })
     }
 }

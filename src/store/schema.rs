@@ -55,6 +55,7 @@ diesel::table! {
         life -> Text,
         next_unit -> BigInt,
         created_at_ms -> BigInt,
+        scale_with -> Nullable<Text>,
     }
 }
 
@@ -107,6 +108,7 @@ diesel::table! {
         agent_status -> Text,
         workload_status -> Text,
         created_at_ms -> BigInt,
+        follows -> Nullable<Text>,
     }
 }
 

@@ -189,6 +189,22 @@ pub(crate) fn add_units_tx(
             application.as_str()
         )));
     }
+    if let Some(leader) = &app.scale_with {
+        return Err(StoreError::Invalid(format!(
+            "application {:?} scales with {:?}: add units to {:?} instead",
+            application.as_str(),
+            leader.as_str(),
+            leader.as_str()
+        )));
+    }
+    if let Some(p) = placements
+        .iter()
+        .find(|p| matches!(p, Placement::ScaleWith(_)))
+    {
+        return Err(StoreError::Invalid(format!(
+            "{p} is a deploy directive: it places a whole application"
+        )));
+    }
     if placements.len() > count as usize {
         return Err(StoreError::Invalid(format!(
             "{} placement directives given for {count} units: give at most one per unit",
@@ -204,6 +220,7 @@ pub(crate) fn add_units_tx(
         unit_constraints,
     );
     let subordinates = subordinates_of(tx, application)?;
+    let followers = followers_of(tx, application)?;
     let mut placed = Vec::new();
     for i in 0..count as usize {
         let machine = machine_for_unit(tx, &app.base, &constraints, placements.get(i))?;
@@ -211,7 +228,81 @@ pub(crate) fn add_units_tx(
         for subordinate in &subordinates {
             ensure_subordinate_unit(tx, subordinate, &unit, &machine)?;
         }
+        for follower in &followers {
+            follow_unit(tx, follower, &unit, &machine)?;
+        }
         placed.push(PlacedUnit { unit, machine });
+    }
+    Ok(placed)
+}
+
+/// The live applications deployed to scale with `leader`.
+fn followers_of(
+    tx: &mut Tx<'_>,
+    leader: &ApplicationName,
+) -> Result<Vec<ApplicationRecord>, StoreError> {
+    let rows: Vec<ApplicationRow> = applications::table
+        .filter(applications::scale_with.eq(leader.as_str()))
+        .filter(applications::life.eq("alive"))
+        .select(ApplicationRow::as_select())
+        .load(tx.conn)?;
+    rows.into_iter().map(ApplicationRecord::try_from).collect()
+}
+
+/// A unit of `follower` in a new container on the machine hosting
+/// `leader_unit` (on `leader_machine`, or on its host if that is a
+/// container), marked as following it.
+fn follow_unit(
+    tx: &mut Tx<'_>,
+    follower: &ApplicationRecord,
+    leader_unit: &UnitName,
+    leader_machine: &MachineId,
+) -> Result<PlacedUnit, StoreError> {
+    let constraints = merge(&model_constraints_tx(tx)?, &follower.constraints);
+    let host = Placement::PlaceIn {
+        host: leader_machine.host_number(),
+    };
+    let machine = create_placed_machine(
+        tx,
+        Some(&host),
+        &follower.base,
+        &constraints,
+        MachineRole::Workload,
+    )?;
+    let unit = insert_unit(
+        tx,
+        &follower.name,
+        &follower.base,
+        &constraints,
+        &machine,
+        None,
+    )?;
+    diesel::update(units::table.find(unit.to_string()))
+        .set(units::follows.eq(leader_unit.to_string()))
+        .execute(tx.conn)?;
+    Ok(PlacedUnit { unit, machine })
+}
+
+/// Deploying with `scale-with`: a unit of `follower` beside every unit of
+/// `leader` that has a machine.
+pub(crate) fn follow_every_unit(
+    tx: &mut Tx<'_>,
+    follower: &ApplicationName,
+    leader: &ApplicationName,
+) -> Result<Vec<PlacedUnit>, StoreError> {
+    let follower = load_application(tx, follower)?;
+    let leader_units: Vec<(String, Option<String>)> = units::table
+        .filter(units::application.eq(leader.as_str()))
+        .filter(units::principal.is_null())
+        .order(units::number.asc())
+        .select((units::name, units::machine_id))
+        .load(tx.conn)?;
+    let mut placed = Vec::new();
+    for (unit, machine) in leader_units {
+        let Some(machine) = machine else { continue };
+        let unit: UnitName = stored("unit name", &unit)?;
+        let machine: MachineId = stored("machine id", &machine)?;
+        placed.push(follow_unit(tx, &follower, &unit, &machine)?);
     }
     Ok(placed)
 }
@@ -228,7 +319,17 @@ fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {
             "unit {:?} is a subordinate of {principal:?}: remove the relation, or the principal, instead",
             unit.to_string()
         ))),
-        Some(None) => delete_unit_rows(tx, &unit.to_string()),
+        Some(None) => {
+            // The units that scale with it go with it.
+            let followers: Vec<String> = units::table
+                .filter(units::follows.eq(unit.to_string()))
+                .select(units::name)
+                .load(tx.conn)?;
+            for follower in followers {
+                delete_unit_rows(tx, &follower)?;
+            }
+            delete_unit_rows(tx, &unit.to_string())
+        }
     }
 }
 
