@@ -815,6 +815,90 @@ async fn mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_
     assert!(live_instances(app.sim()).is_empty());
 }
 
+async fn each_max_takes_the_most_the_cloud_offers_under_a_raised_ceiling(backend: Backend) {
+    use berth::domain::instance_types::{select_for_workload, Catalogue};
+    let catalogue = Catalogue::embedded().unwrap();
+    let best = |c: &str| {
+        select_for_workload(&Constraints::parse(c).unwrap(), catalogue)
+            .unwrap()
+            .name
+            .clone()
+    };
+    let config = ProvisionerConfig {
+        max_hourly_price: 1000.0,
+        ..fast_provisioner()
+    };
+    let app = spawn_engine(backend, SimConfig::default(), config).await;
+    let asked = [
+        "mem=max",
+        "cores=max",
+        "cpu-power=max",
+        "root-disk=max",
+        "storage=max",
+    ];
+    for (i, constraints) in asked.iter().enumerate() {
+        deploy(app.store(), &format!("app{i}"), 1, constraints, "").await;
+    }
+    let status = until(app.store(), "5 started", all_started(5)).await;
+    let mut by_constraints: BTreeMap<String, &MachineRecord> = BTreeMap::new();
+    for machine in &status.machines {
+        by_constraints.insert(machine.constraints.to_string(), machine);
+    }
+    for size in ["mem=max", "cores=max", "cpu-power=max"] {
+        let machine = by_constraints[size];
+        assert_eq!(
+            machine.instance_type.as_deref(),
+            Some(best(size).as_str()),
+            "{size}"
+        );
+    }
+    // The largest EBS volume, 16 TiB, on the cheapest type.
+    for disk in ["root-disk=max", "storage=max"] {
+        let machine = by_constraints[disk];
+        assert!(
+            machine
+                .hardware
+                .as_deref()
+                .unwrap_or_default()
+                .contains("root-disk=16777216M"),
+            "{disk}: {:?}",
+            machine.hardware
+        );
+        assert_eq!(machine.instance_type.as_deref(), Some(best("").as_str()));
+    }
+}
+
+async fn the_tightest_constraint_wins_over_a_named_instance_type(backend: Backend) {
+    // The placement document's example, on a cloud of m1 types only:
+    // m1.small is named, mem=8G asks for more than it has, and the
+    // cheapest m1 with 8G is m1.xlarge.
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("m1.csv");
+    std::fs::write(
+        &catalogue,
+        "instance_type,arch,vcpus,cores,cpu_power,mem_mib,clock_ghz,burstable,current_generation,gpus,bare_metal,instance_storage_gb,hourly_usd\n\
+         m1.large,amd64,2,2,200,7680,,false,false,0,false,840,0.175\n\
+         m1.medium,amd64,1,1,100,3788,,false,false,0,false,410,0.087\n\
+         m1.small,amd64,1,1,100,1740,,false,false,0,false,160,0.044\n\
+         m1.xlarge,amd64,4,4,400,15360,,false,false,0,false,1680,0.35\n",
+    )
+    .unwrap();
+    let sim = SimConfig {
+        catalogue: Some(catalogue),
+        ..SimConfig::default()
+    };
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    deploy(app.store(), "big", 1, "mem=8G instance-type=m1.small", "").await;
+    deploy(app.store(), "small", 1, "instance-type=m1.small", "").await;
+    let status = until(app.store(), "2 started", all_started(2)).await;
+    let types: Vec<Option<&str>> = status
+        .machines
+        .iter()
+        .map(|m| m.instance_type.as_deref())
+        .collect();
+    assert_eq!(types, [Some("m1.xlarge"), Some("m1.small")]);
+}
+
 async fn storage_sizes_the_root_disk_and_more_than_any_disk_is_an_error(backend: Backend) {
     let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
     deploy(app.store(), "data", 1, "storage=50G", "").await;
@@ -857,6 +941,8 @@ on_each_backend! {
         a_missing_image_is_a_permanent_failure_and_is_not_retried,
         no_instance_above_the_price_ceiling_is_launched,
         storage_sizes_the_root_disk_and_more_than_any_disk_is_an_error,
+        the_tightest_constraint_wins_over_a_named_instance_type,
+        each_max_takes_the_most_the_cloud_offers_under_a_raised_ceiling,
         mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_the_setting,
         with_thirty_percent_transient_failures_every_machine_ends_started,
         a_stray_instance_with_berths_tags_is_stopped_and_others_are_left_alone,
