@@ -357,6 +357,14 @@ async fn scale_with_keeps_a_unit_beside_every_unit_of_the_leader(store: Store) {
         r#"application "ghost" not found"#
     );
     assert_eq!(store.revision(), before);
+
+    // Removing db removes the units that followed it; cache stays, scaling
+    // with nothing, and takes units of its own again.
+    store.remove_application(app("db")).await.unwrap();
+    assert!(machines_of_units(&store, "cache").is_empty());
+    assert_eq!(store.application(&app("cache")).unwrap().scale_with, None);
+    store.add_units(app("cache"), 1, Vec::new()).await.unwrap();
+    assert_eq!(machines_of_units(&store, "cache").len(), 1);
 }
 
 async fn deploying_an_application_twice_is_a_conflict(store: Store) {

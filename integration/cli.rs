@@ -409,7 +409,16 @@ fn tabular_status_shows_the_model_applications_units_and_machines() {
     let controller = start_controller();
     ok(
         &controller,
-        &["deploy", "wordpress", "-n", "2", "--base", "ubuntu@22.04"],
+        &[
+            "deploy",
+            "wordpress",
+            "-n",
+            "2",
+            "--base",
+            "ubuntu@22.04",
+            "--constraints",
+            "mem=4G",
+        ],
     );
     ok(&controller, &["add-machine", "lxd:0"]);
     controller.fail_provisioning("1", "no capacity in sim-b");
@@ -432,10 +441,10 @@ Unit         Workload  Agent       Machine  Message
 wordpress/0  waiting   allocating  0        waiting for machine
 wordpress/1  waiting   allocating  1        waiting for machine
 
-Machine  State    DNS  Inst id  Base          AZ     Message
-0        pending       i-0      ubuntu@22.04  sim-a  running
-0/lxd/0  pending       pending  ubuntu@24.04         pending
-1        error         pending  ubuntu@22.04         no capacity in sim-b"
+Machine  State    DNS  Inst id  Base          AZ     Constraints  Message
+0        pending       i-0      ubuntu@22.04  sim-a  mem=4096M    running
+0/lxd/0  pending       pending  ubuntu@24.04                      pending
+1        error         pending  ubuntu@22.04         mem=4096M    no capacity in sim-b"
     );
 }
 

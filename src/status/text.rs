@@ -15,9 +15,9 @@
 //! wordpress/0  waiting   allocating  0
 //! wordpress/1  waiting   allocating  1
 //!
-//! Machine  State    DNS         Inst id  Base          AZ     Message
-//! 0        started  192.0.2.7   i-0      ubuntu@22.04  sim-a  running
-//! 1        pending              pending  ubuntu@22.04         allocating
+//! Machine  State    DNS         Inst id  Base          AZ     Constraints  Message
+//! 0        started  192.0.2.7   i-0      ubuntu@22.04  sim-a  mem=2048M    running
+//! 1        pending              pending  ubuntu@22.04         mem=8192M    allocating
 //! ```
 //!
 //! A machine's `DNS` is its preferred address (the JSON's `dns-name`).
@@ -161,6 +161,7 @@ fn machine_row(table: &mut Table, id: &MachineId, machine: &MachineView) {
         machine.instance_id.clone(),
         base_text(&machine.base),
         availability_zone(machine.hardware.as_deref()).to_string(),
+        machine.constraints.clone(),
         message,
     ]);
     for (container_id, container) in &machine.containers {
@@ -244,7 +245,14 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
 
     if !status.machines.is_empty() {
         let mut machines = Table::new(&[
-            "Machine", "State", "DNS", "Inst id", "Base", "AZ", "Message",
+            "Machine",
+            "State",
+            "DNS",
+            "Inst id",
+            "Base",
+            "AZ",
+            "Constraints",
+            "Message",
         ]);
         for (id, machine) in &status.machines {
             machine_row(&mut machines, id, machine);
@@ -370,6 +378,7 @@ mod tests {
         let mut started = machine("started", "running", None);
         started.instance_id = "i-0abc".into();
         started.dns_name = Some("192.0.2.10".into());
+        started.constraints = "mem=8192M".into();
         started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
         started.containers.insert(
             "0/lxd/1".parse().unwrap(),
@@ -423,11 +432,11 @@ mysql/0  waiting   allocating  0
   ntp/0  waiting   allocating
 mysql/1  blocked   allocating  0/lxd/1  needs a database
 
-Machine  State    DNS         Inst id  Base          AZ     Message
-0        started  192.0.2.10  i-0abc   ubuntu@22.04  sim-a  running
-0/lxd/1  pending              pending  ubuntu@22.04         pending
-2        error                pending  ubuntu@22.04         no capacity in sim-b
-10       pending              pending  ubuntu@22.04         allocating
+Machine  State    DNS         Inst id  Base          AZ     Constraints  Message
+0        started  192.0.2.10  i-0abc   ubuntu@22.04  sim-a  mem=8192M    running
+0/lxd/1  pending              pending  ubuntu@22.04                      pending
+2        error                pending  ubuntu@22.04                      no capacity in sim-b
+10       pending              pending  ubuntu@22.04                      allocating
 "
         );
     }

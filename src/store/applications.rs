@@ -420,6 +420,11 @@ fn remove_application_tx(tx: &mut Tx<'_>, name: &ApplicationName) -> Result<(), 
     for unit in own {
         delete_unit_rows(tx, &unit)?;
     }
+    // Its followers lost their units with its own; they scale with
+    // nothing now.
+    diesel::update(applications::table.filter(applications::scale_with.eq(name.as_str())))
+        .set(applications::scale_with.eq(None::<String>))
+        .execute(tx.conn)?;
     diesel::delete(applications::table.find(name.as_str())).execute(tx.conn)?;
     tx.record(Entity::Application, name.as_str(), ChangeKind::Removed, "");
     Ok(())

@@ -292,9 +292,18 @@ pub(crate) fn create_placed_machine(
     }
 }
 
-/// Deletes a unit and the subordinate units beside it (a unit goes with
-/// the machine that hosts it, and with `remove-unit`).
+/// Deletes a unit, the subordinate units beside it and the units that
+/// scale with it (a unit goes with the machine that hosts it, with
+/// `remove-unit` and with its application). A unit already gone is left
+/// alone.
 pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreError> {
+    let followers: Vec<String> = units::table
+        .filter(units::follows.eq(unit))
+        .select(units::name)
+        .load(tx.conn)?;
+    for follower in followers {
+        delete_unit_rows(tx, &follower)?;
+    }
     let subordinates: Vec<String> = units::table
         .filter(units::principal.eq(unit))
         .select(units::name)
@@ -303,8 +312,9 @@ pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreE
         diesel::delete(units::table.find(&name)).execute(tx.conn)?;
         tx.record(Entity::Unit, name, ChangeKind::Removed, "");
     }
-    diesel::delete(units::table.find(unit)).execute(tx.conn)?;
-    tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
+    if diesel::delete(units::table.find(unit)).execute(tx.conn)? > 0 {
+        tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
+    }
     Ok(())
 }
 

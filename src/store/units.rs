@@ -319,17 +319,8 @@ fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {
             "unit {:?} is a subordinate of {principal:?}: remove the relation, or the principal, instead",
             unit.to_string()
         ))),
-        Some(None) => {
-            // The units that scale with it go with it.
-            let followers: Vec<String> = units::table
-                .filter(units::follows.eq(unit.to_string()))
-                .select(units::name)
-                .load(tx.conn)?;
-            for follower in followers {
-                delete_unit_rows(tx, &follower)?;
-            }
-            delete_unit_rows(tx, &unit.to_string())
-        }
+        // The units that scale with it go with it.
+        Some(None) => delete_unit_rows(tx, &unit.to_string()),
     }
 }
 
