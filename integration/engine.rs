@@ -802,7 +802,14 @@ async fn mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_
     backend: Backend,
 ) {
     let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
-    deploy(app.store(), "huge", 1, "mem=max", "").await;
+    // berth add-machine --constraints mem=max
+    app.store()
+        .add_machines(AddMachines {
+            constraints: Constraints::parse("mem=max").unwrap(),
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap();
     let status = until(app.store(), "provisioning error", |s| {
         s.machines.len() == 1 && all_in(s, &[MachineState::ProvisioningError])
     })
