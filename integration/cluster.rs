@@ -343,11 +343,12 @@ fn holders(machines: &[MachineRecord]) -> BTreeMap<u32, usize> {
     held
 }
 
-/// Machines per zone among live instances: never more than one apart.
-fn assert_spread(instances: &[&MotoInstance]) {
+/// Machines per zone, given each live instance's zone: never more than one
+/// apart.
+fn assert_spread<'a>(zones: impl IntoIterator<Item = &'a str>) {
     let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
-    for instance in instances {
-        *per_zone.entry(instance.zone.as_str()).or_default() += 1;
+    for zone in zones {
+        *per_zone.entry(zone).or_default() += 1;
     }
     let (most, least) = (
         per_zone.values().max().copied().unwrap_or(0),
@@ -356,15 +357,76 @@ fn assert_spread(instances: &[&MotoInstance]) {
     assert!(most - least <= 1, "zones out of balance: {per_zone:?}");
 }
 
+impl Cluster {
+    /// Starts controllers c0, c1 and c2 with `provisioner` settings, and
+    /// waits until each knows of the others and has renewed since, so that
+    /// new work is shared among the three.
+    async fn start_three(&self, provisioner: &str) -> Vec<Served> {
+        let mut controllers = Vec::new();
+        for name in ["c0", "c1", "c2"] {
+            controllers.push(self.start(name, provisioner).await);
+        }
+        // Each controller learns of the others at its next renewal.
+        eventually("the three to know of each other", PATIENCE, || async {
+            let live = self.store.live_controllers(berth::store::now_ms()).unwrap();
+            if live.len() == 3 {
+                Ok(())
+            } else {
+                Err(live)
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2 * LEASE_TTL_S / 3 + 1)).await;
+        controllers
+    }
+}
+
+/// SIGKILLs the controller holding the most machines (by `held`, as
+/// [`holders`] counts them) and takes it out of `controllers`. Returns it,
+/// with its place among the three and how many machines it held.
+fn kill_the_busiest(
+    controllers: &mut Vec<Served>,
+    held: &BTreeMap<u32, usize>,
+) -> (Served, usize, usize) {
+    let (victim_pid, victim_held) = held
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(pid, n)| (*pid, *n))
+        .unwrap();
+    let victim = controllers
+        .iter()
+        .position(|c| c.pid() == victim_pid)
+        .expect("the holder is one of the three");
+    let mut killed = controllers.remove(victim);
+    killed.signal("-KILL");
+    let _ = killed.child.wait();
+    (killed, victim, victim_held)
+}
+
+/// Waits until the two survivors' status agree on `units` machines, and
+/// checks that every one of them is started.
+async fn assert_survivors_agree(survivors: &[Served], units: usize) {
+    let agreed = eventually("the survivors' status to agree", PATIENCE, || async {
+        let first = machines_in_status(&survivors[0]).await;
+        let second = machines_in_status(&survivors[1]).await;
+        if first == second && first.len() == units {
+            Ok(first)
+        } else {
+            Err((first.len(), second.len()))
+        }
+    })
+    .await;
+    assert!(agreed
+        .values()
+        .all(|(_, agent)| agent.as_str() == Some("started")));
+}
+
 #[actix_web::test]
 async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_start_every_machine_once(
 ) {
     let _turn = crate::support::heavy_test().await;
     let cluster = Cluster::new().await;
-    let mut controllers = Vec::new();
-    for name in ["c0", "c1", "c2"] {
-        controllers.push(cluster.start(name, "bootstrap_timeout_s = 3600").await);
-    }
+    let mut controllers = cluster.start_three("bootstrap_timeout_s = 3600").await;
     // One model, one set of secrets: every controller wrote the same token
     // and webhook secret, and the first one's made them.
     let token = controllers[0].token();
@@ -375,20 +437,6 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
             read(&controllers[0].data_dir.join("webhook.secret"))
         );
     }
-    // Each controller learns of the others at its next renewal.
-    eventually("the three to know of each other", PATIENCE, || async {
-        let live = cluster
-            .store
-            .live_controllers(berth::store::now_ms())
-            .unwrap();
-        if live.len() == 3 {
-            Ok(())
-        } else {
-            Err(live)
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2 * LEASE_TTL_S / 3 + 1)).await;
     const UNITS: usize = 60;
     deploy(&controllers[0], UNITS as u32).await;
 
@@ -403,20 +451,10 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
         }
     })
     .await;
-    let (victim_pid, victim_held) = held
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map(|(pid, n)| (*pid, *n))
-        .unwrap();
-    let victim = controllers
-        .iter()
-        .position(|c| c.pid() == victim_pid)
-        .expect("the holder is one of the three");
-    let mut killed = controllers.remove(victim);
-    killed.signal("-KILL");
-    let _ = killed.child.wait();
+    let (killed, victim, victim_held) = kill_the_busiest(&mut controllers, &held);
     eprintln!(
-        "killed controller {victim} (pid {victim_pid}) holding {victim_held} machines; held: {held:?}"
+        "killed controller {victim} (pid {}) holding {victim_held} machines; held: {held:?}",
+        killed.pid()
     );
 
     // The survivors take its machines over; the agents check in through
@@ -452,22 +490,10 @@ async fn three_controllers_on_one_postgres_lose_one_to_sigkill_mid_deploy_and_st
         instances.len(),
         live_now.len()
     );
-    assert_spread(&live_now);
+    assert_spread(live_now.iter().map(|i| i.zone.as_str()));
 
     // Both survivors' status agree once they have read the last change.
-    let agreed = eventually("the survivors' status to agree", PATIENCE, || async {
-        let first = machines_in_status(&controllers[0]).await;
-        let second = machines_in_status(&controllers[1]).await;
-        if first == second && first.len() == UNITS {
-            Ok(first)
-        } else {
-            Err((first.len(), second.len()))
-        }
-    })
-    .await;
-    assert!(agreed
-        .values()
-        .all(|(_, agent)| agent.as_str() == Some("started")));
+    assert_survivors_agree(&controllers, UNITS).await;
 
     // The command line, given the dead controller first, answers from the
     // next one.
@@ -528,23 +554,7 @@ async fn three_controllers_sharing_the_simulated_cloud_lose_one_to_sigkill_mid_d
         "start_delay_ms = 1500\nagent_delay_ms = 300".to_string(),
     ))
     .await;
-    let mut controllers = Vec::new();
-    for name in ["c0", "c1", "c2"] {
-        controllers.push(cluster.start(name, "").await);
-    }
-    eventually("the three to know of each other", PATIENCE, || async {
-        let live = cluster
-            .store
-            .live_controllers(berth::store::now_ms())
-            .unwrap();
-        if live.len() == 3 {
-            Ok(())
-        } else {
-            Err(live)
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2 * LEASE_TTL_S / 3 + 1)).await;
+    let mut controllers = cluster.start_three("").await;
     let deployed = std::time::Instant::now();
     deploy_many(&controllers[0], UNITS).await;
 
@@ -566,21 +576,11 @@ async fn three_controllers_sharing_the_simulated_cloud_lose_one_to_sigkill_mid_d
     .await;
     let (held, started_before) = held;
     assert!(started_before < UNITS, "the deploy had finished");
-    let (victim_pid, victim_held) = held
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map(|(pid, n)| (*pid, *n))
-        .unwrap();
-    let victim = controllers
-        .iter()
-        .position(|c| c.pid() == victim_pid)
-        .expect("the holder is one of the three");
-    let mut killed = controllers.remove(victim);
-    killed.signal("-KILL");
-    let _ = killed.child.wait();
+    let (killed, victim, victim_held) = kill_the_busiest(&mut controllers, &held);
     eprintln!(
-        "killed controller {victim} (pid {victim_pid}) holding {victim_held} machines \
+        "killed controller {victim} (pid {}) holding {victim_held} machines \
          with {started_before} of {UNITS} started, {:?} after the deploy; held: {held:?}",
+        killed.pid(),
         deployed.elapsed()
     );
 
@@ -652,29 +652,9 @@ async fn three_controllers_sharing_the_simulated_cloud_lose_one_to_sigkill_mid_d
     let recorded: BTreeSet<&str> = machines.iter().filter_map(|m| m.instance_id()).collect();
     let running: BTreeSet<&str> = ledger.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(recorded, running, "the machines' instances are the cloud's");
-    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
-    for entry in &ledger {
-        *per_zone.entry(entry.zone.as_str()).or_default() += 1;
-    }
-    let (most, least) = (
-        per_zone.values().max().copied().unwrap_or(0),
-        per_zone.values().min().copied().unwrap_or(0),
-    );
-    assert!(most - least <= 1, "zones out of balance: {per_zone:?}");
+    assert_spread(ledger.iter().map(|e| e.zone.as_str()));
 
-    let agreed = eventually("the survivors' status to agree", PATIENCE, || async {
-        let first = machines_in_status(&controllers[0]).await;
-        let second = machines_in_status(&controllers[1]).await;
-        if first == second && first.len() == UNITS {
-            Ok(first)
-        } else {
-            Err((first.len(), second.len()))
-        }
-    })
-    .await;
-    assert!(agreed
-        .values()
-        .all(|(_, agent)| agent.as_str() == Some("started")));
+    assert_survivors_agree(&controllers, UNITS).await;
 }
 
 #[actix_web::test]

@@ -85,6 +85,17 @@ async fn launch_ids(cloud: &SimProvider, requests: Vec<LaunchRequest>) -> Vec<St
         .collect()
 }
 
+/// The ids of the instances `cloud` lists as the controller's.
+async fn listed_ids(cloud: &SimProvider) -> BTreeSet<String> {
+    cloud
+        .instances(CONTROLLER)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
 #[tokio::test]
 async fn two_clouds_on_one_database_are_one_cloud() {
     let database = postgres::fresh_database();
@@ -93,13 +104,7 @@ async fn two_clouds_on_one_database_are_one_cloud() {
 
     // B lists A's instances, and a launch B repeats (a controller taking a
     // machine over) is A's instance, not a new one.
-    let listed: BTreeSet<String> = b
-        .instances(CONTROLLER)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    let listed = listed_ids(&b).await;
     assert_eq!(listed, from_a.iter().cloned().collect());
     let adopted = launch_ids(&b, vec![request(1, "sim-a")]).await;
     assert_eq!(adopted, [from_a[1].clone()]);
@@ -112,13 +117,7 @@ async fn two_clouds_on_one_database_are_one_cloud() {
 
     // B terminates one of A's: A no longer lists it.
     assert!(b.terminate(vec![from_a[0].clone()]).await[0].is_ok());
-    let listed: BTreeSet<String> = a
-        .instances(CONTROLLER)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    let listed = listed_ids(&a).await;
     assert_eq!(listed.len(), 7);
     assert!(!listed.contains(&from_a[0]));
     assert_eq!(a.ledger().len(), 8);

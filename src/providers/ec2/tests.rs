@@ -177,6 +177,18 @@ fn runs() -> Rule {
     })
 }
 
+/// RunInstances that answers, with an instance id only, the requests
+/// `matches` accepts.
+fn runs_if(matches: impl Fn(&RunInstancesInput) -> bool + Send + Sync + 'static) -> Rule {
+    mock!(Client::run_instances)
+        .match_requests(matches)
+        .then_compute_output(|input| {
+            RunInstancesOutput::builder()
+                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
+                .build()
+        })
+}
+
 fn tags_of(input: &RunInstancesInput, resource: ResourceType) -> BTreeMap<String, String> {
     input
         .tag_specifications()
@@ -366,19 +378,13 @@ async fn a_launch_is_one_run_instances_with_zone_type_image_tags_user_data_and_h
 
 #[tokio::test]
 async fn root_disk_sizes_the_images_root_device_in_whole_gib() {
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| {
-            let mapping = r.block_device_mappings();
-            mapping.len() == 1
-                && mapping[0].device_name() == Some("/dev/sda1")
-                && mapping[0].ebs().and_then(|e| e.volume_size()) == Some(11)
-                && mapping[0].ebs().and_then(|e| e.delete_on_termination()) == Some(true)
-        })
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| {
+        let mapping = r.block_device_mappings();
+        mapping.len() == 1
+            && mapping[0].device_name() == Some("/dev/sda1")
+            && mapping[0].ebs().and_then(|e| e.volume_size()) == Some(11)
+            && mapping[0].ebs().and_then(|e| e.delete_on_termination()) == Some(true)
+    });
     let images = image_exists();
     let p = provider(&[&run, &images]);
     let mut req = request("1", "us-east-1a", "t3a.medium");
@@ -391,16 +397,10 @@ async fn root_disk_sizes_the_images_root_device_in_whole_gib() {
 
 #[tokio::test]
 async fn instance_role_names_the_instance_profile_and_auto_is_refused() {
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| {
-            r.iam_instance_profile().and_then(|p| p.name()) == Some("berth-agents")
-                && r.iam_instance_profile().and_then(|p| p.arn()).is_none()
-        })
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| {
+        r.iam_instance_profile().and_then(|p| p.name()) == Some("berth-agents")
+            && r.iam_instance_profile().and_then(|p| p.arn()).is_none()
+    });
     let images = image_exists();
     let p = provider(&[&run, &images]);
     let mut req = request("1", "us-east-1a", "t3a.medium");
@@ -423,13 +423,7 @@ async fn instance_role_names_the_instance_profile_and_auto_is_refused() {
 
 #[tokio::test]
 async fn a_launch_without_instance_role_names_no_profile() {
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| r.iam_instance_profile().is_none())
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| r.iam_instance_profile().is_none());
     let images = image_exists();
     let p = provider(&[&run, &images]);
     p.launch(vec![request("1", "us-east-1a", "t3a.medium")])
@@ -441,22 +435,16 @@ async fn a_launch_without_instance_role_names_no_profile() {
 
 #[tokio::test]
 async fn allocate_public_ip_goes_on_the_primary_network_interface_with_the_groups() {
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| {
-            let interfaces = r.network_interfaces();
-            interfaces.len() == 1
-                && interfaces[0].device_index() == Some(0)
-                && interfaces[0].associate_public_ip_address() == Some(true)
-                && interfaces[0].groups() == ["sg-0abc".to_string()]
-                && interfaces[0].subnet_id().is_none()
-                && r.security_group_ids().is_empty()
-                && r.key_name() == Some("ops")
-        })
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| {
+        let interfaces = r.network_interfaces();
+        interfaces.len() == 1
+            && interfaces[0].device_index() == Some(0)
+            && interfaces[0].associate_public_ip_address() == Some(true)
+            && interfaces[0].groups() == ["sg-0abc".to_string()]
+            && interfaces[0].subnet_id().is_none()
+            && r.security_group_ids().is_empty()
+            && r.key_name() == Some("ops")
+    });
     let images = image_exists();
     let mut config = config();
     config.security_group_ids = vec!["sg-0abc".to_string()];
@@ -470,15 +458,9 @@ async fn allocate_public_ip_goes_on_the_primary_network_interface_with_the_group
 
 #[tokio::test]
 async fn with_subnets_a_launch_uses_its_zones_subnet_and_other_zones_are_unavailable() {
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| {
-            r.subnet_id() == Some("subnet-0a") && r.security_group_ids() == ["sg-01".to_string()]
-        })
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| {
+        r.subnet_id() == Some("subnet-0a") && r.security_group_ids() == ["sg-01".to_string()]
+    });
     let zones = mock!(Client::describe_availability_zones).then_output(|| {
         DescribeAvailabilityZonesOutput::builder()
             .availability_zones(
@@ -779,13 +761,7 @@ async fn the_image_id_constraint_overrides_the_configured_image() {
                 )
                 .build()
         });
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| r.image_id() == Some("ami-0bbbbbbbbbbbbbbbb"))
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| r.image_id() == Some("ami-0bbbbbbbbbbbbbbbb"));
     let p = provider(&[&other, &run]);
     let mut req = request("1", "us-east-1a", "t3a.medium");
     req.requirements.image_id = Some("ami-0bbbbbbbbbbbbbbbb".to_string());
@@ -834,13 +810,7 @@ async fn without_a_configured_image_the_newest_match_of_the_owner_is_used_and_ca
                 )
                 .build()
         });
-    let run = mock!(Client::run_instances)
-        .match_requests(|r| r.image_id() == Some("ami-0new"))
-        .then_compute_output(|input| {
-            RunInstancesOutput::builder()
-                .instances(Ec2Instance::builder().instance_id(id_for(input)).build())
-                .build()
-        });
+    let run = runs_if(|r| r.image_id() == Some("ami-0new"));
     let p = provider_with(region_config(), facts(), &[&lookup, &describe, &run]);
     assert!(p
         .launch(vec![request("1", "us-east-1a", "t3a.medium")])
