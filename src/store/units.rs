@@ -215,10 +215,8 @@ pub(crate) fn add_units_tx(
     // constraints as they are now, under its own (key by key, the unit's
     // over the application's over the model's); later changes never touch
     // it.
-    let constraints = merge(
-        &merge(&model_constraints_tx(tx)?, &app.constraints),
-        unit_constraints,
-    );
+    let model = model_constraints_tx(tx)?;
+    let constraints = merge(&merge(&model, &app.constraints), unit_constraints);
     let subordinates = subordinates_of(tx, application)?;
     let followers = followers_of(tx, application)?;
     let mut placed = Vec::new();
@@ -229,7 +227,7 @@ pub(crate) fn add_units_tx(
             ensure_subordinate_unit(tx, subordinate, &unit, &machine)?;
         }
         for follower in &followers {
-            follow_unit(tx, follower, &unit, &machine)?;
+            follow_unit(tx, follower, &model, &unit, &machine)?;
         }
         placed.push(PlacedUnit { unit, machine });
     }
@@ -251,14 +249,16 @@ fn followers_of(
 
 /// A unit of `follower` in a new container on the machine hosting
 /// `leader_unit` (on `leader_machine`, or on its host if that is a
-/// container), marked as following it.
+/// container), marked as following it; `model` is the model's
+/// constraints.
 fn follow_unit(
     tx: &mut Tx<'_>,
     follower: &ApplicationRecord,
+    model: &Constraints,
     leader_unit: &UnitName,
     leader_machine: &MachineId,
 ) -> Result<PlacedUnit, StoreError> {
-    let constraints = merge(&model_constraints_tx(tx)?, &follower.constraints);
+    let constraints = merge(model, &follower.constraints);
     let host = Placement::PlaceIn {
         host: leader_machine.host_number(),
     };
@@ -291,6 +291,7 @@ pub(crate) fn follow_every_unit(
     leader: &ApplicationName,
 ) -> Result<Vec<PlacedUnit>, StoreError> {
     let follower = load_application(tx, follower)?;
+    let model = model_constraints_tx(tx)?;
     let leader_units: Vec<(String, Option<String>)> = units::table
         .filter(units::application.eq(leader.as_str()))
         .filter(units::principal.is_null())
@@ -302,7 +303,7 @@ pub(crate) fn follow_every_unit(
         let Some(machine) = machine else { continue };
         let unit: UnitName = stored("unit name", &unit)?;
         let machine: MachineId = stored("machine id", &machine)?;
-        placed.push(follow_unit(tx, &follower, &unit, &machine)?);
+        placed.push(follow_unit(tx, &follower, &model, &unit, &machine)?);
     }
     Ok(placed)
 }

@@ -153,6 +153,16 @@ enum CatalogueSource {
 }
 
 impl CatalogueSource {
+    /// The catalogue `config` names, or the embedded one.
+    fn of(config: &SimConfig) -> Result<CatalogueSource, SimError> {
+        Ok(match &config.catalogue {
+            None => CatalogueSource::Embedded(
+                Catalogue::embedded().map_err(|e| SimError::EmbeddedCatalogue(e.clone()))?,
+            ),
+            Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
+        })
+    }
+
     fn get(&self) -> &Catalogue {
         match self {
             CatalogueSource::Embedded(c) => c,
@@ -258,12 +268,7 @@ impl SimProvider {
     /// [`SimError::Ledger`] / [`SimError::LedgerInUse`] for the ledger
     /// file.
     pub fn open(config: SimConfig, ledger_path: Option<PathBuf>) -> Result<SimProvider, SimError> {
-        let catalogue = match &config.catalogue {
-            None => CatalogueSource::Embedded(
-                Catalogue::embedded().map_err(|e| SimError::EmbeddedCatalogue(e.clone()))?,
-            ),
-            Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
-        };
+        let catalogue = CatalogueSource::of(&config)?;
         let place = ledger_path.map_or(LedgerPlace::Memory, LedgerPlace::File);
         SimProvider::build(config, catalogue, place)
     }
@@ -281,12 +286,7 @@ impl SimProvider {
     /// As [`SimProvider::open`]; [`SimError::SharedLedger`] for the
     /// database.
     pub fn open_shared(config: SimConfig, database_url: &str) -> Result<SimProvider, SimError> {
-        let catalogue = match &config.catalogue {
-            None => CatalogueSource::Embedded(
-                Catalogue::embedded().map_err(|e| SimError::EmbeddedCatalogue(e.clone()))?,
-            ),
-            Some(path) => CatalogueSource::Owned(read_catalogue(path)?),
-        };
+        let catalogue = CatalogueSource::of(&config)?;
         SimProvider::build(
             config,
             catalogue,
