@@ -909,6 +909,116 @@ pub fn select_for_workload<'c>(
     )
 }
 
+/// One requirement as a test of an instance type, named by the constraint
+/// it comes from: what an explanation counts, one by one.
+pub struct Filter<'r> {
+    /// The constraint as the user would write it: `mem=16G`, `arch=arm64`.
+    pub constraint: String,
+    test: Box<dyn Fn(&InstanceType) -> bool + 'r>,
+}
+
+impl fmt::Debug for Filter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter")
+            .field("constraint", &self.constraint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Filter<'_> {
+    /// Whether `t` passes this requirement.
+    pub fn accepts(&self, t: &InstanceType) -> bool {
+        (self.test)(t)
+    }
+}
+
+/// A size in MiB as a constraint value: `16G`, `3.75G`, `1740M`.
+pub fn size_text(mib: u64) -> String {
+    if mib != 0 && mib % 1024 == 0 {
+        format!("{}G", mib / 1024)
+    } else if mib >= 1024 && (mib * 100) % 1024 == 0 {
+        let hundredths = mib * 100 / 1024;
+        let text = format!("{}.{:02}", hundredths / 100, hundredths % 100);
+        format!("{}G", text.trim_end_matches('0'))
+    } else {
+        format!("{mib}M")
+    }
+}
+
+/// The requirements that choose a type, one [`Filter`] each, in the order
+/// an explanation applies them: `arch`, `mem`, `cores`, `cpu-power`,
+/// `instance-type`, `tags`, `virt-type`, `storage`. Only keys that
+/// require something are listed (berth's defaults included).
+///
+/// # Guarantees
+///
+/// A type passes every filter exactly when [`select`] counts it a
+/// candidate.
+///
+/// # Errors
+///
+/// [`SelectError::InvalidInstanceType`] if the named type is not in the
+/// catalogue.
+pub fn filters<'r>(
+    req: &'r Requirements,
+    catalogue: &'r Catalogue,
+) -> Result<Vec<Filter<'r>>, SelectError> {
+    fn filter<'r>(constraint: String, test: impl Fn(&InstanceType) -> bool + 'r) -> Filter<'r> {
+        Filter {
+            constraint,
+            test: Box::new(test),
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(arch) = req.arch {
+        out.push(filter(format!("arch={arch}"), move |t| t.arch == arch));
+    }
+    if let Some(Amount::AtLeast(mib)) = req.mem {
+        out.push(filter(format!("mem={}", size_text(mib)), move |t| {
+            t.mem_mib >= mib
+        }));
+    }
+    if let Some(Amount::AtLeast(n)) = req.cores {
+        out.push(filter(format!("cores={n}"), move |t| t.vcpus >= n));
+    }
+    if let Some(Amount::AtLeast(n)) = req.cpu_power {
+        out.push(filter(format!("cpu-power={n}"), move |t| t.cpu_power >= n));
+    }
+    if let Some(name) = &req.instance_type {
+        let floor = catalogue
+            .get(name)
+            .ok_or_else(|| SelectError::InvalidInstanceType(name.clone()))?;
+        out.push(filter(format!("instance-type={name}"), move |t| {
+            t.arch == floor.arch && t.covers(floor)
+        }));
+    }
+    if !req.tags.is_empty() {
+        let matcher = Matcher::new(req, None);
+        let text = req
+            .tags
+            .iter()
+            .map(|i| format!("{}{}", if i.excluded { "^" } else { "" }, i.name))
+            .collect::<Vec<_>>()
+            .join(",");
+        let known = req.tags.iter().all(|i| i.excluded || Tag::parse(&i.name).is_some());
+        out.push(filter(format!("tags={text}"), move |t| {
+            known
+                && t.tags.contains_all(matcher.required_tags)
+                && !t.tags.intersects(matcher.excluded_tags)
+        }));
+    }
+    if let Some(virt) = req.virt_type.as_deref() {
+        out.push(filter(format!("virt-type={virt}"), move |t| {
+            t.virt_type.as_deref() == Some(virt)
+        }));
+    }
+    let storage = req.storage_mib.unwrap_or(defaults::STORAGE_MIB);
+    out.push(filter(format!("storage={}", size_text(storage)), move |t| {
+        t.persistent_storage_mib() >= storage
+    }));
+    Ok(out)
+}
+
 /// [`Requirements`] compiled into plain comparisons for the selection pass.
 struct Matcher<'r> {
     arch: Option<Arch>,
@@ -2385,6 +2495,24 @@ mod tests {
                         ),
                     },
                 }
+            }
+
+            #[test]
+            fn the_filters_together_accept_exactly_the_candidates(
+                cat in arb_catalogue(),
+                cons in arb_constraints(),
+                role in arb_role(),
+            ) {
+                let req = Requirements::resolve(&cons, role);
+                if let Ok(filters) = filters(&req, &cat) {
+                    for t in cat.types() {
+                        let all = filters.iter().all(|f| f.accepts(t));
+                        let floor = req.instance_type.as_ref().and_then(|n| cat.get(n));
+                        let matcher = Matcher::new(&req, floor);
+                        let candidate = matcher.satisfiable && matcher.accepts(t);
+                        prop_assert_eq!(all, candidate, "{} for {}", t.name, req);
+                    }
+                };
             }
 
             #[test]

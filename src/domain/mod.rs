@@ -9,6 +9,7 @@
 pub mod base;
 pub mod charm;
 pub mod constraints;
+pub mod explain;
 pub mod hardware;
 pub mod instance;
 pub mod instance_types;
