@@ -236,6 +236,31 @@ async fn an_explicit_zone_placement_is_honoured(backend: Backend) {
     assert_eq!(zones_of(&status, "wordpress").get("sim-b"), Some(&3));
 }
 
+async fn a_zone_the_cloud_does_not_have_is_an_error_within_one_attempt(backend: Backend) {
+    let app = spawn_engine(backend, SimConfig::default(), fast_provisioner()).await;
+    zones_known(app.store()).await;
+    deploy(app.store(), "wordpress", 1, "", "zone=no-such-zone").await;
+    deploy(app.store(), "mysql", 1, "zones=sim-x", "").await;
+    let status = until(app.store(), "both in error", |s| {
+        s.machines.len() == 2 && all_in(s, &[MachineState::ProvisioningError])
+    })
+    .await;
+    for machine in &status.machines {
+        // Said at the first try, not after the retries ran out.
+        assert_eq!(machine.machine.lifecycle.attempts_used, 0);
+    }
+    let messages: Vec<String> = status.machines.iter().map(last_error).collect();
+    assert!(
+        messages[0].contains("zone \"no-such-zone\" not found; available zones: sim-a"),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1].contains("the zones constraint names unknown zones: \"sim-x\""),
+        "{messages:?}"
+    );
+    assert!(live_instances(app.sim()).is_empty());
+}
+
 async fn unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine(
     backend: Backend,
 ) {
@@ -944,6 +969,7 @@ on_each_backend! {
         a_zone_disabled_by_an_administrator_gets_no_new_machines,
         a_zone_out_of_capacity_sends_machines_to_the_next_zone,
         an_explicit_zone_placement_is_honoured,
+        a_zone_the_cloud_does_not_have_is_an_error_within_one_attempt,
         unsatisfiable_constraints_end_in_an_error_and_retry_with_new_constraints_starts_the_machine,
         a_missing_image_is_a_permanent_failure_and_is_not_retried,
         no_instance_above_the_price_ceiling_is_launched,

@@ -536,7 +536,11 @@ async fn the_writer_sets_keeps_and_clears_each_optional_column(store: Store) {
 
     // No zone: retrying, with the time of the next try.
     step(Event::StartInstance, MachineUpdate::default()).await;
-    step(Event::NoZoneAvailable, MachineUpdate::default()).await;
+    let no_zone = Event::NoZoneAvailable {
+        reason: "every zone is down".into(),
+        permanent: false,
+    };
+    step(no_zone, MachineUpdate::default()).await;
     let record = store.machine(&id).unwrap();
     assert_eq!(record.state(), MachineState::Retrying);
     assert!(record.retry_at_ms.is_some());
@@ -954,7 +958,7 @@ async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store
                 assert_eq!(applied.next.state, MachineState::Starting);
                 chosen.push(applied.next.lifecycle.zone.unwrap());
             }
-            ZoneChosen::NoZone(why) => panic!("{why}"),
+            ZoneChosen::NoZone { reason, .. } => panic!("{reason}"),
         }
     }
     // Spread: one in each.

@@ -129,7 +129,12 @@ impl Explanation {
             );
         }
         let Some(fit) = &self.cheapest_fit else {
-            let mut text = match self.steps.iter().rev().find(|s| s.ruled_out > 0 && s.left == 0) {
+            let mut text = match self
+                .steps
+                .iter()
+                .rev()
+                .find(|s| s.ruled_out > 0 && s.left == 0)
+            {
                 Some(last) => format!(
                     "no instance type fits: {} ruled out the last {} of {} types",
                     last.constraint, last.ruled_out, self.catalogue_types
@@ -209,7 +214,11 @@ impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.summary())?;
         writeln!(f)?;
-        writeln!(f, "Instance types: {} in the catalogue", self.catalogue_types)?;
+        writeln!(
+            f,
+            "Instance types: {} in the catalogue",
+            self.catalogue_types
+        )?;
         if let Some(name) = &self.unknown_instance_type {
             writeln!(f, "  instance-type={name:<22} not in the catalogue")?;
         }
@@ -541,16 +550,22 @@ mod tests {
             std::fs::write(&path, &text).expect("write golden file");
             return;
         }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (BERTH_UPDATE_GOLDEN=1 writes it)", path.display()));
-        assert_eq!(text, want, "{name}: the explanation differs from its golden file");
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("{}: {e} (BERTH_UPDATE_GOLDEN=1 writes it)", path.display())
+        });
+        assert_eq!(
+            text, want,
+            "{name}: the explanation differs from its golden file"
+        );
     }
 
     #[test]
     fn an_arch_no_type_has_is_what_rules_everything_out() {
         let e = explained("arch=s390x", &healthy(), &offers_everything, &[], None);
         assert!(!e.placeable());
-        assert!(e.summary().starts_with("no instance type fits: arch=s390x ruled out the last"));
+        assert!(e
+            .summary()
+            .starts_with("no instance type fits: arch=s390x ruled out the last"));
         golden("arch", &e);
     }
 
@@ -563,10 +578,18 @@ mod tests {
             &[],
             None,
         );
-        let mem = e.steps.iter().find(|s| s.constraint == "mem=100000G").unwrap();
+        let mem = e
+            .steps
+            .iter()
+            .find(|s| s.constraint == "mem=100000G")
+            .unwrap();
         assert_eq!(mem.left, 0);
         assert!(mem.ruled_out > 0);
-        assert!(e.summary().contains("mem=100000G ruled out the last"), "{}", e.summary());
+        assert!(
+            e.summary().contains("mem=100000G ruled out the last"),
+            "{}",
+            e.summary()
+        );
         assert!(e.nearest_fits.iter().any(|r| r.instead_of == "mem=100000G"));
         golden("mem", &e);
     }
@@ -574,14 +597,27 @@ mod tests {
     #[test]
     fn cores_rule_out_everything_and_the_ceiling_is_a_step() {
         let e = explained("cores=1000", &healthy(), &offers_everything, &[], None);
-        assert!(e.summary().contains("cores=1000 ruled out the last"), "{}", e.summary());
-        assert!(e.steps.iter().any(|s| s.constraint == "max_hourly_price=10"));
+        assert!(
+            e.summary().contains("cores=1000 ruled out the last"),
+            "{}",
+            e.summary()
+        );
+        assert!(e
+            .steps
+            .iter()
+            .any(|s| s.constraint == "max_hourly_price=10"));
         golden("cores", &e);
     }
 
     #[test]
     fn an_unknown_instance_type_is_named() {
-        let e = explained("instance-type=m5.huge", &healthy(), &offers_everything, &[], None);
+        let e = explained(
+            "instance-type=m5.huge",
+            &healthy(),
+            &offers_everything,
+            &[],
+            None,
+        );
         assert_eq!(e.unknown_instance_type.as_deref(), Some("m5.huge"));
         golden("instance-type", &e);
     }
@@ -596,16 +632,26 @@ mod tests {
             None,
         );
         assert!(
-            e.summary().contains("instance-type=m5.large ruled out the last"),
+            e.summary()
+                .contains("instance-type=m5.large ruled out the last"),
             "{}",
             e.summary()
         );
-        assert!(e.nearest_fits.iter().any(|r| r.relaxed == "no instance-type"));
+        assert!(e
+            .nearest_fits
+            .iter()
+            .any(|r| r.relaxed == "no instance-type"));
     }
 
     #[test]
     fn a_zone_typo_in_the_placement_is_no_such_zone() {
-        let e = explained("", &healthy(), &offers_everything, &[], Some("no-such-zone"));
+        let e = explained(
+            "",
+            &healthy(),
+            &offers_everything,
+            &[],
+            Some("no-such-zone"),
+        );
         assert!(!e.placeable());
         assert_eq!(e.zones[0].why.as_deref(), Some("no such zone"));
         golden("zone-typo", &e);
@@ -613,7 +659,13 @@ mod tests {
 
     #[test]
     fn a_zone_typo_in_the_zones_constraint_names_the_known_zones() {
-        let e = explained("zones=us-east-1x", &healthy(), &offers_everything, &[], None);
+        let e = explained(
+            "zones=us-east-1x",
+            &healthy(),
+            &offers_everything,
+            &[],
+            None,
+        );
         assert!(!e.placeable());
         assert_eq!(
             e.summary(),
@@ -668,7 +720,11 @@ mod tests {
             None,
         );
         assert!(!e.placeable());
-        assert!(e.zones[0].why.as_deref().unwrap().starts_with("offers none of the"));
+        assert!(e.zones[0]
+            .why
+            .as_deref()
+            .unwrap()
+            .starts_with("offers none of the"));
         golden("not-offered", &e);
     }
 

@@ -1000,7 +1000,10 @@ pub fn filters<'r>(
             .map(|i| format!("{}{}", if i.excluded { "^" } else { "" }, i.name))
             .collect::<Vec<_>>()
             .join(",");
-        let known = req.tags.iter().all(|i| i.excluded || Tag::parse(&i.name).is_some());
+        let known = req
+            .tags
+            .iter()
+            .all(|i| i.excluded || Tag::parse(&i.name).is_some());
         out.push(filter(format!("tags={text}"), move |t| {
             known
                 && t.tags.contains_all(matcher.required_tags)
@@ -1013,9 +1016,10 @@ pub fn filters<'r>(
         }));
     }
     let storage = req.storage_mib.unwrap_or(defaults::STORAGE_MIB);
-    out.push(filter(format!("storage={}", size_text(storage)), move |t| {
-        t.persistent_storage_mib() >= storage
-    }));
+    out.push(filter(
+        format!("storage={}", size_text(storage)),
+        move |t| t.persistent_storage_mib() >= storage,
+    ));
     Ok(out)
 }
 

@@ -263,9 +263,12 @@ pub enum Event {
     StartInstance,
     /// ZoneTracker → actor: launch in this zone.
     ZoneChosen { zone: String },
-    /// ZoneTracker → actor: every zone is unhealthy or already failed this
-    /// round. Counts as a transient failure.
-    NoZoneAvailable,
+    /// ZoneTracker → actor: no zone can take the machine. `permanent` when
+    /// waiting cannot help (a `zone=` placement or `zones` constraint that
+    /// names no zone the cloud has): a provisioning error at once, in the
+    /// tracker's words. Otherwise (every zone unhealthy or already failed
+    /// this round) a transient failure.
+    NoZoneAvailable { reason: String, permanent: bool },
     /// ProviderBroker → actor: the launch succeeded with this instance.
     InstanceStarted { instance_id: String },
     /// ProviderBroker → actor: the launch failed.
@@ -327,7 +330,7 @@ impl Event {
         match self {
             Event::StartInstance => EventKind::StartInstance,
             Event::ZoneChosen { .. } => EventKind::ZoneChosen,
-            Event::NoZoneAvailable => EventKind::NoZoneAvailable,
+            Event::NoZoneAvailable { .. } => EventKind::NoZoneAvailable,
             Event::InstanceStarted { .. } => EventKind::InstanceStarted,
             Event::InstanceFailed { .. } => EventKind::InstanceFailed,
             Event::AgentConnected => EventKind::AgentConnected,
@@ -508,9 +511,10 @@ pub struct Lifecycle {
     /// error. Zone-specific failures do not count.
     pub attempts_used: u32,
     /// Zones that refused the machine in the current round (since the last
-    /// transient failure), left out when the next zone is chosen so that a
-    /// zone failure moves on instead of going round in circles.
-    pub zones_failed: Vec<String>,
+    /// transient failure), with the cloud's words, left out when the next
+    /// zone is chosen so that a zone failure moves on instead of going
+    /// round in circles. The words are what explanations show.
+    pub zones_failed: Vec<ZoneRefusal>,
     /// The zone of the launch in flight or of the instance; needed to mark
     /// that zone failed, and to launch again on resume.
     pub zone: Option<String>,
@@ -526,6 +530,34 @@ pub struct Lifecycle {
     pub stop_failures: u32,
     /// The last failure, in the provider's words: the status message.
     pub last_error: Option<String>,
+}
+
+/// A zone that refused a machine, and the cloud's words for why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneRefusal {
+    pub zone: String,
+    /// Empty when not known (a record written before reasons were kept).
+    pub reason: String,
+}
+
+impl ZoneRefusal {
+    pub fn new(zone: impl Into<String>, reason: impl Into<String>) -> ZoneRefusal {
+        ZoneRefusal {
+            zone: zone.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ZoneRefusal {
+    /// `az-a` or `az-a: no capacity`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.reason.is_empty() {
+            f.write_str(&self.zone)
+        } else {
+            write!(f, "{}: {}", self.zone, self.reason)
+        }
+    }
 }
 
 /// A machine as the lifecycle sees it: where it is, and its bookkeeping.
@@ -671,9 +703,13 @@ pub fn transition(
             life.zone = Some(zone.clone());
             (S::Starting, Effect::LaunchInstance { zone: zone.clone() })
         }
-        (S::Allocating, E::NoZoneAvailable) => {
-            let message = no_zone_message(&life.zones_failed);
-            transient_failure(&mut life, policy, jitter, message)
+        (S::Allocating, E::NoZoneAvailable { reason, permanent }) => {
+            if *permanent {
+                provisioning_error(&mut life, reason.clone())
+            } else {
+                let message = no_zone_message(&life.zones_failed, reason);
+                transient_failure(&mut life, policy, jitter, message)
+            }
         }
         (S::Starting, E::InstanceStarted { instance_id }) => {
             life.instance_id = Some(instance_id.clone());
@@ -687,8 +723,9 @@ pub fn transition(
         (S::Starting, E::InstanceFailed { kind, message }) => match kind {
             FailureKind::ZoneSpecific => {
                 let zone = life.zone.take().ok_or(missing("zone"))?;
-                if !life.zones_failed.contains(&zone) {
-                    life.zones_failed.push(zone);
+                if !life.zones_failed.iter().any(|r| r.zone == zone) {
+                    life.zones_failed
+                        .push(ZoneRefusal::new(zone, message.clone()));
                 }
                 life.last_error = Some(message.clone());
                 (S::Allocating, choose_zone(&life))
@@ -833,7 +870,7 @@ pub fn transition(
 
 fn choose_zone(life: &Lifecycle) -> Effect {
     Effect::ChooseZone {
-        exclude: life.zones_failed.clone(),
+        exclude: life.zones_failed.iter().map(|r| r.zone.clone()).collect(),
     }
 }
 
@@ -891,13 +928,20 @@ fn provisioning_error(life: &mut Lifecycle, message: String) -> (MachineState, E
     (MachineState::ProvisioningError, Effect::None)
 }
 
-fn no_zone_message(failed: &[String]) -> String {
+/// The cause of a round that found no zone: the zones that refused the
+/// machine, each with its reason, or else the tracker's reason.
+fn no_zone_message(failed: &[ZoneRefusal], reason: &str) -> String {
     if failed.is_empty() {
-        "no availability zone is available".to_string()
+        if reason.is_empty() {
+            "no availability zone is available".to_string()
+        } else {
+            format!("no availability zone is available: {reason}")
+        }
     } else {
+        let refusals: Vec<String> = failed.iter().map(ToString::to_string).collect();
         format!(
             "no availability zone is available (refused this round: {})",
-            failed.join(", ")
+            refusals.join("; ")
         )
     }
 }
@@ -1022,6 +1066,18 @@ mod tests {
         }
     }
 
+    fn no_zone(reason: &str) -> Event {
+        Event::NoZoneAvailable {
+            reason: reason.into(),
+            permanent: false,
+        }
+    }
+
+    /// Zones that refused the machine, for no stated reason.
+    fn refused(zones: &[&str]) -> Vec<ZoneRefusal> {
+        zones.iter().map(|z| ZoneRefusal::new(*z, "")).collect()
+    }
+
     fn chosen(zone: &str) -> Event {
         Event::ZoneChosen { zone: zone.into() }
     }
@@ -1037,7 +1093,7 @@ mod tests {
         vec![
             Event::StartInstance,
             chosen("az-b"),
-            Event::NoZoneAvailable,
+            no_zone(""),
             started("i-2"),
             failed(FailureKind::ZoneSpecific, "zone full"),
             failed(FailureKind::Transient, "throttled"),
@@ -1246,7 +1302,7 @@ mod tests {
     fn a_zone_failure_moves_to_the_next_zone_at_once_without_using_an_attempt() {
         let mut machine = well_formed(MachineState::Starting);
         machine.lifecycle.attempts_used = 2;
-        machine.lifecycle.zones_failed = vec!["az-c".into()];
+        machine.lifecycle.zones_failed = refused(&["az-c"]);
         let t = apply(&machine, failed(FailureKind::ZoneSpecific, "no capacity"));
         assert_eq!(t.next.state, MachineState::Allocating);
         assert_eq!(t.next.lifecycle.attempts_used, 2);
@@ -1286,14 +1342,14 @@ mod tests {
     #[test]
     fn no_zone_left_counts_as_a_transient_failure_and_starts_a_new_round() {
         let mut machine = in_state(MachineState::Allocating);
-        machine.lifecycle.zones_failed = vec!["az-a".into(), "az-b".into()];
-        let t = apply(&machine, Event::NoZoneAvailable);
+        machine.lifecycle.zones_failed = refused(&["az-a", "az-b"]);
+        let t = apply(&machine, no_zone(""));
         assert_eq!(t.next.state, MachineState::Retrying);
         assert_eq!(t.next.lifecycle.attempts_used, 1);
         assert!(t.next.lifecycle.zones_failed.is_empty());
         assert_eq!(
             t.next.lifecycle.last_error.as_deref(),
-            Some("no availability zone is available (refused this round: az-a, az-b)")
+            Some("no availability zone is available (refused this round: az-a; az-b)")
         );
         assert_eq!(
             t.effect,
@@ -1304,8 +1360,52 @@ mod tests {
     }
 
     #[test]
+    fn a_zone_no_cloud_has_is_a_provisioning_error_at_once_in_the_trackers_words() {
+        let t = apply(
+            &in_state(MachineState::Allocating),
+            Event::NoZoneAvailable {
+                reason: "zone \"no-such-zone\" not found; available zones: az-a".into(),
+                permanent: true,
+            },
+        );
+        assert_eq!(t.next.state, MachineState::ProvisioningError);
+        assert_eq!(t.next.lifecycle.attempts_used, 0);
+        assert_eq!(
+            t.next.lifecycle.last_error.as_deref(),
+            Some("zone \"no-such-zone\" not found; available zones: az-a")
+        );
+    }
+
+    #[test]
+    fn a_round_of_refusals_keeps_each_zones_reason() {
+        let mut machine = well_formed(MachineState::Starting);
+        machine = apply(&machine, failed(FailureKind::ZoneSpecific, "no capacity")).next;
+        machine = apply(&machine, chosen("az-b")).next;
+        machine = apply(
+            &machine,
+            failed(FailureKind::ZoneSpecific, "type not offered"),
+        )
+        .next;
+        assert_eq!(
+            machine.lifecycle.zones_failed,
+            vec![
+                ZoneRefusal::new("az-a", "no capacity"),
+                ZoneRefusal::new("az-b", "type not offered")
+            ]
+        );
+        let t = apply(&machine, no_zone("every zone refused"));
+        assert_eq!(
+            t.next.lifecycle.last_error.as_deref(),
+            Some(
+                "no availability zone is available (refused this round: az-a: no capacity; \
+                 az-b: type not offered)"
+            )
+        );
+    }
+
+    #[test]
     fn no_healthy_zone_at_all_says_so() {
-        let t = apply(&in_state(MachineState::Allocating), Event::NoZoneAvailable);
+        let t = apply(&in_state(MachineState::Allocating), no_zone(""));
         assert_eq!(
             t.next.lifecycle.last_error.as_deref(),
             Some("no availability zone is available")
@@ -1316,7 +1416,7 @@ mod tests {
     fn a_transient_failure_uses_an_attempt_and_schedules_a_retry_with_backoff() {
         let mut machine = well_formed(MachineState::Starting);
         machine.lifecycle.attempts_used = 2;
-        machine.lifecycle.zones_failed = vec!["az-c".into()];
+        machine.lifecycle.zones_failed = refused(&["az-c"]);
         let t = apply(&machine, failed(FailureKind::Transient, "throttled"));
         assert_eq!(t.next.state, MachineState::Retrying);
         assert_eq!(t.next.lifecycle.attempts_used, 3);
@@ -1409,7 +1509,7 @@ mod tests {
     #[test]
     fn a_permanent_failure_goes_straight_to_provisioning_error() {
         let mut machine = well_formed(MachineState::Starting);
-        machine.lifecycle.zones_failed = vec!["az-c".into()];
+        machine.lifecycle.zones_failed = refused(&["az-c"]);
         let t = apply(
             &machine,
             failed(FailureKind::Permanent, "no instance type matches mem=9999G"),
@@ -1451,7 +1551,7 @@ mod tests {
     fn once_the_unbooted_instance_is_stopped_a_new_one_is_launched() {
         let mut machine = well_formed(MachineState::Relaunching);
         machine.lifecycle.bootstrap_timeouts = 1;
-        machine.lifecycle.zones_failed = vec!["az-c".into()];
+        machine.lifecycle.zones_failed = refused(&["az-c"]);
         let t = apply(&machine, Event::InstanceStopped);
         assert_eq!(t.next.state, MachineState::Allocating);
         assert_eq!(t.next.lifecycle.instance_id, None);
@@ -1928,7 +2028,7 @@ mod tests {
     fn a_machine_round_trips_through_json() {
         let mut machine = well_formed(MachineState::Relaunching);
         machine.lifecycle.bootstrap_timeouts = 2;
-        machine.lifecycle.zones_failed = vec!["az-b".into()];
+        machine.lifecycle.zones_failed = refused(&["az-b"]);
         let json = serde_json::to_string(&machine).unwrap();
         assert_eq!(serde_json::from_str::<Machine>(&json).unwrap(), machine);
     }
@@ -1957,7 +2057,7 @@ mod tests {
             8 => (0..4u8).prop_map(|z| Event::ZoneChosen {
                 zone: format!("az-{z}")
             }),
-            8 => Just(Event::NoZoneAvailable),
+            8 => Just(no_zone("")),
             8 => (0..100u32).prop_map(|i| Event::InstanceStarted {
                 instance_id: format!("i-{i}")
             }),

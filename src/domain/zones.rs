@@ -452,6 +452,31 @@ pub enum ZoneError {
     },
 }
 
+impl ZoneError {
+    /// Whether the machine's own directions rule out every zone the cloud
+    /// has, so that waiting cannot help: a `zone=` placement naming a zone
+    /// the cloud lacks or the `zones` constraint forbids, or a `zones`
+    /// constraint that names only zones the cloud lacks.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ZoneError::PlacementZoneNotFound { .. }
+            | ZoneError::PlacementOutsideConstraint { .. } => true,
+            ZoneError::PlacementZoneUnavailable { .. } | ZoneError::PlacementZoneFailed { .. } => {
+                false
+            }
+            ZoneError::NoZoneLeft {
+                excluded,
+                unknown_in_constraint,
+            } => {
+                !unknown_in_constraint.is_empty()
+                    && excluded
+                        .iter()
+                        .all(|z| z.why == Exclusion::OutsideConstraint)
+            }
+        }
+    }
+}
+
 fn list_or_none(names: &[String]) -> String {
     if names.is_empty() {
         "none".to_string()

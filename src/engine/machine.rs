@@ -413,10 +413,10 @@ impl MachineActor {
                 |answer, actor, ctx| match answer {
                     // Written and counted: the machine is starting.
                     Ok(Ok(ZoneChosen::Chosen(applied))) => actor.applied(applied, ctx),
-                    Ok(Ok(ZoneChosen::NoZone(why))) => actor.step(
-                        Event::NoZoneAvailable,
+                    Ok(Ok(ZoneChosen::NoZone { reason, permanent })) => actor.step(
+                        Event::NoZoneAvailable { reason, permanent },
                         MachineUpdate::default(),
-                        Some(why),
+                        None,
                         ctx,
                     ),
                     Ok(Err(StoreError::Conflict(_))) => actor.reload_then(None, ctx),

@@ -128,8 +128,10 @@ pub struct ZoneChoice {
 pub enum ZoneChosen {
     /// The machine now has its zone, written and counted.
     Chosen(Applied),
-    /// No zone can take it; nothing was written.
-    NoZone(String),
+    /// No zone can take it (and why); nothing was written. `permanent`
+    /// when waiting cannot help: the placement or the `zones` constraint
+    /// names no zone the cloud has.
+    NoZone { reason: String, permanent: bool },
 }
 
 impl Store {
@@ -165,11 +167,17 @@ impl Store {
             let zone = match order.map(|o| o.into_iter().next()) {
                 Ok(Some(zone)) => zone,
                 Ok(None) => {
-                    return Ok(ZoneChosen::NoZone(
-                        "no availability zone is left to try".into(),
-                    ))
+                    return Ok(ZoneChosen::NoZone {
+                        reason: "no availability zone is left to try".into(),
+                        permanent: false,
+                    })
                 }
-                Err(e) => return Ok(ZoneChosen::NoZone(e.to_string())),
+                Err(e) => {
+                    return Ok(ZoneChosen::NoZone {
+                        permanent: !choice.zones.is_empty() && e.is_permanent(),
+                        reason: e.to_string(),
+                    })
+                }
             };
             let request = MachineEvent {
                 update: MachineUpdate {

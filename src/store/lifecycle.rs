@@ -36,7 +36,9 @@ use crate::domain::machine::{
 use crate::domain::names::MachineId;
 use crate::store::census;
 use crate::store::db::per_backend;
-use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
+use crate::store::records::{
+    stored, stored_zone_refusals, MachineLease, MachineRecord, MachineRow,
+};
 use crate::store::schema::{machines, units};
 use crate::store::writer::Tx;
 use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
@@ -835,7 +837,7 @@ fn save_machine(
         census::release(tx, &key)?;
     }
     let has_instance = life.instance_id.is_some();
-    let zones_failed = life.zones_failed.join(",");
+    let zones_failed = stored_zone_refusals(&life.zones_failed);
     let constraints = update.constraints.as_ref().map(ToString::to_string);
     let addresses = update.addresses.as_ref().map(|a| a.join(","));
     let base = update.base.as_ref().map(ToString::to_string);

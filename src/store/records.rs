@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
-use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState};
+use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState, ZoneRefusal};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
 use crate::store::schema::{applications, machines, model, relations, units};
@@ -277,7 +277,7 @@ impl TryFrom<MachineRow> for MachineRecord {
     fn try_from(row: MachineRow) -> Result<Self, StoreError> {
         let lifecycle = Lifecycle {
             attempts_used: stored_u32("attempts", row.attempts)?,
-            zones_failed: split_list(&row.zones_failed),
+            zones_failed: zone_refusals(&row.zones_failed)?,
             zone: row.zone,
             instance_id: row.instance_id,
             bootstrap_timeouts: stored_u32("bootstrap_attempts", row.bootstrap_attempts)?,
@@ -310,6 +310,30 @@ impl TryFrom<MachineRow> for MachineRecord {
 }
 
 /// Splits a stored comma-separated list; the empty string is no items.
+/// The zones that refused a machine this round, as stored: a JSON list of
+/// `{"zone", "reason"}`, or (as records were written before reasons were
+/// kept) a comma-separated list of zones.
+fn zone_refusals(stored: &str) -> Result<Vec<ZoneRefusal>, StoreError> {
+    if stored.starts_with('[') {
+        serde_json::from_str(stored)
+            .map_err(|e| StoreError::Invariant(format!("zones_failed {stored:?}: {e}")))
+    } else {
+        Ok(split_list(stored)
+            .into_iter()
+            .map(|zone| ZoneRefusal::new(zone, ""))
+            .collect())
+    }
+}
+
+/// [`zone_refusals`] as stored: empty when there are none.
+pub(crate) fn stored_zone_refusals(refusals: &[ZoneRefusal]) -> String {
+    if refusals.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(refusals).unwrap_or_default()
+    }
+}
+
 pub(crate) fn split_list(s: &str) -> Vec<String> {
     s.split(',')
         .filter(|z| !z.is_empty())
