@@ -32,6 +32,7 @@ mod engine;
 mod hostile_input;
 mod load;
 mod manual;
+mod plans;
 mod process;
 mod serve;
 mod sim_faults;

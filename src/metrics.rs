@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::domain::instance_types::HourlyPrice;
+
 /// The upper bounds (seconds) of the provider-call latency buckets: from a
 /// quick API call to a launch that waits for a slow cloud.
 pub const LATENCY_BUCKETS: [f64; 12] = [
@@ -28,6 +30,7 @@ pub mod names {
     pub const PROVIDER_CALL_DURATION: &str = "berth_provider_call_duration_seconds";
     pub const QUEUE_DEPTH: &str = "berth_queue_depth";
     pub const MACHINES: &str = "berth_machines";
+    pub const MODEL_HOURLY_COST: &str = "berth_model_hourly_cost_dollars";
     pub const API_OVERLOADED: &str = "berth_api_overloaded_total";
     pub const RECONCILIATIONS: &str = "berth_reconciliations_total";
     pub const ACTOR_RESTARTS: &str = "berth_actor_restarts_total";
@@ -189,8 +192,17 @@ impl Metrics {
     /// `machines` is the number of machines in each state, read from the
     /// store by the caller; every state should be present, zeros included,
     /// so that a series does not vanish when its count drops to zero.
-    pub fn render(&self, machines: &[(&str, u64)]) -> String {
+    /// `hourly_cost` is what the model's instances cost an hour, read from
+    /// the store the same way.
+    pub fn render(&self, machines: &[(&str, u64)], hourly_cost: HourlyPrice) -> String {
         let mut out = String::new();
+        header(
+            &mut out,
+            names::MODEL_HOURLY_COST,
+            "gauge",
+            "What the model's instances cost an hour, in US dollars, as priced at launch.",
+        );
+        let _ = writeln!(out, "{} {hourly_cost}", names::MODEL_HOURLY_COST);
         header(
             &mut out,
             names::MACHINES,
@@ -347,7 +359,7 @@ mod tests {
         metrics.provisioning_attempt();
         metrics.provisioning_attempt();
         metrics.provisioning_error();
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         let lines = lines(&text);
         assert!(lines.contains(&"berth_provisioning_attempts_total 2"));
         assert!(lines.contains(&"berth_provisioning_errors_total 1"));
@@ -360,7 +372,7 @@ mod tests {
         metrics.observe_provider_call("launch", 0.2, true);
         metrics.observe_provider_call("launch", 3.0, false);
         metrics.observe_provider_call("zones", 0.001, true);
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         let lines = lines(&text);
         assert!(lines.contains(&"berth_provider_calls_total{kind=\"launch\",outcome=\"ok\"} 1"));
         assert!(lines.contains(&"berth_provider_calls_total{kind=\"launch\",outcome=\"error\"} 1"));
@@ -373,7 +385,7 @@ mod tests {
         metrics.observe_provider_call("launch", 0.2, true);
         metrics.observe_provider_call("launch", 3.0, true);
         metrics.observe_provider_call("launch", 100.0, true);
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         let lines = lines(&text);
         let d = "berth_provider_call_duration_seconds";
         assert!(lines.contains(&format!("{d}_bucket{{kind=\"launch\",le=\"0.1\"}} 0").as_str()));
@@ -390,7 +402,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.observe_provider_call("zones", -1.0, true);
         metrics.observe_provider_call("zones", f64::NAN, true);
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         let d = "berth_provider_call_duration_seconds";
         assert!(text.contains(&format!("{d}_bucket{{kind=\"zones\",le=\"0.005\"}} 2")));
         assert!(text.contains(&format!("{d}_sum{{kind=\"zones\"}} 0\n")));
@@ -402,7 +414,7 @@ mod tests {
         metrics.set_queue_depth("provisioner", 7);
         metrics.set_queue_depth("provisioner", 3);
         metrics.set_queue_depth("broker", 0);
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         let lines = lines(&text);
         assert!(lines.contains(&"berth_queue_depth{queue=\"provisioner\"} 3"));
         assert!(lines.contains(&"berth_queue_depth{queue=\"broker\"} 0"));
@@ -411,17 +423,19 @@ mod tests {
     #[test]
     fn machines_by_state_are_rendered_as_given() {
         let metrics = Metrics::new();
-        let text = metrics.render(&[("pending", 2), ("started", 0)]);
+        let text = metrics.render(&[("pending", 2), ("started", 0)], "1.25".parse().unwrap());
         let lines = lines(&text);
         assert!(lines.contains(&"berth_machines{state=\"pending\"} 2"));
         assert!(lines.contains(&"berth_machines{state=\"started\"} 0"));
+        assert!(lines.contains(&"berth_model_hourly_cost_dollars 1.25"));
     }
 
     #[test]
     fn every_metric_has_help_and_type_lines() {
-        let text = Metrics::new().render(&[]);
+        let text = Metrics::new().render(&[], HourlyPrice::default());
         for name in [
             names::MACHINES,
+            names::MODEL_HOURLY_COST,
             names::PROVISIONING_ATTEMPTS,
             names::PROVISIONING_ERRORS,
             names::PROVIDER_CALLS,
@@ -450,7 +464,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let text = metrics.render(&[]);
+        let text = metrics.render(&[], HourlyPrice::default());
         assert!(text.contains("berth_provider_calls_total{kind=\"launch\",outcome=\"ok\"} 4000"));
     }
 }

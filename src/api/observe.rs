@@ -153,16 +153,18 @@ pub async fn healthz() -> HttpResponse {
     )
 )]
 pub async fn get_metrics(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
-    let machines: Vec<(&'static str, u64)> = shared
+    let figures = shared
         .status
         .machines_by_state(&shared.state.store, &shared.state.provider.name)
-        .await?
+        .await?;
+    let machines: Vec<(&'static str, u64)> = figures
+        .by_state
         .into_iter()
         .map(|(state, n)| (state.as_str(), u64::try_from(n).unwrap_or(u64::MAX)))
         .collect();
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(shared.state.metrics.render(&machines)))
+        .body(shared.state.metrics.render(&machines, figures.hourly_cost)))
 }
 
 /// One change-log entry, the `data:` of an event.

@@ -211,6 +211,7 @@ mod tests {
 
     fn machine(agent: &str, instance: &str, message: Option<&str>) -> MachineView {
         MachineView {
+            hourly_price: None,
             juju_status: StatusInfo {
                 current: agent.into(),
                 message: None,
@@ -239,6 +240,7 @@ mod tests {
     fn status(machines: Vec<(&str, MachineView)>) -> Status {
         Status {
             model: ModelView {
+                hourly_cost: Default::default(),
                 name: "default".into(),
                 uuid: "u".into(),
                 model_type: "iaas".into(),

@@ -68,7 +68,6 @@ pub struct ZoneVerdict {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Fit {
     pub instance_type: String,
-    #[serde(serialize_with = "price_text")]
     pub hourly_price: HourlyPrice,
 }
 
@@ -107,10 +106,6 @@ pub struct Explanation {
     /// The nearest fits, cheapest first, when no type fits.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nearest_fits: Vec<Relaxation>,
-}
-
-fn price_text<S: serde::Serializer>(price: &HourlyPrice, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&price.to_string())
 }
 
 impl Explanation {

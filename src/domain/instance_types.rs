@@ -124,6 +124,37 @@ impl fmt::Display for HourlyPrice {
     }
 }
 
+impl serde::Serialize for HourlyPrice {
+    /// As the decimal text `Display` writes (`"0.0416"`), so that JSON
+    /// readers get the exact price, not a float's approximation.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HourlyPrice {
+    /// From the decimal text [`Serialize`](serde::Serialize) writes.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::ops::Add for HourlyPrice {
+    type Output = HourlyPrice;
+
+    /// Saturates: no model costs `u64::MAX` millionths of a dollar.
+    fn add(self, other: HourlyPrice) -> HourlyPrice {
+        HourlyPrice(self.0.saturating_add(other.0))
+    }
+}
+
+impl std::iter::Sum for HourlyPrice {
+    fn sum<I: Iterator<Item = HourlyPrice>>(iter: I) -> HourlyPrice {
+        iter.fold(HourlyPrice::default(), |a, b| a + b)
+    }
+}
+
 /// `digits[.digits]` as an integer scaled by `10^decimals`, or `None` if the
 /// text is not such a number, has more decimal places, or overflows.
 fn parse_fixed_point(s: &str, decimals: u32) -> Option<u64> {

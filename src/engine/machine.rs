@@ -592,8 +592,19 @@ impl MachineActor {
             Some(t) => Hardware::of(t, &instance.zone, root_disk),
             None => instance.hardware.clone(),
         };
+        // A container's host pays for it.
+        let hourly_price = match &self.host {
+            None => self
+                .shared
+                .provider
+                .catalogue()
+                .get(&instance.instance_type)
+                .map(|t| t.price),
+            Some(_) => None,
+        };
         let update = MachineUpdate {
             instance_type: Some(instance.instance_type.clone()),
+            hourly_price,
             hardware: Some(hardware.to_string()),
             addresses: Some(instance.addresses.clone()),
             ..MachineUpdate::default()

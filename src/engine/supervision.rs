@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(counter.send(Count).await.unwrap(), (2, 1));
         assert_eq!(metrics.actor_restarts("counter"), 1);
         assert!(metrics
-            .render(&[])
+            .render(&[], Default::default())
             .contains("berth_actor_restarts_total{actor=\"counter\"} 1"));
     }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::status::document::StatusDocument;
 use crate::store::{blocking, Store, StoreError};
@@ -149,7 +150,8 @@ impl StatusCache {
         Ok(body)
     }
 
-    /// How many machines are in each state, as of the store's head (or
+    /// How many machines are in each state and what they cost, as of the
+    /// store's head (or
     /// later): read from the document, so a scrape costs what changed
     /// since the last one, not a count of every machine.
     ///
@@ -160,7 +162,7 @@ impl StatusCache {
         &self,
         store: &Store,
         cloud: &str,
-    ) -> Result<Vec<(MachineState, usize)>, StoreError> {
+    ) -> Result<MachineFigures, StoreError> {
         let _updating = self.updating.lock().await;
         let document = Arc::clone(&self.document);
         let store = store.clone();
@@ -171,10 +173,13 @@ impl StatusCache {
             let current = document
                 .as_ref()
                 .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-            Ok(MachineState::ALL
-                .iter()
-                .map(|state| (*state, current.machines_in(*state)))
-                .collect())
+            Ok(MachineFigures {
+                by_state: MachineState::ALL
+                    .iter()
+                    .map(|state| (*state, current.machines_in(*state)))
+                    .collect(),
+                hourly_cost: current.hourly_cost(),
+            })
         })
         .await
     }
@@ -193,6 +198,14 @@ impl StatusCache {
             log::warn!("cannot bring the status document forward: {e}");
         }
     }
+}
+
+/// What `/metrics` shows of the machines: how many are in each state, and
+/// what their instances cost an hour together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineFigures {
+    pub by_state: Vec<(MachineState, usize)>,
+    pub hourly_cost: HourlyPrice,
 }
 
 /// What [`keep_fresh`] needs of the server's shared state: the cache, the

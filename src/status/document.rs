@@ -21,12 +21,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
-    application_headers, fold_application_status, machine_view, model_view, unit_view, MachineSeen,
-    StatusInfo,
+    application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
+    unit_view, MachineSeen, StatusInfo,
 };
 use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
@@ -64,6 +65,7 @@ impl Member {
 struct MachinePiece {
     state: MachineState,
     since_ms: i64,
+    hourly_price: Option<HourlyPrice>,
     member: Member,
 }
 
@@ -79,6 +81,7 @@ impl MachinePiece {
         MachinePiece {
             state: machine.state,
             since_ms: machine.since_ms,
+            hourly_price: machine.hourly_price,
             member: Member::of(&machine.id.to_string(), &machine_view(machine)),
         }
     }
@@ -174,6 +177,11 @@ impl StatusDocument {
     /// How many machines are in `state`.
     pub fn machines_in(&self, state: MachineState) -> usize {
         self.in_state.get(&state).copied().unwrap_or(0)
+    }
+
+    /// What every machine's instance costs an hour together.
+    pub fn hourly_cost(&self) -> HourlyPrice {
+        self.machines.values().filter_map(|m| m.hourly_price).sum()
     }
 
     /// Whether the document holds no machine and no unit.
@@ -273,7 +281,13 @@ impl StatusDocument {
         let mut out = Vec::with_capacity(pieces + 4096);
         out.extend_from_slice(b"{\"model\":");
         out.extend_from_slice(
-            to_json(&model_view(&self.model, &self.cloud, self.revision)).as_bytes(),
+            to_json(&model_view(
+                &self.model,
+                &self.cloud,
+                self.revision,
+                self.hourly_cost(),
+            ))
+            .as_bytes(),
         );
         out.extend_from_slice(b",\"machines\":");
         self.render_machines(&mut out);
@@ -320,6 +334,17 @@ impl StatusDocument {
             self.units
                 .iter()
                 .map(|(name, piece)| (name.application(), &piece.workload)),
+        );
+        fold_application_cost(
+            &mut headers,
+            self.units
+                .iter()
+                .filter(|(_, piece)| piece.unit.principal.is_none())
+                .filter_map(|(name, piece)| {
+                    let machine = piece.unit.machine?;
+                    let price = self.machines.get(&machine).and_then(|m| m.hourly_price);
+                    Some((name.application(), machine, price))
+                }),
         );
         // A subordinate is shown under its principal when that is shown
         // among its application's units; otherwise among its own
@@ -482,6 +507,7 @@ mod tests {
                 },
             },
             instance_type: (dice.roll(2) == 0).then(|| "m5.large".to_string()),
+            hourly_price: (dice.roll(2) == 0).then(|| "0.096".parse().unwrap()),
             hardware: (dice.roll(2) == 0).then(|| "arch=amd64 cores=2".to_string()),
             awaiting_check_in: false,
             retry_at_ms: None,

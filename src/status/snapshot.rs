@@ -10,6 +10,7 @@
 use diesel::prelude::*;
 use serde::Serialize;
 
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::store::db::Conn;
@@ -51,6 +52,9 @@ pub struct MachineShown {
     pub state: MachineState,
     pub instance_id: Option<String>,
     pub instance_type: Option<String>,
+    /// What its instance costs an hour; `None` without an instance of its
+    /// own.
+    pub hourly_price: Option<HourlyPrice>,
     /// `ubuntu@22.04`
     pub base: String,
     /// Canonical; empty when none are set.
@@ -72,6 +76,7 @@ impl MachineShown {
             state: machine.state(),
             instance_id: machine.instance_id().map(str::to_string),
             instance_type: machine.instance_type.clone(),
+            hourly_price: machine.hourly_price,
             base: machine.base.to_string(),
             constraints: machine.constraints.to_string(),
             hardware: machine.hardware.clone(),
@@ -94,6 +99,7 @@ struct MachineShownRow {
     state: String,
     instance_id: Option<String>,
     instance_type: Option<String>,
+    hourly_price: Option<String>,
     base: String,
     constraints: String,
     hardware: Option<String>,
@@ -112,6 +118,7 @@ impl TryFrom<MachineShownRow> for MachineShown {
             state: stored("machine state", &row.state)?,
             instance_id: row.instance_id,
             instance_type: row.instance_type,
+            hourly_price: stored_optional("machine hourly price", row.hourly_price.as_deref())?,
             base: row.base,
             constraints: row.constraints,
             hardware: row.hardware,

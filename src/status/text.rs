@@ -161,6 +161,10 @@ fn machine_row(table: &mut Table, id: &MachineId, machine: &MachineView) {
         machine.instance_id.clone(),
         base_text(&machine.base),
         availability_zone(machine.hardware.as_deref()).to_string(),
+        machine
+            .hourly_price
+            .map(|p| format!("${p}"))
+            .unwrap_or_default(),
         machine.constraints.clone(),
         message,
     ]);
@@ -180,13 +184,16 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
         "Cloud/Region",
         "Version",
         "Timestamp",
+        "$/h",
     ]);
+    head.align_right(5);
     head.row(vec![
         model.name.clone(),
         model.controller.clone(),
         model.cloud.clone(),
         version.to_string(),
         timestamp.to_string(),
+        format!("${}", model.hourly_cost),
     ]);
     let mut text = head.render();
     if status.applications.is_empty() && status.machines.is_empty() {
@@ -197,10 +204,11 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
     if !status.applications.is_empty() {
         let scales = scales(status);
         let mut apps = Table::new(&[
-            "App", "Version", "Status", "Scale", "Charm", "Base", "Rev", "Message",
+            "App", "Version", "Status", "Scale", "Charm", "Base", "Rev", "$/h", "Message",
         ]);
         apps.align_right(3);
         apps.align_right(6);
+        apps.align_right(7);
         for (name, app) in &status.applications {
             let mut message = app.application_status.message.clone().unwrap_or_default();
             if let Some(leader) = &app.scale_with {
@@ -221,6 +229,7 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
                 app.charm_name.clone(),
                 base_text(&app.base),
                 app.charm_rev.to_string(),
+                format!("${}", app.hourly_cost),
                 message,
             ]);
         }
@@ -251,9 +260,11 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
             "Inst id",
             "Base",
             "AZ",
+            "$/h",
             "Constraints",
             "Message",
         ]);
+        machines.align_right(6);
         for (id, machine) in &status.machines {
             machine_row(&mut machines, id, machine);
         }
@@ -321,6 +332,7 @@ mod tests {
 
     fn machine(agent: &str, instance: &str, message: Option<&str>) -> MachineView {
         MachineView {
+            hourly_price: None,
             juju_status: info(agent, None),
             machine_status: info(instance, message),
             dns_name: None,
@@ -346,6 +358,7 @@ mod tests {
 
     fn app(charm: &str, rev: u32, status: &str) -> ApplicationView {
         ApplicationView {
+            hourly_cost: Default::default(),
             charm: charm.into(),
             charm_origin: "charmhub".into(),
             charm_name: charm.into(),
@@ -362,6 +375,7 @@ mod tests {
 
     fn model() -> ModelView {
         ModelView {
+            hourly_cost: Default::default(),
             name: "default".into(),
             uuid: "model-uuid".into(),
             model_type: "iaas".into(),
@@ -380,11 +394,13 @@ mod tests {
         started.dns_name = Some("192.0.2.10".into());
         started.constraints = "mem=8192M".into();
         started.hardware = Some("arch=amd64 cores=2 mem=8192M availability-zone=sim-a".into());
+        started.hourly_price = Some("0.096".parse().unwrap());
         started.containers.insert(
             "0/lxd/1".parse().unwrap(),
             machine("pending", "pending", None),
         );
         let mut mysql = app("mysql", 0, "blocked");
+        mysql.hourly_cost = "0.096".parse().unwrap();
         let mut first = unit(Some("0"), "waiting");
         first
             .subordinates
@@ -396,7 +412,10 @@ mod tests {
         let mut ntp = app("ntp", 3, "waiting");
         ntp.subordinate_to = vec!["mysql".into()];
         Status {
-            model: model(),
+            model: ModelView {
+                hourly_cost: "0.096".parse().unwrap(),
+                ..model()
+            },
             machines: BTreeMap::from([
                 ("0".parse().unwrap(), started),
                 (
@@ -420,23 +439,23 @@ mod tests {
         assert_eq!(
             tabular(&status(), "0.1.0", "06:21:51Z"),
             "\
-Model    Controller  Cloud/Region  Version  Timestamp
-default  0f3c9a2e    sim           0.1.0    06:21:51Z
+Model    Controller  Cloud/Region  Version  Timestamp     $/h
+default  0f3c9a2e    sim           0.1.0    06:21:51Z  $0.096
 
-App    Version  Status   Scale  Charm  Base          Rev  Message
-mysql           blocked      2  mysql  ubuntu@22.04    0
-ntp             waiting      1  ntp    ubuntu@22.04    3
+App    Version  Status   Scale  Charm  Base          Rev     $/h  Message
+mysql           blocked      2  mysql  ubuntu@22.04    0  $0.096
+ntp             waiting      1  ntp    ubuntu@22.04    3      $0
 
 Unit     Workload  Agent       Machine  Message
 mysql/0  waiting   allocating  0
   ntp/0  waiting   allocating
 mysql/1  blocked   allocating  0/lxd/1  needs a database
 
-Machine  State    DNS         Inst id  Base          AZ     Constraints  Message
-0        started  192.0.2.10  i-0abc   ubuntu@22.04  sim-a  mem=8192M    running
-0/lxd/1  pending              pending  ubuntu@22.04                      pending
-2        error                pending  ubuntu@22.04                      no capacity in sim-b
-10       pending              pending  ubuntu@22.04                      allocating
+Machine  State    DNS         Inst id  Base          AZ        $/h  Constraints  Message
+0        started  192.0.2.10  i-0abc   ubuntu@22.04  sim-a  $0.096  mem=8192M    running
+0/lxd/1  pending              pending  ubuntu@22.04                              pending
+2        error                pending  ubuntu@22.04                              no capacity in sim-b
+10       pending              pending  ubuntu@22.04                              allocating
 "
         );
     }
@@ -451,8 +470,8 @@ Machine  State    DNS         Inst id  Base          AZ     Constraints  Message
         assert_eq!(
             tabular(&empty, "0.1.0", "00:00:00Z"),
             "\
-Model    Controller  Cloud/Region  Version  Timestamp
-default  0f3c9a2e    sim           0.1.0    00:00:00Z
+Model    Controller  Cloud/Region  Version  Timestamp  $/h
+default  0f3c9a2e    sim           0.1.0    00:00:00Z   $0
 
 Model \"default\" is empty.
 "

@@ -10,12 +10,13 @@
 //! types, so machines come out in numeric order (`2` before `10`) and
 //! containers follow their host.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::charm::{CharmUrl, Namespace};
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::{life, machine_status, Life, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::snapshot::{MachineShown, StatusSnapshot, UnitShown};
@@ -57,6 +58,11 @@ pub struct ModelView {
     /// The change-log revision this status reflects: follow
     /// `/v1/events?since=<revision>` to miss nothing after it.
     pub revision: i64,
+    /// What every machine's instance costs an hour together, in US
+    /// dollars (`"0.4992"`).
+    #[serde(default)]
+    #[schema(value_type = String, example = "0.4992")]
+    pub hourly_cost: HourlyPrice,
 }
 
 /// A status word and the message beside it.
@@ -157,6 +163,12 @@ pub struct MachineView {
     pub instance_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
+    /// What its instance costs an hour in US dollars, as the cloud priced
+    /// it at launch (`"0.0416"`); absent without an instance of its own (a
+    /// container's host pays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "0.0416")]
+    pub hourly_price: Option<HourlyPrice>,
     pub base: BaseView,
     /// The machine's constraints, canonical; absent when none are set.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -200,6 +212,12 @@ pub struct ApplicationView {
     /// has a unit beside every unit of that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_with: Option<String>,
+    /// What the machines its principal units are on cost an hour together,
+    /// in US dollars (a machine shared with another application counts for
+    /// both).
+    #[serde(default)]
+    #[schema(value_type = String, example = "0.0832")]
+    pub hourly_cost: HourlyPrice,
     /// Principal units by name (a subordinate application's units are
     /// shown under their principals).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -245,7 +263,16 @@ pub struct UnitView {
 /// application).
 pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
     Status {
-        model: model_view(&snapshot.model, cloud, snapshot.revision),
+        model: model_view(
+            &snapshot.model,
+            cloud,
+            snapshot.revision,
+            snapshot
+                .machines
+                .iter()
+                .filter_map(|m| m.hourly_price)
+                .sum(),
+        ),
         machines: machines_view(&snapshot.machines),
         applications: applications_view(
             &snapshot.applications,
@@ -264,12 +291,22 @@ pub fn status_view(snapshot: &StatusSnapshot, cloud: &str) -> Status {
                     )
                 })
                 .collect(),
+            &snapshot
+                .machines
+                .iter()
+                .map(|m| (m.id, m.hourly_price))
+                .collect(),
         ),
     }
 }
 
 /// The model section.
-pub fn model_view(model: &ModelRecord, cloud: &str, revision: i64) -> ModelView {
+pub fn model_view(
+    model: &ModelRecord,
+    cloud: &str,
+    revision: i64,
+    hourly_cost: HourlyPrice,
+) -> ModelView {
     ModelView {
         name: model.name.clone(),
         uuid: model.uuid.clone(),
@@ -278,6 +315,7 @@ pub fn model_view(model: &ModelRecord, cloud: &str, revision: i64) -> ModelView 
         cloud: cloud.to_string(),
         constraints: model.constraints.to_string(),
         revision,
+        hourly_cost,
     }
 }
 
@@ -303,6 +341,7 @@ pub fn machine_view(machine: &MachineShown) -> MachineView {
             .unwrap_or(NO_INSTANCE)
             .to_string(),
         instance_type: machine.instance_type.clone(),
+        hourly_price: machine.hourly_price,
         base: BaseView::of(&machine.base),
         constraints: machine.constraints.clone(),
         hardware: machine.hardware.clone().filter(|h| !h.is_empty()),
@@ -439,6 +478,7 @@ fn application_view(app: &ApplicationRecord) -> ApplicationView {
         relations: BTreeMap::new(),
         life: (app.life != "alive").then(|| app.life.clone()),
         scale_with: app.scale_with.as_ref().map(ToString::to_string),
+        hourly_cost: HourlyPrice::default(),
         units: BTreeMap::new(),
     }
 }
@@ -521,11 +561,30 @@ pub fn fold_application_status<'a>(
     }
 }
 
+/// Adds to each application the price of every distinct machine its
+/// principal units are on: `placed` is (application, machine, the
+/// machine's price) for each principal unit with a machine.
+pub fn fold_application_cost<'a>(
+    views: &mut BTreeMap<ApplicationName, ApplicationView>,
+    placed: impl IntoIterator<Item = (&'a ApplicationName, MachineId, Option<HourlyPrice>)>,
+) {
+    let mut counted: BTreeSet<(&ApplicationName, MachineId)> = BTreeSet::new();
+    for (application, machine, price) in placed {
+        let Some(price) = price else { continue };
+        if counted.insert((application, machine)) {
+            if let Some(view) = views.get_mut(application) {
+                view.hourly_cost = view.hourly_cost + price;
+            }
+        }
+    }
+}
+
 fn applications_view(
     applications: &[ApplicationRecord],
     units: &[UnitRecord],
     relations: &[RelationRecord],
     machine_states: &HashMap<MachineId, MachineSeen>,
+    prices: &HashMap<MachineId, Option<HourlyPrice>>,
 ) -> BTreeMap<ApplicationName, ApplicationView> {
     let unit_view = |unit: &UnitRecord| {
         unit_view(
@@ -572,6 +631,20 @@ fn applications_view(
         })
         .collect();
     fold_application_status(&mut views, workloads.iter().map(|(a, w)| (*a, w)));
+    fold_application_cost(
+        &mut views,
+        units
+            .iter()
+            .filter(|u| u.principal.is_none())
+            .filter_map(|u| {
+                let machine = u.machine?;
+                Some((
+                    &u.application,
+                    machine,
+                    prices.get(&machine).copied().flatten(),
+                ))
+            }),
+    );
     views
 }
 
@@ -597,6 +670,7 @@ mod tests {
                 lifecycle: Lifecycle::default(),
             },
             instance_type: None,
+            hourly_price: None,
             hardware: None,
             awaiting_check_in: false,
             retry_at_ms: None,
@@ -702,6 +776,7 @@ mod tests {
                 "cloud": "sim",
                 "constraints": "cores=2",
                 "revision": 42,
+                "hourly-cost": "0",
             })
         );
     }

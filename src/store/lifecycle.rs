@@ -29,6 +29,7 @@ use diesel::prelude::*;
 use crate::contracts::secrets::{hash_secret, new_secret, secret_matches, Secret};
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::{
     retry_cause, retry_message, transition, Effect, Event, EventKind, IllegalTransition, Jitter,
     Machine, MachineState, Policy,
@@ -629,6 +630,8 @@ pub struct MachineUpdate {
     /// units' to meet.
     pub base: Option<Base>,
     pub instance_type: Option<String>,
+    /// What the instance costs an hour (not for a container).
+    pub hourly_price: Option<HourlyPrice>,
     pub hardware: Option<String>,
     /// The instance's addresses, the preferred first.
     pub addresses: Option<Vec<String>>,
@@ -668,6 +671,7 @@ struct SaveMachine<'a> {
     constraints: Option<&'a str>,
     base: Option<&'a str>,
     instance_type: Kept<&'a str>,
+    hourly_price: Kept<&'a str>,
     hardware: Kept<&'a str>,
     addresses: Kept<&'a str>,
     otp_hash: Kept<&'a str>,
@@ -760,6 +764,7 @@ where
         out.push_sql(", base)");
         for (column, kept) in [
             ("instance_type", &self.instance_type),
+            ("hourly_price", &self.hourly_price),
             ("hardware", &self.hardware),
             ("otp_hash", &self.otp_hash),
         ] {
@@ -841,6 +846,7 @@ fn save_machine(
     let constraints = update.constraints.as_ref().map(ToString::to_string);
     let addresses = update.addresses.as_ref().map(|a| a.join(","));
     let base = update.base.as_ref().map(ToString::to_string);
+    let hourly_price = update.hourly_price.as_ref().map(ToString::to_string);
     let save = SaveMachine {
         id: &key,
         expected_state: expected.map(MachineState::as_str),
@@ -858,6 +864,11 @@ fn save_machine(
         // No instance, so nothing it was: clear what the last one had.
         instance_type: Kept::from(match (&update.instance_type, has_instance) {
             (Some(t), _) => Some(Some(t.as_str())),
+            (None, false) => Some(None),
+            (None, true) => None,
+        }),
+        hourly_price: Kept::from(match (&hourly_price, has_instance) {
+            (Some(p), _) => Some(Some(p.as_str())),
             (None, false) => Some(None),
             (None, true) => None,
         }),

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::{Lifecycle, Machine, MachineRole, MachineState, ZoneRefusal};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
@@ -197,6 +198,7 @@ pub(crate) struct MachineRow {
     pub status_since_ms: Option<i64>,
     pub lease_holder: Option<String>,
     pub lease_expires_ms: Option<i64>,
+    pub hourly_price: Option<String>,
 }
 
 /// A machine as stored: its intent (base, constraints, placement), its
@@ -212,6 +214,10 @@ pub struct MachineRecord {
     /// last error), exactly as the engine's transition function uses it.
     pub machine: Machine,
     pub instance_type: Option<String>,
+    /// What the instance costs an hour, as the cloud priced its type at
+    /// launch; `None` without an instance of its own (a container's host
+    /// pays, an enlisted host is not the cloud's).
+    pub hourly_price: Option<HourlyPrice>,
     /// What the instance has: `arch=amd64 cores=2 mem=8192M availability-zone=a`.
     pub hardware: Option<String>,
     /// Whether a one-time password is waiting to be exchanged by the agent.
@@ -296,6 +302,7 @@ impl TryFrom<MachineRow> for MachineRecord {
                 lifecycle,
             },
             instance_type: row.instance_type,
+            hourly_price: stored_optional("machine hourly price", row.hourly_price.as_deref())?,
             hardware: row.hardware,
             awaiting_check_in: row.otp_hash.is_some(),
             retry_at_ms: row.retry_at_ms,

@@ -92,6 +92,7 @@ diesel::table! {
         lease_holder -> Nullable<Text>,
         lease_expires_ms -> Nullable<BigInt>,
         spread_kind -> Nullable<Text>,
+        hourly_price -> Nullable<Text>,
     }
 }
 
