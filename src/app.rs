@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Server;
 
-use crate::api::{self, ApiState, Limits, ProviderInfo};
+use crate::api::{self, ApiState, Limits, PricingSource, ProviderInfo};
 use crate::config::{Config, ProviderKind};
 use crate::contracts::provider::{ControllerContact, Provider};
 use crate::contracts::secrets::new_secret;
@@ -218,6 +218,10 @@ impl Application {
                 ..Limits::default()
             },
             sim,
+            pricing: Some(PricingSource {
+                provider: provider.clone(),
+                price_ceiling: config.provisioner.price_ceiling(),
+            }),
         };
         let status = status.await.unwrap_or_default();
         let server =

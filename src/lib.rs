@@ -23,6 +23,8 @@
 //! - [`tls`]: `[tls]`, the controller's own certificate authority, and the
 //!   TLS configurations of the API and its clients.
 //! - [`app`]: `berth serve`, which starts all of the above.
+//! - [`plan`]: what a command would launch and remove, where and at what
+//!   price, from the store's rehearsal of it; budgets.
 //! - [`metrics`]: the engine's counters, gauges and histograms, rendered
 //!   for Prometheus.
 //! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
@@ -40,6 +42,7 @@ pub mod contracts;
 pub mod domain;
 pub mod engine;
 pub mod metrics;
+pub mod plan;
 pub mod providers;
 pub mod status;
 pub mod store;

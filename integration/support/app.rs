@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use actix_web::dev::ServerHandle;
 use async_trait::async_trait;
 use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
-use berth::api::{server, ApiState, Limits, ProviderInfo};
+use berth::api::{server, ApiState, Limits, PricingSource, ProviderInfo};
 use berth::app::{Application, ADMIN_TOKEN_FILE, SIM_LEDGER_FILE};
 use berth::config::Config;
 use berth::contracts::provider::{
@@ -336,20 +336,30 @@ async fn assemble(options: Options, site: Site) -> TestApp {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("local address").port();
     let address = format!("http://127.0.0.1:{port}");
-    let (engine, sim, api_link, provider) = match options.engine {
+    let (engine, sim, api_link, provider, pricing) = match options.engine {
         None => {
             // The simulated cloud's faults can be set without an engine:
             // an in-memory cloud nothing launches on.
-            let (provider, sim) = match &options.cloud {
-                Cloud::Sim(config) => (
-                    sim_info(),
-                    Some(Arc::new(
-                        SimProvider::open(config.clone(), None).expect("open sim"),
-                    )),
-                ),
-                Cloud::Given { provider, .. } => (info_of(provider.as_ref()), None),
+            let (provider, sim, cloud): (_, _, Arc<dyn Provider>) = match &options.cloud {
+                Cloud::Sim(config) => {
+                    let sim = Arc::new(SimProvider::open(config.clone(), None).expect("open sim"));
+                    (sim_info(), Some(sim.clone()), sim)
+                }
+                Cloud::Given { provider, .. } => {
+                    (info_of(provider.as_ref()), None, provider.clone())
+                }
             };
-            (None, sim, link.clone() as Arc<dyn ControllerLink>, provider)
+            let pricing = PricingSource {
+                provider: cloud,
+                price_ceiling: ProvisionerConfig::default().price_ceiling(),
+            };
+            (
+                None,
+                sim,
+                link.clone() as Arc<dyn ControllerLink>,
+                provider,
+                pricing,
+            )
         }
         Some(config) => {
             let (provider, sim, limits): (Arc<dyn Provider>, _, _) = match options.cloud {
@@ -375,7 +385,11 @@ async fn assemble(options: Options, site: Site) -> TestApp {
             )
             .expect("start engine");
             let link = engine.link();
-            (Some(engine), sim, link, info_of(provider.as_ref()))
+            let pricing = PricingSource {
+                provider: provider.clone(),
+                price_ceiling: config.price_ceiling(),
+            };
+            (Some(engine), sim, link, info_of(provider.as_ref()), pricing)
         }
     };
     let state = ApiState {
@@ -386,6 +400,7 @@ async fn assemble(options: Options, site: Site) -> TestApp {
         webhook_secret: options.webhook_secret.map(Secret::new),
         limits: options.limits,
         sim: sim.clone(),
+        pricing: Some(pricing),
     };
     let server = server(listener, state).expect("server");
     let handle = server.handle();

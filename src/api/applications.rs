@@ -9,9 +9,11 @@ use utoipa::ToSchema;
 
 use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError, PlacementList};
+use crate::api::plans::{planned, planning_of, ConstraintsOrPlan, PlanningQuery};
 use crate::api::Shared;
 use crate::charms;
 use crate::domain::charm::{CharmUrl, ParsedCharm};
+use crate::plan::Plan;
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
 use crate::store::{blocking, StoreError};
@@ -49,6 +51,15 @@ pub struct DeployRequest {
     /// Charm settings; values are strings, numbers or booleans.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, serde_json::Value>,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// A unit and the machine it was assigned to.
@@ -92,6 +103,15 @@ pub struct AddUnitsRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "mem=8G")]
     pub constraints: Option<String>,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// What add-unit did.
@@ -112,6 +132,15 @@ pub struct RemoveUnitsRequest {
     /// Principal units; all are removed or none.
     #[schema(example = json!(["wordpress/0"]))]
     pub units: Vec<String>,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// A constraints value to set.
@@ -121,6 +150,15 @@ pub struct ConstraintsRequest {
     /// `mem=3G cores=2`; the empty string unsets every key.
     #[schema(example = "mem=3G")]
     pub constraints: String,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// Constraints as stored, canonical.
@@ -178,10 +216,11 @@ async fn load_charm(shared: &Shared, arg: String) -> Result<ParsedCharm, Applica
     request_body = DeployRequest,
     responses(
         (status = 201, description = "Deployed", body = DeployResponse),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
         (status = 400, description = "Bad input (constraints, base, placement, charm, config), or a placement the provider cannot honour (`ssh:`, a host name, a directive other than `zone=`, `lxd` without container support)", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "A placement names an unknown machine, or the charm URL names no stored charm", body = ErrorBody),
-        (status = 409, description = "The application exists, or a placement machine has another base", body = ErrorBody),
+        (status = 409, description = "The application exists, a placement machine has another base, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
@@ -210,9 +249,9 @@ pub async fn deploy(
     let default_units = if charm.charm.is_subordinate() { 0 } else { 1 };
     let units = input::count("num_units", body.num_units.unwrap_or(default_units), 0)?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
-    let deployed = shared
-        .state
-        .store
+    let (store, plan) =
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    let deployed = store
         .deploy(StoreDeploy {
             application,
             charm,
@@ -223,6 +262,9 @@ pub async fn deploy(
             settings,
         })
         .await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     let (units, machines) = placed_views(&deployed.units);
     Ok(HttpResponse::Created().json(DeployResponse {
         application: deployed.application.to_string(),
@@ -244,10 +286,11 @@ pub async fn deploy(
     request_body = AddUnitsRequest,
     responses(
         (status = 201, description = "Units added", body = AddUnitsResponse),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
         (status = 400, description = "Bad input, a placement the provider cannot honour, or a subordinate application", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or machine", body = ErrorBody),
-        (status = 409, description = "A placement machine has another base or is being removed", body = ErrorBody),
+        (status = 409, description = "A placement machine has another base or is being removed, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
@@ -267,11 +310,14 @@ pub async fn add_units(
         .map(|to| to.parse_for(&shared.state.provider))
         .transpose()?
         .unwrap_or_default();
-    let placed = shared
-        .state
-        .store
+    let (store, plan) =
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    let placed = store
         .add_units_with_constraints(application, count, placement, constraints)
         .await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     let (units, machines) = placed_views(&placed);
     Ok(HttpResponse::Created().json(AddUnitsResponse {
         units,
@@ -289,6 +335,8 @@ pub async fn add_units(
     request_body = RemoveUnitsRequest,
     responses(
         (status = 204, description = "Removed"),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
+        (status = 409, description = "The model changed since if_revision", body = ErrorBody),
         (status = 400, description = "Bad unit name, no units, or a subordinate unit", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown unit", body = ErrorBody),
@@ -308,7 +356,12 @@ pub async fn remove_units(
         .iter()
         .map(|u| input::unit(u))
         .collect::<Result<Vec<_>, _>>()?;
-    shared.state.store.remove_units(units).await?;
+    let (store, plan) =
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    store.remove_units(units).await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -318,9 +371,11 @@ pub async fn remove_units(
     path = "/v1/applications/{app}",
     operation_id = "remove_application",
     tag = "applications",
-    params(("app" = String, Path, description = "Application name")),
+    params(("app" = String, Path, description = "Application name"), PlanningQuery),
     responses(
         (status = 204, description = "Removed"),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
+        (status = 409, description = "The model changed since if_revision", body = ErrorBody),
         (status = 400, description = "Bad application name", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
@@ -330,9 +385,15 @@ pub async fn remove_units(
 pub async fn remove_application(
     shared: web::Data<Shared>,
     app: web::Path<String>,
+    query: web::Query<PlanningQuery>,
 ) -> Result<HttpResponse, ApplicationError> {
     let application = input::application(&app)?;
-    shared.state.store.remove_application(application).await?;
+    let (store, plan) =
+        planned::<ApplicationError>(&shared, planning_of(query.dry_run, query.if_revision)).await?;
+    store.remove_application(application).await?;
+    if query.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -373,7 +434,8 @@ pub async fn get_constraints(
     params(("app" = String, Path, description = "Application name")),
     request_body = ConstraintsRequest,
     responses(
-        (status = 200, description = "Set", body = ConstraintsResponse),
+        (status = 200, description = "Set; with dry_run, the plan instead (nothing changed)", body = ConstraintsOrPlan),
+        (status = 409, description = "The model changed since if_revision", body = ErrorBody),
         (status = 400, description = "Bad constraints, or a subordinate application", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
@@ -389,11 +451,14 @@ pub async fn set_constraints(
     let application = input::application(&app)?;
     let constraints = input::constraints(Some(&body.constraints))?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
-    shared
-        .state
-        .store
+    let (store, plan) =
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    store
         .set_application_constraints(application, constraints.clone())
         .await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::Ok().json(ConstraintsResponse {
         constraints: constraints.to_string(),
         warnings,

@@ -6,9 +6,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self, InputError};
+use crate::api::plans::{planned, planning_of, RetryOrPlan};
 use crate::api::Shared;
 use crate::domain::names::MachineId;
 use crate::domain::placement::Placement;
+use crate::plan::Plan;
 use crate::store::machines::AddMachines;
 
 /// `POST /v1/machines`.
@@ -34,6 +36,15 @@ pub struct AddMachinesRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "zone=sim-a")]
     pub placement: Option<String>,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// The machines added (for a new container on a new host, the container).
@@ -53,6 +64,14 @@ pub struct RemoveMachineQuery {
     /// Remove the machine with its units and containers.
     #[serde(default)]
     pub force: bool,
+    /// Answer the plan (200) and change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision; 409
+    /// otherwise.
+    #[serde(default)]
+    #[param(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// `POST /v1/machines/retry`: name machines, or ask for all of them.
@@ -68,6 +87,15 @@ pub struct RetryRequest {
     /// New constraints for the retried machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<String>,
+    /// Answer the plan (200): what would start and stop, where, at what
+    /// price; nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Carry it out only if the model is still at this revision (a plan's
+    /// `revision`); 409 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub if_revision: Option<i64>,
 }
 
 /// The machines made eligible for provisioning again.
@@ -97,10 +125,11 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
     request_body = AddMachinesRequest,
     responses(
         (status = 201, description = "Added", body = AddMachinesResponse),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
         (status = 400, description = "Bad constraints, base, placement or count, or a placement the provider cannot honour", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown container host", body = ErrorBody),
-        (status = 409, description = "The container host is being removed, or the ssh: host is already enlisted", body = ErrorBody),
+        (status = 409, description = "The container host is being removed, the ssh: host is already enlisted, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
@@ -128,9 +157,9 @@ pub async fn add_machines(
         }
     }
     let warnings = input::warnings(&constraints, &shared.state.provider);
-    let added = shared
-        .state
-        .store
+    let (store, plan) =
+        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    let added = store
         .add_machines(AddMachines {
             constraints,
             base,
@@ -139,6 +168,9 @@ pub async fn add_machines(
             role: None,
         })
         .await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::Created().json(AddMachinesResponse {
         machines: ids(&added),
         warnings,
@@ -159,10 +191,11 @@ pub async fn add_machines(
     ),
     responses(
         (status = 204, description = "Removed, or being removed"),
+        (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
         (status = 400, description = "Bad machine id or query", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
-        (status = 409, description = "The machine hosts units or containers (use force)", body = ErrorBody),
+        (status = 409, description = "The machine hosts units or containers (use force), or the model changed since if_revision", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
@@ -172,7 +205,12 @@ pub async fn remove_machine(
     query: web::Query<RemoveMachineQuery>,
 ) -> Result<HttpResponse, MachineError> {
     let id = input::machine(&id)?;
-    shared.state.store.remove_machine(id, query.force).await?;
+    let (store, plan) =
+        planned::<MachineError>(&shared, planning_of(query.dry_run, query.if_revision)).await?;
+    store.remove_machine(id, query.force).await?;
+    if query.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -185,11 +223,11 @@ pub async fn remove_machine(
     tag = "machines",
     request_body = RetryRequest,
     responses(
-        (status = 200, description = "Retried", body = RetryResponse),
+        (status = 200, description = "Retried; with dry_run, the plan instead (nothing changed)", body = RetryOrPlan),
         (status = 400, description = "Bad ids or constraints; neither or both of machines and all", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
-        (status = 409, description = "A machine is not in provisioning error", body = ErrorBody),
+        (status = 409, description = "A machine is not in provisioning error, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
@@ -207,7 +245,8 @@ pub async fn retry(
         .as_ref()
         .map(|c| input::warnings(c, &shared.state.provider))
         .unwrap_or_default();
-    let store = &shared.state.store;
+    let (store, plan) =
+        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
     let retried = match (body.all, body.machines.is_empty()) {
         (true, true) => store.retry_all(constraints).await?,
         (false, false) => {
@@ -225,6 +264,9 @@ pub async fn retry(
             return Err(InputError::Request("name the machines to retry, or set all".into()).into())
         }
     };
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     // The engine learns of it from the change log: each machine's actor
     // hears it as `Retry`.
     Ok(HttpResponse::Ok().json(RetryResponse {

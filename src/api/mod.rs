@@ -18,6 +18,8 @@
 //!   OpenAPI.
 //! - [`feed`]: the change log's tail, read once for every event stream.
 //! - [`webhooks`], [`agents`]: what providers and machine agents call.
+//! - [`plans`]: dry runs, `if_revision` and budgets for every command that
+//!   starts or removes machines; explanations.
 //! - [`sim`]: the simulated cloud's faults, set by an administrator.
 //! - [`openapi`]: the OpenAPI 3 document.
 //! - [`dashboard`]: the page at `/`, built into the binary.
@@ -34,6 +36,7 @@ pub mod machines;
 pub mod model;
 pub mod observe;
 pub mod openapi;
+pub mod plans;
 pub mod relations;
 pub mod sim;
 pub mod webhooks;
@@ -49,9 +52,10 @@ use actix_web::{web, App, HttpServer, Resource};
 use tokio::sync::Semaphore;
 
 use crate::api::feed::ChangeFeed;
-use crate::contracts::provider::ControllerLink;
+use crate::contracts::provider::{ControllerLink, Provider};
 use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
+use crate::domain::instance_types::HourlyPrice;
 use crate::domain::placement::PlacementSupport;
 use crate::metrics::Metrics;
 use crate::providers::sim::SimProvider;
@@ -133,6 +137,14 @@ impl ProviderInfo {
     }
 }
 
+/// Where plans and explanations get their prices: the cloud's catalogue
+/// and zone offers, and the price ceiling the engine launches under.
+#[derive(Clone)]
+pub struct PricingSource {
+    pub provider: Arc<dyn Provider>,
+    pub price_ceiling: HourlyPrice,
+}
+
 /// Everything the API is given when it starts.
 #[derive(Clone)]
 pub struct ApiState {
@@ -149,6 +161,9 @@ pub struct ApiState {
     /// The simulated cloud, when it is the provider: its faults are set
     /// through `/v1/sim/faults`.
     pub sim: Option<Arc<SimProvider>>,
+    /// The cloud's prices, for plans, explanations and budgets; without
+    /// them those requests are refused.
+    pub pricing: Option<PricingSource>,
 }
 
 /// What every worker shares: the state, plus what the server derives from
@@ -220,6 +235,12 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
         )
         .service(resource("/machines").post(machines::add_machines))
         .service(resource("/machines/retry").post(machines::retry))
+        .service(resource("/machines/{id:.+}/explanation").get(plans::explain_machine))
+        .service(
+            resource("/budgets")
+                .get(plans::get_budgets)
+                .put(plans::set_budget),
+        )
         // Machine ids hold slashes (`0/lxd/1`): the id is the whole tail.
         .service(resource("/machines/{id:.+}").delete(machines::remove_machine))
         .service(resource("/relations").post(relations::integrate))

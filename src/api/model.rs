@@ -6,6 +6,7 @@ use actix_web::{web, HttpResponse};
 use crate::api::applications::{ConstraintsRequest, ConstraintsResponse};
 use crate::api::errors::{input_or_store_error, ErrorBody};
 use crate::api::input::{self};
+use crate::api::plans::{planned, planning_of, ConstraintsOrPlan};
 use crate::api::Shared;
 use crate::store::blocking;
 
@@ -43,7 +44,8 @@ pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, 
     tag = "model",
     request_body = ConstraintsRequest,
     responses(
-        (status = 200, description = "Set", body = ConstraintsResponse),
+        (status = 200, description = "Set; with dry_run, the plan instead (nothing changed)", body = ConstraintsOrPlan),
+        (status = 409, description = "The model changed since if_revision", body = ErrorBody),
         (status = 400, description = "Bad constraints", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -56,11 +58,12 @@ pub async fn set_constraints(
 ) -> Result<HttpResponse, ModelError> {
     let constraints = input::constraints(Some(&body.constraints))?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
-    shared
-        .state
-        .store
-        .set_model_constraints(constraints.clone())
-        .await?;
+    let (store, plan) =
+        planned::<ModelError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+    store.set_model_constraints(constraints.clone()).await?;
+    if body.dry_run {
+        return Ok(plan.answer()?);
+    }
     Ok(HttpResponse::Ok().json(ConstraintsResponse {
         constraints: constraints.to_string(),
         warnings,

@@ -8,8 +8,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::webhooks::WebhookKind;
 use crate::api::{
-    agents, applications, charms, dashboard, errors, input, machines, model, observe, relations,
-    sim, webhooks, zones,
+    agents, applications, charms, dashboard, errors, input, machines, model, observe, plans,
+    relations, sim, webhooks, zones,
 };
 use crate::status::view;
 
@@ -78,6 +78,9 @@ impl Modify for SecuritySchemes {
         machines::add_machines,
         machines::remove_machine,
         machines::retry,
+        plans::explain_machine,
+        plans::get_budgets,
+        plans::set_budget,
         relations::integrate,
         relations::remove_relation,
         zones::list,
@@ -99,8 +102,8 @@ impl Modify for SecuritySchemes {
     )),
     tags(
         (name = "applications", description = "charm upload, deploy, add-unit, remove-unit, remove-application, constraints"),
-        (name = "model", description = "Model constraints"),
-        (name = "machines", description = "add-machine, remove-machine, retry-provisioning"),
+        (name = "model", description = "Model constraints, budgets"),
+        (name = "machines", description = "add-machine, remove-machine, retry-provisioning, explain"),
         (name = "relations", description = "integrate, remove-relation"),
         (name = "zones", description = "Availability zones"),
         (name = "sim", description = "The simulated cloud's faults"),
@@ -201,6 +204,7 @@ fn state_validation(doc: &mut Value) {
             APPLICATION_NAME_PATTERN,
         ),
         ("/v1/machines/{id}", "id", MACHINE_ID_PATTERN),
+        ("/v1/machines/{id}/explanation", "id", MACHINE_ID_PATTERN),
         (
             "/v1/agents/{machine}/connect",
             "machine",
@@ -223,6 +227,10 @@ fn state_validation(doc: &mut Value) {
     let schemas = &mut doc["components"]["schemas"];
     refine(
         &mut schemas["DeployRequest"]["properties"]["application"],
+        json!({ "pattern": APPLICATION_NAME_PATTERN }),
+    );
+    refine(
+        &mut schemas["BudgetRequest"]["properties"]["application"],
         json!({ "pattern": APPLICATION_NAME_PATTERN }),
     );
     refine(

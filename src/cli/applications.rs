@@ -22,6 +22,7 @@ use crate::api::input::PlacementList;
 use crate::charms::{self, CharmLoadError};
 use crate::cli::client::segment;
 use crate::cli::error::CliError;
+use crate::cli::plans::PlanArgs;
 use crate::cli::{count, Io, Session};
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
@@ -54,6 +55,8 @@ pub struct DeployArgs {
     /// A charm setting, KEY=VALUE; repeat for several.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub config: Vec<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth add-unit APP`.
@@ -71,6 +74,8 @@ pub struct AddUnitArgs {
     /// application's key by key.
     #[arg(long, value_name = "CONSTRAINTS")]
     pub constraints: Option<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth remove-unit UNIT...`.
@@ -79,6 +84,8 @@ pub struct RemoveUnitArgs {
     /// Principal units, such as wordpress/0; all are removed or none.
     #[arg(value_name = "UNIT", required = true)]
     pub units: Vec<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth remove-application APP`.
@@ -86,6 +93,8 @@ pub struct RemoveUnitArgs {
 pub struct RemoveApplicationArgs {
     #[arg(value_name = "APP")]
     pub application: String,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth set-constraints APP KEY=VALUE...`, or with the application given
@@ -105,6 +114,8 @@ pub struct SetConstraintsArgs {
     /// constraints: mem=3G cores=2. None clears them all.
     #[arg(value_name = "ARGS")]
     pub args: Vec<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth constraints APP`.
@@ -245,6 +256,8 @@ impl DeployArgs {
             constraints,
             to,
             config: config_settings(&self.config)?,
+            dry_run: self.plan.dry_run,
+            if_revision: self.plan.if_revision,
         })
     }
 }
@@ -275,6 +288,8 @@ impl AddUnitArgs {
                 num_units: Some(num_units),
                 to,
                 constraints,
+                dry_run: self.plan.dry_run,
+                if_revision: self.plan.if_revision,
             },
         ))
     }
@@ -318,6 +333,8 @@ impl SetConstraintsArgs {
             application_name(application)?,
             ConstraintsRequest {
                 constraints: canonical_constraints(constraints)?,
+                dry_run: self.plan.dry_run,
+                if_revision: self.plan.if_revision,
             },
         ))
     }
@@ -341,9 +358,16 @@ fn print_placed(io: &mut Io<'_>, units: &[PlacedUnitView]) -> Result<(), CliErro
 ///
 /// Bad input before anything is sent; the controller's refusal.
 pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
+    args.plan.check()?;
     let mut request = args.request()?;
     if charms::is_path(&args.charm) {
         request.charm = upload_charm(session, Path::new(&request.charm))?;
+    }
+    if args
+        .plan
+        .dry_run(io, || session.client()?.post("/v1/applications", &request))?
+    {
+        return Ok(());
     }
     let deployed: DeployResponse = session.client()?.post("/v1/applications", &request)?;
     io.warnings(&deployed.warnings)?;
@@ -390,8 +414,15 @@ pub fn add_unit(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let (application, request) = args.request()?;
     let path = format!("/v1/applications/{}/units", segment(application.as_str()));
+    if args
+        .plan
+        .dry_run(io, || session.client()?.post(&path, &request))?
+    {
+        return Ok(());
+    }
     let added: AddUnitsResponse = session.client()?.post(&path, &request)?;
     print_placed(io, &added.units)?;
     io.warnings(&added.warnings)
@@ -408,10 +439,19 @@ pub fn remove_unit(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let units = args.units()?;
     let request = RemoveUnitsRequest {
         units: units.iter().map(ToString::to_string).collect(),
+        dry_run: args.plan.dry_run,
+        if_revision: args.plan.if_revision,
     };
+    if args
+        .plan
+        .dry_run(io, || session.client()?.post("/v1/units/remove", &request))?
+    {
+        return Ok(());
+    }
     session
         .client()?
         .post_no_content("/v1/units/remove", &request)?;
@@ -431,8 +471,19 @@ pub fn remove_application(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let application = application_name(&args.application)?;
-    let path = format!("/v1/applications/{}", segment(application.as_str()));
+    let path = format!(
+        "/v1/applications/{}{}",
+        segment(application.as_str()),
+        args.plan.query('?')
+    );
+    if args
+        .plan
+        .dry_run(io, || session.client()?.delete_as(&path))?
+    {
+        return Ok(());
+    }
     session.client()?.delete(&path)?;
     writeln!(io.out, "removed application {application}")?;
     Ok(())
@@ -449,11 +500,18 @@ pub fn set_constraints(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let (application, request) = args.request()?;
     let path = format!(
         "/v1/applications/{}/constraints",
         segment(application.as_str())
     );
+    if args
+        .plan
+        .dry_run(io, || session.client()?.put(&path, &request))?
+    {
+        return Ok(());
+    }
     let set: ConstraintsResponse = session.client()?.put(&path, &request)?;
     io.warnings(&set.warnings)
 }
@@ -522,6 +580,7 @@ mod tests {
                 constraints: Some("mem=3G cores=2".into()),
                 to: Some("lxd:1,zone=sim-a,2".into()),
                 config: vec!["port=8080".into(), "title=My blog".into()],
+                plan: PlanArgs::default(),
             }
         );
         let request = args.request().unwrap();

@@ -7,6 +7,7 @@ use clap::Args;
 use crate::api::machines::{AddMachinesRequest, AddMachinesResponse, RetryRequest, RetryResponse};
 use crate::cli::applications::canonical_constraints;
 use crate::cli::error::CliError;
+use crate::cli::plans::PlanArgs;
 use crate::cli::{count, Io, Session};
 use crate::domain::base::Base;
 use crate::domain::names::MachineId;
@@ -29,6 +30,8 @@ pub struct AddMachineArgs {
     /// The base, such as ubuntu@22.04.
     #[arg(long, value_name = "BASE")]
     pub base: Option<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth remove-machine ID...`.
@@ -40,6 +43,8 @@ pub struct RemoveMachineArgs {
     /// Remove the machines with their units and containers.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// `berth retry-provisioning ID...` or `--all`.
@@ -54,6 +59,8 @@ pub struct RetryArgs {
     /// Replace the machines' constraints, such as "mem=2G cpu-power=400".
     #[arg(long, value_name = "CONSTRAINTS")]
     pub constraints: Option<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 /// Machine ids, parsed.
@@ -94,6 +101,8 @@ impl AddMachineArgs {
                 .map(|c| canonical_constraints(&[c]))
                 .transpose()?,
             placement,
+            dry_run: self.plan.dry_run,
+            if_revision: self.plan.if_revision,
         })
     }
 }
@@ -122,6 +131,8 @@ impl RetryArgs {
                 .as_deref()
                 .map(|c| canonical_constraints(&[c]))
                 .transpose()?,
+            dry_run: self.plan.dry_run,
+            if_revision: self.plan.if_revision,
         })
     }
 }
@@ -137,7 +148,14 @@ pub fn add_machine(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let request = args.request()?;
+    if args
+        .plan
+        .dry_run(io, || session.client()?.post("/v1/machines", &request))?
+    {
+        return Ok(());
+    }
     let added: AddMachinesResponse = session.client()?.post("/v1/machines", &request)?;
     io.warnings(&added.warnings)?;
     for id in &added.machines {
@@ -163,11 +181,24 @@ pub fn remove_machine(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let ids = machine_ids(&args.machines)?;
+    if ids.len() > 1 && (args.plan.dry_run || args.plan.if_revision.is_some()) {
+        return Err(CliError::Usage(
+            "--dry-run and --if-revision take one machine at a time: each removal moves the \
+             revision"
+                .into(),
+        ));
+    }
     let client = session.client()?;
     for id in ids {
         let force = if args.force { "?force=true" } else { "" };
-        client.delete(&format!("/v1/machines/{id}{force}"))?;
+        let plan = args.plan.query(if args.force { '&' } else { '?' });
+        let path = format!("/v1/machines/{id}{force}{plan}");
+        if args.plan.dry_run(io, || client.delete_as(&path))? {
+            return Ok(());
+        }
+        client.delete(&path)?;
         writeln!(io.out, "removing machine {id}")?;
     }
     Ok(())
@@ -181,7 +212,13 @@ pub fn remove_machine(
 /// Bad input before anything is sent; the controller's refusal (then no
 /// machine was retried).
 pub fn retry(args: &RetryArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
+    args.plan.check()?;
     let request = args.request()?;
+    if args.plan.dry_run(io, || {
+        session.client()?.post("/v1/machines/retry", &request)
+    })? {
+        return Ok(());
+    }
     let retried: RetryResponse = session.client()?.post("/v1/machines/retry", &request)?;
     io.warnings(&retried.warnings)?;
     for id in &retried.machines {

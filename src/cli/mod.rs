@@ -38,6 +38,7 @@ pub mod error;
 pub mod follow;
 pub mod machines;
 pub mod model;
+pub mod plans;
 pub mod relations;
 pub mod sim;
 pub mod status;
@@ -152,6 +153,16 @@ pub enum Command {
     /// Make machines whose provisioning failed eligible again.
     #[command(visible_alias = "resolved")]
     RetryProvisioning(machines::RetryArgs),
+    /// Explain why a machine is (or is not) placed: how many instance types
+    /// each constraint ruled out, which zones were ruled out and why, and
+    /// the nearest fits if one constraint were relaxed, with prices.
+    Explain(plans::ExplainArgs),
+    /// Set an hourly budget in US dollars for the model, or for one
+    /// application (`set-budget wordpress 2.50`); `none` clears it. A
+    /// command whose plan would exceed a budget is refused.
+    SetBudget(plans::SetBudgetArgs),
+    /// Show the hourly budgets.
+    Budgets,
     /// Relate two applications.
     #[command(visible_alias = "relate")]
     Integrate(relations::IntegrateArgs),
@@ -407,6 +418,9 @@ pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Re
                 .into(),
         )),
         Command::Deploy(args) => applications::deploy(args, session, io),
+        Command::Explain(args) => plans::explain(args, session, io),
+        Command::SetBudget(args) => plans::set_budget(args, session, io),
+        Command::Budgets => plans::budgets(session, io),
         Command::AddUnit(args) => applications::add_unit(args, session, io),
         Command::RemoveUnit(args) => applications::remove_unit(args, session, io),
         Command::RemoveApplication(args) => applications::remove_application(args, session, io),

@@ -5,6 +5,7 @@ use clap::Args;
 use crate::api::applications::{ConstraintsRequest, ConstraintsResponse};
 use crate::cli::applications::canonical_constraints;
 use crate::cli::error::CliError;
+use crate::cli::plans::PlanArgs;
 use crate::cli::{Io, Session};
 
 /// The route of the model constraints.
@@ -16,6 +17,8 @@ pub struct SetModelConstraintsArgs {
     /// The constraints: mem=4G cores=2. None clears them all.
     #[arg(value_name = "CONSTRAINTS")]
     pub constraints: Vec<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 impl SetModelConstraintsArgs {
@@ -27,6 +30,8 @@ impl SetModelConstraintsArgs {
     pub fn request(&self) -> Result<ConstraintsRequest, CliError> {
         Ok(ConstraintsRequest {
             constraints: canonical_constraints(&self.constraints)?,
+            dry_run: self.plan.dry_run,
+            if_revision: self.plan.if_revision,
         })
     }
 }
@@ -42,7 +47,14 @@ pub fn set_constraints(
     session: &mut Session,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    args.plan.check()?;
     let request = args.request()?;
+    if args
+        .plan
+        .dry_run(io, || session.client()?.put(PATH, &request))?
+    {
+        return Ok(());
+    }
     let set: ConstraintsResponse = session.client()?.put(PATH, &request)?;
     io.warnings(&set.warnings)
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::instance_types::{
     filters, select, size_text, Catalogue, HourlyPrice, InstanceType, Requirements, SelectError,
@@ -42,7 +42,7 @@ pub struct Question<'a> {
 }
 
 /// One constraint's share of the narrowing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     /// `mem=16G`, or `max_hourly_price=10` for the price ceiling.
     pub constraint: String,
@@ -53,26 +53,26 @@ pub struct Step {
 }
 
 /// A zone, and whether the machine can go there.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZoneVerdict {
     pub zone: String,
     pub usable: bool,
     /// Why not, when not: `down (...)`, `disabled by an administrator`,
     /// `outside zones=a,b`, `refused this machine: ...`, `offers none of
     /// the 3 fitting types`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
 }
 
 /// An instance type and its price.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fit {
     pub instance_type: String,
     pub hourly_price: HourlyPrice,
 }
 
 /// A fit that one relaxed constraint would allow.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Relaxation {
     /// The constraint as it was.
     pub instead_of: String,
@@ -84,7 +84,7 @@ pub struct Relaxation {
 }
 
 /// The answer to "why is this machine (not) placed?".
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     /// How many types the catalogue has.
     pub catalogue_types: usize,
@@ -92,19 +92,19 @@ pub struct Explanation {
     pub steps: Vec<Step>,
     /// The cheapest type left once every constraint is applied (the one
     /// berth launches where the zone offers it).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cheapest_fit: Option<Fit>,
     /// The named `instance-type` is not in the catalogue.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown_instance_type: Option<String>,
     /// Every zone, by name; with a `zone=` placement naming no known zone,
     /// that zone too.
     pub zones: Vec<ZoneVerdict>,
     /// Names in the `zones` constraint that match no known zone.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_zones: Vec<String>,
     /// The nearest fits, cheapest first, when no type fits.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nearest_fits: Vec<Relaxation>,
 }
 
@@ -346,9 +346,7 @@ pub fn explain(question: &Question<'_>) -> Explanation {
                 explanation.nearest_fits.push(relaxation);
             }
         }
-        explanation
-            .nearest_fits
-            .sort_by(|a, b| a.fit.hourly_price.cmp(&b.fit.hourly_price));
+        explanation.nearest_fits.sort_by_key(|r| r.fit.hourly_price);
     }
     explanation
 }

@@ -965,9 +965,9 @@ impl Filter<'_> {
 
 /// A size in MiB as a constraint value: `16G`, `3.75G`, `1740M`.
 pub fn size_text(mib: u64) -> String {
-    if mib != 0 && mib % 1024 == 0 {
+    if mib != 0 && mib.is_multiple_of(1024) {
         format!("{}G", mib / 1024)
-    } else if mib >= 1024 && (mib * 100) % 1024 == 0 {
+    } else if mib >= 1024 && (mib * 100).is_multiple_of(1024) {
         let hundredths = mib * 100 / 1024;
         let text = format!("{}.{:02}", hundredths / 100, hundredths % 100);
         format!("{}G", text.trim_end_matches('0'))

@@ -30,6 +30,7 @@ use crate::contracts::provider::{
     tags, AgentBootstrap, FailureClass, LaunchRequest, ProviderError,
 };
 use crate::contracts::secrets::Secret;
+use crate::domain::explain::{explain, Question, ZoneFacts};
 use crate::domain::hardware::Hardware;
 use crate::domain::instance::{is_manual_instance, Instance, InstanceState, MANUAL_ZONE};
 use crate::domain::instance_types::{select_for_zone, Requirements, ZoneSelectError};
@@ -439,6 +440,24 @@ impl MachineActor {
         });
     }
 
+    /// The one line an explanation gives of why no instance type fits
+    /// (under the price ceiling): which constraint ruled out the last
+    /// types, and the nearest fit.
+    fn why_nothing_fits(&self, requirements: &Requirements) -> String {
+        explain(&Question {
+            requirements,
+            catalogue: self.shared.provider.catalogue(),
+            price_ceiling: Some(self.shared.price_ceiling),
+            zones: ZoneFacts {
+                zones: &[],
+                offers: &|_, _| true,
+                refusals: &[],
+                placement: None,
+            },
+        })
+        .summary()
+    }
+
     fn launch_request(&self, zone: &str, password: Secret) -> Result<LaunchRequest, ProviderError> {
         let requirements = Requirements::resolve(&self.record.constraints, self.record.role);
         let provider = &self.shared.provider;
@@ -446,7 +465,10 @@ impl MachineActor {
             provider.offers(zone, t)
         })
         .map_err(|e| match e {
-            ZoneSelectError::NoFit(_) => ProviderError::new(FailureClass::Permanent, e.to_string()),
+            ZoneSelectError::NoFit(_) => ProviderError::new(
+                FailureClass::Permanent,
+                format!("{e}: {}", self.why_nothing_fits(&requirements)),
+            ),
             ZoneSelectError::NotOffered { .. } => {
                 ProviderError::new(FailureClass::ZoneSpecific, e.to_string())
             }
@@ -458,8 +480,10 @@ impl MachineActor {
                 format!(
                     "instance type {} costs ${}/hour, above the ceiling of ${ceiling}/hour \
                      ([provisioner] max_hourly_price): relax the constraints or raise \
-                     max_hourly_price",
-                    chosen.name, chosen.price
+                     max_hourly_price: {}",
+                    chosen.name,
+                    chosen.price,
+                    self.why_nothing_fits(&requirements)
                 ),
             ));
         }

@@ -45,7 +45,7 @@ fn lock(tx: &mut Tx<'_>) -> Result<(), StoreError> {
 }
 
 /// The census as stored.
-fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
+pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
     let rows: Vec<(String, String, i64)> = zone_census::table
         .select((zone_census::kind, zone_census::zone, zone_census::machines))
         .load(tx.conn)?;

@@ -16,6 +16,8 @@
 //!   machine's state, whoever causes it, goes through it.
 //! - [`machines`], [`units`], [`applications`], [`model`], [`zones`]: the
 //!   user's operations, each one transaction.
+//! - [`plans`]: a command rehearsed (what it would change, undone or
+//!   kept by a check), and the hourly budgets.
 //! - [`credentials`]: the admin token's hash; the model's secrets.
 //! - [`census`]: the zone census, so that controllers placing at once
 //!   spread machines as one.
@@ -40,6 +42,7 @@ pub mod lifecycle;
 pub mod listener;
 pub mod machines;
 pub mod model;
+pub mod plans;
 pub mod records;
 pub mod schema;
 pub mod units;
@@ -101,6 +104,9 @@ pub struct Store {
     /// database: the holder of its leases. New at every open, so a controller that comes
     /// back is a new holder and never mistakes a lease it lost for its own.
     holder: Arc<str>,
+    /// Wraps every write of this handle ([`Store::guarded`]): plans,
+    /// budgets and `if_revision`.
+    guard: Option<Arc<plans::Guard>>,
 }
 
 /// A new controller identity: the host's name, the process id and a
@@ -203,6 +209,7 @@ impl Store {
             head,
             policy: Arc::default(),
             holder,
+            guard: None,
         })
     }
 
@@ -259,7 +266,14 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        self.writer.write(op).await
+        match self.guard.clone() {
+            None => self.writer.write(op).await,
+            Some(guard) => {
+                self.writer
+                    .write(move |tx| plans::guarded(tx, &guard, op))
+                    .await
+            }
+        }
     }
 
     /// [`Store::write`] for callers outside an async runtime.

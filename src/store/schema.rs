@@ -10,6 +10,7 @@ diesel::table! {
         constraints -> Text,
         config -> Text,
         next_machine -> BigInt,
+        hourly_budget -> Nullable<Text>,
     }
 }
 
@@ -56,6 +57,7 @@ diesel::table! {
         next_unit -> BigInt,
         created_at_ms -> BigInt,
         scale_with -> Nullable<Text>,
+        hourly_budget -> Nullable<Text>,
     }
 }
 

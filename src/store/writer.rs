@@ -95,6 +95,91 @@ impl Tx<'_> {
     }
 }
 
+/// A change an operation recorded, as a trial reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub entity: Entity,
+    pub entity_id: String,
+    pub change: ChangeKind,
+}
+
+impl Tx<'_> {
+    /// The change log's revision this operation sees: the last committed
+    /// one plus what the batch's earlier operations recorded.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] if the head cannot be read.
+    pub fn revision(&mut self) -> Result<i64, StoreError> {
+        let head: i64 = log_head::table
+            .find(1)
+            .select(log_head::revision)
+            .get_result(self.conn)?;
+        Ok(head + i64::try_from(self.changes.len()).unwrap_or(i64::MAX))
+    }
+
+    /// Runs `op` in a savepoint, then `look` (which sees what `op` left and
+    /// the changes it recorded), then `keep`, which decides: `Ok(true)`
+    /// keeps what `op` wrote, `Ok(false)` undoes it (a rehearsal), and an
+    /// error undoes it and is returned.
+    ///
+    /// # Errors
+    ///
+    /// `op`'s, `look`'s or `keep`'s error; nothing `op` wrote stays.
+    pub fn trial<T, U>(
+        &mut self,
+        op: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
+        look: impl FnOnce(&mut Tx<'_>, &T, &[Recorded]) -> Result<U, StoreError>,
+        keep: impl FnOnce(&U) -> Result<bool, StoreError>,
+    ) -> Result<(T, U), StoreError> {
+        let Tx {
+            conn,
+            now_ms,
+            changes,
+            origin,
+        } = self;
+        let mark = changes.len();
+        let mut outcome = None;
+        let mut kept = false;
+        let ran = conn.transaction::<(), StoreError, _>(|conn| {
+            let mut inner = Tx {
+                conn,
+                now_ms: *now_ms,
+                changes,
+                origin: *origin,
+            };
+            let value = op(&mut inner)?;
+            let recorded: Vec<Recorded> = inner.changes[mark..]
+                .iter()
+                .map(|c| Recorded {
+                    entity: c.entity,
+                    entity_id: c.entity_id.clone(),
+                    change: c.change,
+                })
+                .collect();
+            let seen = look(&mut inner, &value, &recorded)?;
+            kept = keep(&seen)?;
+            outcome = Some((value, seen));
+            if kept {
+                Ok(())
+            } else {
+                // Any error rolls the savepoint back; the outcome says
+                // this one was asked for.
+                Err(StoreError::Conflict("rehearsed".into()))
+            }
+        });
+        if !kept {
+            changes.truncate(mark);
+        }
+        match (ran, outcome) {
+            (Ok(()), Some(outcome)) => Ok(outcome),
+            (Err(_), Some(outcome)) if !kept => Ok(outcome),
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::Invariant("a trial ran nothing".into())),
+        }
+    }
+}
+
 /// An operation waiting for the writer, with the way back to its caller.
 trait Job: Send {
     /// Runs the operation; an `Err` makes the writer roll back its savepoint.
