@@ -1075,3 +1075,200 @@ fn man_pages_into_a_place_that_is_not_a_directory_are_a_clear_error() {
         output.err
     );
 }
+
+/// Three available zones, as the provider would report them.
+fn three_zones(controller: &TestController) {
+    controller
+        .runtime
+        .block_on(
+            controller.store().set_provider_zones(
+                ["sim-a", "sim-b", "sim-c"]
+                    .map(|name| ProviderZone {
+                        name: name.into(),
+                        available: true,
+                        reason: String::new(),
+                    })
+                    .to_vec(),
+            ),
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
+    let controller = start_controller();
+    three_zones(&controller);
+    let before = controller.store().revision();
+    let out = ok(
+        &controller,
+        &[
+            "deploy",
+            "big",
+            "-n",
+            "3",
+            "--constraints",
+            "mem=16G",
+            "--dry-run",
+            "--format",
+            "json",
+        ],
+    );
+    let plan: Value = serde_json::from_str(&out).expect("plan json");
+    assert_eq!(controller.store().revision(), before, "nothing changed");
+    assert_eq!(plan["revision"], before);
+    let machines = plan["machines"].as_array().unwrap();
+    assert_eq!(machines.len(), 3);
+    let zones: std::collections::BTreeSet<&str> =
+        machines.iter().map(|m| m["zone"].as_str().unwrap()).collect();
+    assert_eq!(zones.len(), 3, "spread over the zones: {plan}");
+    for machine in machines {
+        assert_eq!(machine["action"], "add");
+        assert!(machine["instance_type"].is_string(), "{machine}");
+        assert!(machine["hourly_price"].is_string(), "{machine}");
+        assert!(machine["constraints"]
+            .as_str()
+            .unwrap()
+            .contains("mem=16384M"));
+    }
+    assert!(status_json(&controller)["applications"]
+        .as_object()
+        .unwrap()
+        .is_empty());
+
+    // The table, then the plan applied at its revision.
+    let table = ok(
+        &controller,
+        &["deploy", "big", "-n", "3", "--constraints", "mem=16G", "--dry-run"],
+    );
+    assert!(table.starts_with("Action  Machine  Apps  Type"), "{table}");
+    assert!(table.contains("Model cost: $0/h ($0/month) now, $"), "{table}");
+    assert!(
+        table.contains(&format!("apply it with --if-revision {before}")),
+        "{table}"
+    );
+    let revision = before.to_string();
+    ok(
+        &controller,
+        &[
+            "deploy",
+            "big",
+            "-n",
+            "3",
+            "--constraints",
+            "mem=16G",
+            "--if-revision",
+            &revision,
+        ],
+    );
+    // The same revision again is stale now.
+    let stale = berth(
+        &controller,
+        &["add-unit", "big", "--if-revision", &revision],
+    );
+    assert_eq!(stale.code, 1);
+    assert!(
+        stale.err.contains("the model has changed since the plan was made"),
+        "{}",
+        stale.err
+    );
+    // Options that cannot be carried out are refused before anything is
+    // sent.
+    for args in [
+        &["add-unit", "big", "--format", "json"][..],
+        &["add-unit", "big", "--if-revision", "-3"],
+        &["remove-machine", "0", "1", "--dry-run"],
+        &["add-unit", "big", "--dry-run", "--format", "xml"],
+    ] {
+        let refused = berth(&controller, args);
+        assert_eq!(refused.code, 2, "{args:?}: {}", refused.err);
+    }
+}
+
+#[test]
+fn remove_commands_take_a_dry_run_too() {
+    let controller = start_controller();
+    three_zones(&controller);
+    ok(&controller, &["deploy", "wordpress", "-n", "2"]);
+    let before = controller.store().revision();
+    let plan: Value = serde_json::from_str(&ok(
+        &controller,
+        &["remove-machine", "0", "--force", "--dry-run", "--format", "json"],
+    ))
+    .unwrap();
+    assert_eq!(plan["machines"][0]["action"], "remove");
+    assert_eq!(plan["machines"][0]["machine"], "0");
+    let out = ok(
+        &controller,
+        &["remove-application", "wordpress", "--dry-run"],
+    );
+    assert!(out.contains("No machine would be started or removed."), "{out}");
+    let out = ok(&controller, &["remove-unit", "wordpress/0", "--dry-run"]);
+    assert!(out.contains("No machine would be started or removed."), "{out}");
+    assert_eq!(controller.store().revision(), before, "nothing changed");
+}
+
+#[test]
+fn budgets_are_set_shown_cleared_and_refuse_a_command_over_them() {
+    let controller = start_controller();
+    three_zones(&controller);
+    assert_eq!(
+        ok(&controller, &["budgets"]),
+        "Scope  Budget $/h\nmodel        none\n"
+    );
+    assert_eq!(
+        ok(&controller, &["set-budget", "0.01"]),
+        "Scope  Budget $/h\nmodel       $0.01\n"
+    );
+    let plan = ok(&controller, &["deploy", "wordpress", "-n", "3", "--dry-run"]);
+    assert!(
+        plan.contains("Budget model: $0.01/h;") && plan.contains("(exceeded: the command would be refused)"),
+        "{plan}"
+    );
+    let refused = berth(&controller, &["deploy", "wordpress", "-n", "3"]);
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.err.contains("over its budget of $0.01"),
+        "{}",
+        refused.err
+    );
+    ok(&controller, &["set-budget", "none"]);
+    ok(&controller, &["deploy", "wordpress", "-n", "1"]);
+    assert_eq!(
+        ok(&controller, &["set-budget", "wordpress", "$2.50"]),
+        "Scope      Budget $/h\nmodel            none\nwordpress       $2.5\n"
+    );
+    for bad in [
+        &["set-budget", "ten"][..],
+        &["set-budget", "-1"],
+        &["set-budget", "Bad_Name", "1"],
+        &["set-budget", "a", "b", "c"],
+    ] {
+        assert_eq!(berth(&controller, bad).code, 2, "{bad:?}");
+    }
+    let unknown = berth(&controller, &["set-budget", "nope", "1"]);
+    assert_eq!(unknown.code, 1);
+}
+
+#[test]
+fn explain_names_what_ruled_a_machine_out() {
+    let controller = start_controller();
+    three_zones(&controller);
+    ok(
+        &controller,
+        &["add-machine", "--constraints", "arch=arm64 mem=100000G"],
+    );
+    controller.fail_provisioning("0", "no instance type satisfies constraints");
+    let out = ok(&controller, &["explain", "0"]);
+    assert!(
+        out.starts_with("Machine 0 is provisioning-error: no instance type satisfies constraints\nno instance type fits: mem=100000G ruled out the last"),
+        "{out}"
+    );
+    assert!(out.contains("Nearest fits, one constraint relaxed:"), "{out}");
+    let json: Value =
+        serde_json::from_str(&ok(&controller, &["explain", "0", "--format", "json"])).unwrap();
+    assert_eq!(json["explanation"]["steps"][1]["constraint"], "mem=100000G");
+    assert_eq!(berth(&controller, &["explain", "x"]).code, 2);
+    let unknown = berth(&controller, &["explain", "9"]);
+    assert_eq!(unknown.code, 1);
+    assert!(unknown.err.contains("not found"), "{}", unknown.err);
+}

@@ -185,6 +185,9 @@ struct Placer<'a> {
     /// The cheapest fit per requirements and zone: a deploy's machines
     /// share their requirements.
     chosen: HashMap<(Requirements, String), Option<(String, HourlyPrice)>>,
+    /// The explanation's summary per requirements and placement zone, for
+    /// machines that fit nowhere.
+    problems: HashMap<(Requirements, Option<String>), String>,
 }
 
 /// Where one machine goes.
@@ -246,22 +249,30 @@ impl Placer<'_> {
             };
         }
         let placement_zone = record.placement.as_ref().and_then(Placement::zone);
-        let explanation = explain(&Question {
-            requirements: &requirements,
-            catalogue: self.pricing.catalogue,
-            price_ceiling: Some(self.pricing.price_ceiling),
-            zones: ZoneFacts {
-                zones: &self.zones,
-                offers: self.pricing.offers,
-                refusals: &[],
-                placement: placement_zone,
-            },
-        });
+        let (pricing, zones) = (self.pricing, &self.zones);
+        let problem = self
+            .problems
+            .entry((requirements, placement_zone.map(str::to_string)))
+            .or_insert_with_key(|(requirements, _)| {
+                explain(&Question {
+                    requirements,
+                    catalogue: pricing.catalogue,
+                    price_ceiling: Some(pricing.price_ceiling),
+                    zones: ZoneFacts {
+                        zones,
+                        offers: pricing.offers,
+                        refusals: &[],
+                        placement: placement_zone,
+                    },
+                })
+                .summary()
+            })
+            .clone();
         Placed {
             instance_type: None,
             zone: None,
             hourly_price: None,
-            problem: Some(explanation.summary()),
+            problem: Some(problem),
         }
     }
 }
@@ -309,6 +320,7 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
             .filter_map(|m| Some((m.id, m.machine.lifecycle.zone.clone()?)))
             .collect(),
         chosen: HashMap::new(),
+        problems: HashMap::new(),
     };
     // What each machine costs now, and the applications on it.
     let mut price_now: BTreeMap<MachineId, Option<HourlyPrice>> = BTreeMap::new();

@@ -5,14 +5,23 @@
 //! - one writer, one operation at a time (each its own commit);
 //! - many concurrent writers, which the writer groups into shared commits;
 //! - one deploy of 1,000 units (one transaction);
-//! - reading the full status with 1,000 machines, while writes go on.
+//! - reading the full status with 1,000 machines, while writes go on;
+//! - planning a deploy of 10,000 units (a dry run: the deploy carried out
+//!   in a savepoint, each machine given its zone and instance type over
+//!   the EC2 catalogue, the costs summed, and everything undone).
 //!
 //! Prints a table; nothing is asserted (speed is measured, not tested).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
 use berth::charms::resolve;
+use berth::contracts::provider::ProviderZone;
+use berth::domain::instance_types::{Catalogue, HourlyPrice};
+use berth::plan::{plan, Plan, Pricing};
+use berth::store::plans::{Check, Guard};
 use berth::domain::constraints::Constraints;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
@@ -137,5 +146,78 @@ fn main() {
             start.elapsed(),
         );
         writer.await.expect("writer");
+
+        planning(&store).await;
     });
+}
+
+/// A dry run of deploying 10,000 units, end to end and the plan alone.
+async fn planning(store: &Store) {
+    store
+        .set_provider_zones(
+            ["a", "b", "c"]
+                .map(|z| ProviderZone {
+                    name: format!("bench-{z}"),
+                    available: true,
+                    reason: String::new(),
+                })
+                .to_vec(),
+        )
+        .await
+        .expect("zones");
+    let planned: Arc<Mutex<Option<(Plan, Duration)>>> = Arc::default();
+    let kept = planned.clone();
+    let check: Check = Arc::new(move |rehearsal| {
+        let start = Instant::now();
+        let offers = |_: &str, _: &str| true;
+        let made = plan(
+            rehearsal,
+            &Pricing {
+                catalogue: Catalogue::embedded().expect("catalogue"),
+                price_ceiling: HourlyPrice::from_micro_usd(10_000_000),
+                offers: &offers,
+            },
+        );
+        *kept.lock().expect("plan") = Some((made, start.elapsed()));
+        Ok(false)
+    });
+    let units = 10_000;
+    let at = store.revision();
+    let start = Instant::now();
+    store
+        .guarded(Guard {
+            if_revision: None,
+            check,
+        })
+        .deploy(DeployRequest {
+            application: "planned".parse().expect("name"),
+            charm: resolve("wordpress").expect("charm"),
+            base: None,
+            constraints: Constraints::parse("mem=4G cores=2").expect("constraints"),
+            units,
+            placement: Vec::new(),
+            settings: BTreeMap::new(),
+        })
+        .await
+        .expect("dry run");
+    let took = start.elapsed();
+    assert_eq!(store.revision(), at, "a dry run writes nothing");
+    let (made, planning) = planned.lock().expect("plan").take().expect("a plan");
+    assert_eq!(made.machines.len(), units as usize);
+    row(
+        &format!("plan deploy -n {units} (dry run, end to end)"),
+        1,
+        took,
+    );
+    row(&format!("  of which the plan of {units} machines"), 1, planning);
+    println!(
+        "  plan: {} machines, ${}/h after, {} zones used",
+        made.machines.len(),
+        made.hourly_cost_after,
+        made.machines
+            .iter()
+            .filter_map(|m| m.zone.as_deref())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
 }

@@ -20,6 +20,8 @@
 //!   set-constraints, constraints.
 //! - [`model`]: set-model-constraints, model-constraints.
 //! - [`machines`]: add-machine, remove-machine, retry-provisioning.
+//! - [`plans`]: `--dry-run`, `--if-revision` and `--format` of the
+//!   commands that start or remove machines; explain, set-budget, budgets.
 //! - [`relations`]: integrate, remove-relation.
 //! - [`zones`]: zones, enable-zone, disable-zone.
 //! - [`sim`]: sim-faults, the simulated cloud's faults.
