@@ -427,24 +427,24 @@ fn tabular_status_shows_the_model_applications_units_and_machines() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "Model    Controller                            Cloud/Region  Version  Timestamp"
+        "Model    Controller                            Cloud/Region  Version  Timestamp  $/h"
     );
     assert!(lines[1].starts_with("default  "), "{text}");
     assert!(lines[1].contains(&format!("  sim           {}  ", env!("CARGO_PKG_VERSION"))));
     assert_eq!(
         lines[2..].join("\n"),
         "
-App        Version  Status   Scale  Charm      Base          Rev  Message
-wordpress           waiting      2  wordpress  ubuntu@22.04    0  waiting for machine
+App        Version  Status   Scale  Charm      Base          Rev  $/h  Message
+wordpress           waiting      2  wordpress  ubuntu@22.04    0   $0  waiting for machine
 
 Unit         Workload  Agent       Machine  Message
 wordpress/0  waiting   allocating  0        waiting for machine
 wordpress/1  waiting   allocating  1        waiting for machine
 
-Machine  State    DNS  Inst id  Base          AZ     Constraints  Message
-0        pending       i-0      ubuntu@22.04  sim-a  mem=4096M    running
-0/lxd/0  pending       pending  ubuntu@24.04                      pending
-1        error         pending  ubuntu@22.04         mem=4096M    no capacity in sim-b"
+Machine  State    DNS  Inst id  Base          AZ     $/h  Constraints  Message
+0        pending       i-0      ubuntu@22.04  sim-a       mem=4096M    running
+0/lxd/0  pending       pending  ubuntu@24.04                           pending
+1        error         pending  ubuntu@22.04              mem=4096M    no capacity in sim-b"
     );
 }
 
@@ -1118,8 +1118,10 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
     assert_eq!(plan["revision"], before);
     let machines = plan["machines"].as_array().unwrap();
     assert_eq!(machines.len(), 3);
-    let zones: std::collections::BTreeSet<&str> =
-        machines.iter().map(|m| m["zone"].as_str().unwrap()).collect();
+    let zones: std::collections::BTreeSet<&str> = machines
+        .iter()
+        .map(|m| m["zone"].as_str().unwrap())
+        .collect();
     assert_eq!(zones.len(), 3, "spread over the zones: {plan}");
     for machine in machines {
         assert_eq!(machine["action"], "add");
@@ -1138,10 +1140,21 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
     // The table, then the plan applied at its revision.
     let table = ok(
         &controller,
-        &["deploy", "big", "-n", "3", "--constraints", "mem=16G", "--dry-run"],
+        &[
+            "deploy",
+            "big",
+            "-n",
+            "3",
+            "--constraints",
+            "mem=16G",
+            "--dry-run",
+        ],
     );
     assert!(table.starts_with("Action  Machine  Apps  Type"), "{table}");
-    assert!(table.contains("Model cost: $0/h ($0/month) now, $"), "{table}");
+    assert!(
+        table.contains("Model cost: $0/h ($0/month) now, $"),
+        "{table}"
+    );
     assert!(
         table.contains(&format!("apply it with --if-revision {before}")),
         "{table}"
@@ -1167,7 +1180,9 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
     );
     assert_eq!(stale.code, 1);
     assert!(
-        stale.err.contains("the model has changed since the plan was made"),
+        stale
+            .err
+            .contains("the model has changed since the plan was made"),
         "{}",
         stale.err
     );
@@ -1192,7 +1207,14 @@ fn remove_commands_take_a_dry_run_too() {
     let before = controller.store().revision();
     let plan: Value = serde_json::from_str(&ok(
         &controller,
-        &["remove-machine", "0", "--force", "--dry-run", "--format", "json"],
+        &[
+            "remove-machine",
+            "0",
+            "--force",
+            "--dry-run",
+            "--format",
+            "json",
+        ],
     ))
     .unwrap();
     assert_eq!(plan["machines"][0]["action"], "remove");
@@ -1201,9 +1223,15 @@ fn remove_commands_take_a_dry_run_too() {
         &controller,
         &["remove-application", "wordpress", "--dry-run"],
     );
-    assert!(out.contains("No machine would be started or removed."), "{out}");
+    assert!(
+        out.contains("No machine would be started or removed."),
+        "{out}"
+    );
     let out = ok(&controller, &["remove-unit", "wordpress/0", "--dry-run"]);
-    assert!(out.contains("No machine would be started or removed."), "{out}");
+    assert!(
+        out.contains("No machine would be started or removed."),
+        "{out}"
+    );
     assert_eq!(controller.store().revision(), before, "nothing changed");
 }
 
@@ -1219,9 +1247,13 @@ fn budgets_are_set_shown_cleared_and_refuse_a_command_over_them() {
         ok(&controller, &["set-budget", "0.01"]),
         "Scope  Budget $/h\nmodel       $0.01\n"
     );
-    let plan = ok(&controller, &["deploy", "wordpress", "-n", "3", "--dry-run"]);
+    let plan = ok(
+        &controller,
+        &["deploy", "wordpress", "-n", "3", "--dry-run"],
+    );
     assert!(
-        plan.contains("Budget model: $0.01/h;") && plan.contains("(exceeded: the command would be refused)"),
+        plan.contains("Budget model: $0.01/h;")
+            && plan.contains("(exceeded: the command would be refused)"),
         "{plan}"
     );
     let refused = berth(&controller, &["deploy", "wordpress", "-n", "3"]);
@@ -1235,7 +1267,7 @@ fn budgets_are_set_shown_cleared_and_refuse_a_command_over_them() {
     ok(&controller, &["deploy", "wordpress", "-n", "1"]);
     assert_eq!(
         ok(&controller, &["set-budget", "wordpress", "$2.50"]),
-        "Scope      Budget $/h\nmodel            none\nwordpress       $2.5\n"
+        "Scope      Budget $/h\nmodel            none\nwordpress        $2.5\n"
     );
     for bad in [
         &["set-budget", "ten"][..],
@@ -1263,7 +1295,10 @@ fn explain_names_what_ruled_a_machine_out() {
         out.starts_with("Machine 0 is provisioning-error: no instance type satisfies constraints\nno instance type fits: mem=100000G ruled out the last"),
         "{out}"
     );
-    assert!(out.contains("Nearest fits, one constraint relaxed:"), "{out}");
+    assert!(
+        out.contains("Nearest fits, one constraint relaxed:"),
+        "{out}"
+    );
     let json: Value =
         serde_json::from_str(&ok(&controller, &["explain", "0", "--format", "json"])).unwrap();
     assert_eq!(json["explanation"]["steps"][1]["constraint"], "mem=100000G");

@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex};
 
 use berth::charms::resolve;
 use berth::contracts::provider::ProviderZone;
+use berth::domain::constraints::Constraints;
 use berth::domain::instance_types::{Catalogue, HourlyPrice};
 use berth::plan::{plan, Plan, Pricing};
-use berth::store::plans::{Check, Guard};
-use berth::domain::constraints::Constraints;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
 use berth::store::machines::AddMachines;
+use berth::store::plans::{Check, Guard};
 use berth::store::Store;
 
 fn open() -> (Store, Option<tempfile::TempDir>) {
@@ -209,7 +209,11 @@ async fn planning(store: &Store) {
         1,
         took,
     );
-    row(&format!("  of which the plan of {units} machines"), 1, planning);
+    row(
+        &format!("  of which the plan of {units} machines"),
+        1,
+        planning,
+    );
     println!(
         "  plan: {} machines, ${}/h after, {} zones used",
         made.machines.len(),
