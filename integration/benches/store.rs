@@ -187,6 +187,7 @@ async fn planning(store: &Store) {
     store
         .guarded(Guard {
             if_revision: None,
+            always: true,
             check,
         })
         .deploy(DeployRequest {

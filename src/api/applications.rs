@@ -250,7 +250,7 @@ pub async fn deploy(
     let units = input::count("num_units", body.num_units.unwrap_or(default_units), 0)?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let (store, plan) =
-        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     let deployed = store
         .deploy(StoreDeploy {
             application,
@@ -311,7 +311,7 @@ pub async fn add_units(
         .transpose()?
         .unwrap_or_default();
     let (store, plan) =
-        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     let placed = store
         .add_units_with_constraints(application, count, placement, constraints)
         .await?;
@@ -357,7 +357,7 @@ pub async fn remove_units(
         .map(|u| input::unit(u))
         .collect::<Result<Vec<_>, _>>()?;
     let (store, plan) =
-        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     store.remove_units(units).await?;
     if body.dry_run {
         return Ok(plan.answer()?);
@@ -389,7 +389,7 @@ pub async fn remove_application(
 ) -> Result<HttpResponse, ApplicationError> {
     let application = input::application(&app)?;
     let (store, plan) =
-        planned::<ApplicationError>(&shared, planning_of(query.dry_run, query.if_revision)).await?;
+        planned::<ApplicationError>(&shared, planning_of(query.dry_run, query.if_revision))?;
     store.remove_application(application).await?;
     if query.dry_run {
         return Ok(plan.answer()?);
@@ -452,7 +452,7 @@ pub async fn set_constraints(
     let constraints = input::constraints(Some(&body.constraints))?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let (store, plan) =
-        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     store
         .set_application_constraints(application, constraints.clone())
         .await?;

@@ -158,7 +158,7 @@ pub async fn add_machines(
     }
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let (store, plan) =
-        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     let added = store
         .add_machines(AddMachines {
             constraints,
@@ -206,7 +206,7 @@ pub async fn remove_machine(
 ) -> Result<HttpResponse, MachineError> {
     let id = input::machine(&id)?;
     let (store, plan) =
-        planned::<MachineError>(&shared, planning_of(query.dry_run, query.if_revision)).await?;
+        planned::<MachineError>(&shared, planning_of(query.dry_run, query.if_revision))?;
     store.remove_machine(id, query.force).await?;
     if query.dry_run {
         return Ok(plan.answer()?);
@@ -246,7 +246,7 @@ pub async fn retry(
         .map(|c| input::warnings(c, &shared.state.provider))
         .unwrap_or_default();
     let (store, plan) =
-        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<MachineError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     let retried = match (body.all, body.machines.is_empty()) {
         (true, true) => store.retry_all(constraints).await?,
         (false, false) => {

@@ -59,7 +59,7 @@ pub async fn set_constraints(
     let constraints = input::constraints(Some(&body.constraints))?;
     let warnings = input::warnings(&constraints, &shared.state.provider);
     let (store, plan) =
-        planned::<ModelError>(&shared, planning_of(body.dry_run, body.if_revision)).await?;
+        planned::<ModelError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     store.set_model_constraints(constraints.clone()).await?;
     if body.dry_run {
         return Ok(plan.answer()?);

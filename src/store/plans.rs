@@ -3,10 +3,11 @@
 //! budgets a command's plan is held to.
 //!
 //! A [`Guard`] on a [`Store`] handle ([`Store::guarded`]) wraps each of that
-//! handle's writes: the command runs as usual, then the store reads what it
-//! would leave ([`Rehearsal`]) and the guard's check decides whether it is
-//! kept (a real command within budget), undone (a dry run), or refused (over
-//! budget). A guard's `if_revision` refuses the command with a conflict if
+//! handle's writes: for a dry run, or while a budget is set, the command
+//! runs as usual, then the store reads what it would leave ([`Rehearsal`])
+//! and the guard's check decides whether it is kept (a real command within
+//! budget), undone (a dry run), or refused (over budget); otherwise the
+//! command runs as it is. A guard's `if_revision` refuses the command with a conflict if
 //! the change log has moved since the plan was made. Pricing is not the
 //! store's: the check is given by the caller, which knows the cloud.
 
@@ -79,6 +80,10 @@ pub struct Guard {
     /// The revision a plan was made at; the command is refused if the log
     /// has moved since.
     pub if_revision: Option<i64>,
+    /// Rehearse the command even when no budget is set (a dry run).
+    /// Otherwise a command is rehearsed only while a budget is set, and
+    /// runs as it is when none is.
+    pub always: bool,
     pub check: Check,
 }
 
@@ -187,13 +192,6 @@ pub(crate) fn guarded<T>(
             )));
         }
     }
-    let before = all_machines(tx)?;
-    let applications_before = applications_on(tx, None)?;
-    let census = census::read(tx)?;
-    let zones: Vec<ZoneRecord> = zones::table
-        .select(ZoneRecord::as_select())
-        .order(zones::name)
-        .load(tx.conn)?;
     let model_budget: Option<String> = model::table
         .select(model::hourly_budget)
         .get_result::<Option<String>>(tx.conn)
@@ -204,6 +202,17 @@ pub(crate) fn guarded<T>(
         .select((applications::name, applications::hourly_budget))
         .load(tx.conn)?;
     let budgets = budgets_of(model_budget, app_budgets)?;
+    if !guard.always && budgets.is_empty() {
+        // Nothing to plan for: the command costs no more than itself.
+        return op(tx);
+    }
+    let before = all_machines(tx)?;
+    let applications_before = applications_on(tx, None)?;
+    let census = census::read(tx)?;
+    let zones: Vec<ZoneRecord> = zones::table
+        .select(ZoneRecord::as_select())
+        .order(zones::name)
+        .load(tx.conn)?;
     let check = guard.check.clone();
     let (value, _) = tx.trial(
         op,
