@@ -10,6 +10,7 @@
 //! key_name = "ops"                          # optional
 //! agent_binary_url = "https://example.com/berth"  # where instances download berth
 //! image_has_agent = false                   # or: the images carry /usr/local/bin/berth
+//! price_list = "/srv/aws/AmazonEC2-us-east-1.csv"  # optional: AWS's offer file, for today's prices
 //!
 //! [provider.ec2.images]                     # optional: else looked up
 //! "ubuntu@22.04/amd64" = "ami-0123456789abcdef0"
@@ -29,6 +30,8 @@ use serde::Deserialize;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::Arch;
+use crate::domain::instance_types::HourlyPrice;
+use crate::providers::ec2::prices::{read_price_list, PriceListError};
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
 pub const CANONICAL_OWNER: &str = "099720109477";
@@ -58,6 +61,8 @@ struct RawConfig {
     agent_binary_url: Option<String>,
     #[serde(default)]
     image_has_agent: bool,
+    #[serde(default)]
+    price_list: Option<String>,
     #[serde(default)]
     images: BTreeMap<String, String>,
     #[serde(default)]
@@ -137,6 +142,10 @@ pub struct Ec2Config {
     /// The operator's word that the images carry the berth binary at
     /// `/usr/local/bin/berth`, so no `agent_binary_url` is needed.
     pub image_has_agent: bool,
+    /// Each instance type's hourly price from AWS's price list
+    /// (`price_list`, read when the configuration is); empty without one,
+    /// when the embedded catalogue's prices are used.
+    pub prices: BTreeMap<String, HourlyPrice>,
     /// Images named in the configuration, by base and architecture.
     pub images: BTreeMap<ImageKey, String>,
     pub image_lookup: ImageLookup,
@@ -171,6 +180,8 @@ pub enum Ec2ConfigError {
     ImageKey(String),
     #[error("provider.ec2.image_lookup.{0} must not be empty")]
     EmptyLookup(&'static str),
+    #[error("provider.ec2.price_list: {0}")]
+    PriceList(#[from] PriceListError),
 }
 
 fn check_id(
@@ -216,6 +227,7 @@ impl Ec2Config {
             key_name: None,
             agent_binary_url: None,
             image_has_agent: false,
+            prices: BTreeMap::new(),
             images: BTreeMap::new(),
             image_lookup: ImageLookup::default(),
         }
@@ -262,6 +274,16 @@ impl Ec2Config {
                 return Err(Ec2ConfigError::AgentBinaryUrl(url.clone()));
             }
         }
+        let prices = match &raw.price_list {
+            Some(path) if path.trim().is_empty() => {
+                return Err(Ec2ConfigError::Invalid(
+                    "price_list must not be empty: expected the path of AWS's EC2 offer file"
+                        .into(),
+                ))
+            }
+            Some(path) => read_price_list(std::path::Path::new(path), &region)?,
+            None => BTreeMap::new(),
+        };
         let mut images = BTreeMap::new();
         for (key, image) in raw.images {
             let parsed = parse_image_key(&key).ok_or(Ec2ConfigError::ImageKey(key))?;
@@ -291,6 +313,7 @@ impl Ec2Config {
             key_name: raw.key_name,
             agent_binary_url: raw.agent_binary_url,
             image_has_agent: raw.image_has_agent,
+            prices,
             images,
             image_lookup,
         })
@@ -303,6 +326,37 @@ mod tests {
 
     fn parse(text: &str) -> Result<Ec2Config, Ec2ConfigError> {
         Ec2Config::from_table(&text.parse::<toml::Table>().unwrap())
+    }
+
+    #[test]
+    fn a_price_list_is_read_at_once_and_a_bad_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.csv");
+        std::fs::write(
+            &path,
+            "\"FormatVersion\",\"v1.0\"\n\"SKU\",\"TermType\",\"Unit\",\"PricePerUnit\",\"Currency\",\
+             \"Instance Type\",\"Tenancy\",\"Operating System\",\"Pre Installed S/W\"\n\
+             \"S\",\"OnDemand\",\"Hrs\",\"0.0500000000\",\"USD\",\"t3.medium\",\"Shared\",\"Linux\",\"NA\"\n",
+        )
+        .unwrap();
+        let config = parse(&format!(
+            "region = \"us-east-1\"\nprice_list = {:?}",
+            path.display().to_string()
+        ))
+        .unwrap();
+        assert_eq!(
+            config.prices.get("t3.medium").map(ToString::to_string),
+            Some("0.05".to_string())
+        );
+        let missing =
+            parse("region = \"us-east-1\"\nprice_list = \"/nonexistent.csv\"").unwrap_err();
+        assert!(
+            missing.to_string().starts_with(
+                "provider.ec2.price_list: cannot read the EC2 price list /nonexistent.csv"
+            ),
+            "{missing}"
+        );
+        assert!(parse("region = \"us-east-1\"\nprice_list = \" \"").is_err());
     }
 
     fn key(base: &str, arch: Arch) -> ImageKey {

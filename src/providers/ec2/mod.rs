@@ -95,6 +95,7 @@
 pub mod config;
 pub mod errors;
 pub mod preflight;
+pub mod prices;
 pub mod user_data;
 
 #[cfg(test)]
@@ -322,6 +323,12 @@ impl Ec2Provider {
                 .iter()
                 .filter(|t| facts.instance_types.contains(&t.name))
                 .cloned()
+                .map(|mut t| {
+                    if let Some(price) = config.prices.get(&t.name) {
+                        t.price = *price;
+                    }
+                    t
+                })
                 .collect(),
         )
         .map_err(Ec2Error::Catalogue)?;
@@ -330,8 +337,13 @@ impl Ec2Provider {
             .iter()
             .filter(|t| embedded.get(t).is_none())
             .count();
+        let listed = catalogue
+            .types()
+            .iter()
+            .filter(|t| config.prices.contains_key(&t.name))
+            .count();
         log::info!(
-            "ec2 {}: {} instance types with prices in {} zones ({unpriced} types without a price are not used)",
+            "ec2 {}: {} instance types with prices in {} zones ({unpriced} types without a price are not used; {listed} priced from the configured price list)",
             config.region,
             catalogue.len(),
             facts.offerings.len()

@@ -254,6 +254,27 @@ fn the_catalogue_is_the_embedded_one_restricted_to_the_regions_types() {
 }
 
 #[test]
+fn a_configured_price_list_replaces_the_catalogues_prices_of_the_types_it_lists() {
+    let mut config = config();
+    config
+        .prices
+        .insert("t3.medium".to_string(), "0.05".parse().unwrap());
+    let p = provider_with(config, facts(), &[]);
+    assert_eq!(
+        p.catalogue().get("t3.medium").map(|t| t.price.to_string()),
+        Some("0.05".to_string())
+    );
+    // A type the list does not name keeps the catalogue's price.
+    assert_eq!(
+        p.catalogue().get("m5.large").map(|t| t.price),
+        Catalogue::embedded()
+            .unwrap()
+            .get("m5.large")
+            .map(|t| t.price)
+    );
+}
+
+#[test]
 fn a_type_is_offered_only_in_the_zones_that_offer_it() {
     let p = provider(&[]);
     assert!(p.offers("us-east-1a", "t3.medium"));
