@@ -535,8 +535,63 @@ async fn explanations_name_what_rules_a_machine_out(backend: Backend) {
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
 }
 
+async fn an_explanation_keeps_each_zones_refusal_while_the_machine_waits(backend: Backend) {
+    let app = spawn(backend, fast_provisioner()).await;
+    zones_known(&app).await;
+    let faults = json!({
+        "zones_down": [],
+        "zone_capacity": {"sim-a": 0, "sim-b": 0, "sim-c": 0},
+        "failure_rate": 0.0,
+        "hang": false,
+        "silent_agents": 0.0,
+    });
+    json(
+        app.send(Method::PUT, "/v1/sim/faults", Some(&faults)).await,
+        StatusCode::OK,
+    )
+    .await;
+    json(app.add_machines(&json!({})).await, StatusCode::CREATED).await;
+    until(
+        app.store(),
+        "waiting to retry after every zone refused",
+        |s| {
+            s.machines.first().is_some_and(|m| {
+                m.state() == MachineState::Retrying && m.machine.lifecycle.zones_failed.len() == 3
+            })
+        },
+    )
+    .await;
+    let explained = json(
+        app.send(Method::GET, "/v1/machines/0/explanation", None)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    let zones = explained["explanation"]["zones"].as_array().unwrap();
+    assert_eq!(zones.len(), 3, "{explained}");
+    for zone in zones {
+        let why = zone["why"].as_str().unwrap_or_default();
+        assert!(
+            why.starts_with("refused this machine: InsufficientInstanceCapacity"),
+            "{zone}"
+        );
+    }
+    let summary = explained["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("no zone can take it (sim-a: refused this machine"),
+        "{summary}"
+    );
+    // The status message keeps every zone's reason too.
+    let message = explained["message"].as_str().unwrap();
+    assert!(
+        message.contains("refused this round: sim-a: InsufficientInstanceCapacity"),
+        "{message}"
+    );
+}
+
 on_each_backend! {
     actix: [
+        an_explanation_keeps_each_zones_refusal_while_the_machine_waits,
         status_cost_is_each_machines_price_summed_per_application_and_model,
         a_plan_is_what_the_deploy_then_does_from_1_to_1000_units,
         a_stale_plan_is_refused_and_changes_nothing,

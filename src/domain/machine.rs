@@ -510,10 +510,11 @@ pub struct Lifecycle {
     /// was last made eligible; at `Backoff::attempts` the machine is in
     /// error. Zone-specific failures do not count.
     pub attempts_used: u32,
-    /// Zones that refused the machine in the current round (since the last
-    /// transient failure), with the cloud's words, left out when the next
-    /// zone is chosen so that a zone failure moves on instead of going
-    /// round in circles. The words are what explanations show.
+    /// Zones that refused the machine in the current round, with the
+    /// cloud's words, left out when the next zone is chosen so that a zone
+    /// failure moves on instead of going round in circles. They stay while
+    /// the machine waits to retry or is in error (the words are what
+    /// explanations show) and are cleared when a new round begins.
     pub zones_failed: Vec<ZoneRefusal>,
     /// The zone of the launch in flight or of the instance; needed to mark
     /// that zone failed, and to launch again on resume.
@@ -733,7 +734,11 @@ pub fn transition(
             FailureKind::Transient => transient_failure(&mut life, policy, jitter, message.clone()),
             FailureKind::Permanent => provisioning_error(&mut life, message.clone()),
         },
-        (S::Retrying, E::RetryDue) => (S::Allocating, choose_zone(&life)),
+        (S::Retrying, E::RetryDue) => {
+            // A new round: every zone may be tried again.
+            life.zones_failed.clear();
+            (S::Allocating, choose_zone(&life))
+        }
 
         // The bootstrap watch.
         (S::AwaitingAgent, E::AgentConnected) => {
@@ -883,7 +888,8 @@ fn transient_failure(
 ) -> (MachineState, Effect) {
     life.attempts_used = life.attempts_used.saturating_add(1);
     life.zone = None;
-    life.zones_failed.clear();
+    // The round's refusals stay while the machine waits (explanations
+    // show them); the next round clears them when it begins.
     if life.attempts_used >= policy.backoff.attempts.get() {
         return provisioning_error(life, message);
     }
@@ -921,8 +927,9 @@ pub fn retry_cause(message: &str) -> &str {
 }
 
 fn provisioning_error(life: &mut Lifecycle, message: String) -> (MachineState, Effect) {
+    // The last round's refusals stay, for explanations; retrying starts
+    // afresh.
     life.zone = None;
-    life.zones_failed.clear();
     life.instance_id = None;
     life.last_error = Some(message);
     (MachineState::ProvisioningError, Effect::None)
@@ -1346,7 +1353,8 @@ mod tests {
         let t = apply(&machine, no_zone(""));
         assert_eq!(t.next.state, MachineState::Retrying);
         assert_eq!(t.next.lifecycle.attempts_used, 1);
-        assert!(t.next.lifecycle.zones_failed.is_empty());
+        // Kept while it waits, for explanations.
+        assert_eq!(t.next.lifecycle.zones_failed, refused(&["az-a", "az-b"]));
         assert_eq!(
             t.next.lifecycle.last_error.as_deref(),
             Some("no availability zone is available (refused this round: az-a; az-b)")
@@ -1420,7 +1428,7 @@ mod tests {
         let t = apply(&machine, failed(FailureKind::Transient, "throttled"));
         assert_eq!(t.next.state, MachineState::Retrying);
         assert_eq!(t.next.lifecycle.attempts_used, 3);
-        assert!(t.next.lifecycle.zones_failed.is_empty());
+        assert_eq!(t.next.lifecycle.zones_failed, refused(&["az-c"]));
         assert_eq!(t.next.lifecycle.zone, None);
         assert_eq!(t.next.lifecycle.last_error.as_deref(), Some("throttled"));
         assert_eq!(
@@ -1451,9 +1459,12 @@ mod tests {
     }
 
     #[test]
-    fn a_due_retry_asks_for_a_zone_again() {
-        let t = apply(&in_state(MachineState::Retrying), Event::RetryDue);
+    fn a_due_retry_starts_a_new_round_with_every_zone() {
+        let mut machine = in_state(MachineState::Retrying);
+        machine.lifecycle.zones_failed = refused(&["az-a"]);
+        let t = apply(&machine, Event::RetryDue);
         assert_eq!(t.next.state, MachineState::Allocating);
+        assert!(t.next.lifecycle.zones_failed.is_empty());
         assert_eq!(t.effect, Effect::ChooseZone { exclude: vec![] });
     }
 
@@ -1517,7 +1528,7 @@ mod tests {
         assert_eq!(t.next.state, MachineState::ProvisioningError);
         assert_eq!(t.next.lifecycle.attempts_used, 0);
         assert_eq!(t.next.lifecycle.zone, None);
-        assert!(t.next.lifecycle.zones_failed.is_empty());
+        assert_eq!(t.next.lifecycle.zones_failed, refused(&["az-c"]));
         assert_eq!(
             t.next.lifecycle.last_error.as_deref(),
             Some("no instance type matches mem=9999G")
