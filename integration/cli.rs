@@ -1307,3 +1307,33 @@ fn explain_names_what_ruled_a_machine_out() {
     assert_eq!(unknown.code, 1);
     assert!(unknown.err.contains("not found"), "{}", unknown.err);
 }
+
+#[test]
+fn a_deploy_and_an_add_unit_larger_than_one_request_are_one_command() {
+    let controller = start_controller();
+    let out = ok(&controller, &["deploy", "load", "-n", "2500"]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("added unit")).count(),
+        2500
+    );
+    assert!(
+        out.contains("added unit load/2499 to machine 2499\n"),
+        "{out}"
+    );
+    let out = ok(
+        &controller,
+        &["add-unit", "load", "-n", "1200", "--constraints", "mem=8G"],
+    );
+    assert_eq!(out.lines().count(), 1200);
+    let status = controller.store().status().unwrap();
+    assert_eq!(status.units.len(), 3700);
+    assert_eq!(status.machines.len(), 3700);
+    // Every unit added by the second command has its constraints, in both
+    // of its requests.
+    let with_8g = status
+        .machines
+        .iter()
+        .filter(|m| m.constraints.to_string().contains("mem=8192M"))
+        .count();
+    assert_eq!(with_8g, 1200);
+}

@@ -23,7 +23,7 @@ use crate::charms::{self, CharmLoadError};
 use crate::cli::client::segment;
 use crate::cli::error::CliError;
 use crate::cli::plans::PlanArgs;
-use crate::cli::{count, Io, Session};
+use crate::cli::{split_units, unit_count, Io, Session};
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
 use crate::domain::names::{ApplicationName, UnitName};
@@ -229,7 +229,7 @@ impl DeployArgs {
             .map(|name| name.to_string());
         let num_units = self
             .num_units
-            .map(|n| count("--num-units", n, 0))
+            .map(|n| unit_count("--num-units", n, 0))
             .transpose()?;
         let base = self
             .base
@@ -242,12 +242,16 @@ impl DeployArgs {
             .as_deref()
             .map(|c| canonical_constraints(&[c]))
             .transpose()?;
-        let to = self
-            .to
-            .as_deref()
-            .map(placement_list)
-            .transpose()?
-            .map(PlacementList::One);
+        let to = self.to.as_deref().map(placement_list).transpose()?;
+        // The first part; the rest are added as units ([`Self::rest`]).
+        let (num_units, to) = match num_units {
+            Some(n) => {
+                let (first, to) = split_units(n, to.as_deref()).remove(0);
+                (Some(first), to)
+            }
+            None => (None, to),
+        };
+        let to = to.map(PlacementList::One);
         Ok(DeployRequest {
             charm,
             application,
@@ -262,6 +266,53 @@ impl DeployArgs {
     }
 }
 
+/// The parts after the first of `n` units placed by `to`, each one
+/// add-unit request: empty unless `n` is more than the API's request size.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a bad `--to`; with `--dry-run` or
+/// `--if-revision`, which take one request.
+fn later_parts(
+    n: u32,
+    to: Option<&str>,
+    plan: &PlanArgs,
+) -> Result<Vec<(u32, Option<String>)>, CliError> {
+    let to = to.map(placement_list).transpose()?;
+    let parts = split_units(n, to.as_deref());
+    if parts.len() > 1 && (plan.dry_run || plan.if_revision.is_some()) {
+        return Err(CliError::Usage(format!(
+            "--dry-run and --if-revision take at most {} units (one request); ask for fewer",
+            crate::api::MAX_COUNT_PER_REQUEST
+        )));
+    }
+    Ok(parts.into_iter().skip(1).collect())
+}
+
+/// Adds `parts` of units to `application` one request after another,
+/// printing where each unit went.
+fn add_parts(
+    session: &mut Session,
+    io: &mut Io<'_>,
+    application: &ApplicationName,
+    parts: Vec<(u32, Option<String>)>,
+    constraints: Option<String>,
+) -> Result<(), CliError> {
+    let path = format!("/v1/applications/{}/units", segment(application.as_str()));
+    for (num_units, to) in parts {
+        let request = AddUnitsRequest {
+            num_units: Some(num_units),
+            to: to.map(PlacementList::One),
+            constraints: constraints.clone(),
+            dry_run: false,
+            if_revision: None,
+        };
+        let added: AddUnitsResponse = session.client()?.post(&path, &request)?;
+        print_placed(io, &added.units)?;
+    }
+    Ok(())
+}
+
 impl AddUnitArgs {
     /// The application and the request these arguments make.
     ///
@@ -270,13 +321,10 @@ impl AddUnitArgs {
     /// [`CliError::Usage`] for anything that does not parse.
     pub fn request(&self) -> Result<(ApplicationName, AddUnitsRequest), CliError> {
         let application = application_name(&self.application)?;
-        let num_units = count("--num-units", self.num_units, 1)?;
-        let to = self
-            .to
-            .as_deref()
-            .map(placement_list)
-            .transpose()?
-            .map(PlacementList::One);
+        let num_units = unit_count("--num-units", self.num_units, 1)?;
+        let to = self.to.as_deref().map(placement_list).transpose()?;
+        let (num_units, to) = split_units(num_units, to.as_deref()).remove(0);
+        let to = to.map(PlacementList::One);
         let constraints = self
             .constraints
             .as_deref()
@@ -360,6 +408,7 @@ fn print_placed(io: &mut Io<'_>, units: &[PlacedUnitView]) -> Result<(), CliErro
 pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
     args.plan.check()?;
     let mut request = args.request()?;
+    let later = later_parts(args.num_units.unwrap_or(0), args.to.as_deref(), &args.plan)?;
     if charms::is_path(&args.charm) {
         request.charm = upload_charm(session, Path::new(&request.charm))?;
     }
@@ -376,7 +425,9 @@ pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Resu
         "Deployed {:?} from charm {:?} on {}",
         deployed.application, deployed.charm, deployed.base
     )?;
-    print_placed(io, &deployed.units)
+    print_placed(io, &deployed.units)?;
+    let application = application_name(&deployed.application)?;
+    add_parts(session, io, &application, later, None)
 }
 
 /// Uploads the charm directory or archive at `path` and returns the URL
@@ -416,6 +467,7 @@ pub fn add_unit(
 ) -> Result<(), CliError> {
     args.plan.check()?;
     let (application, request) = args.request()?;
+    let later = later_parts(args.num_units, args.to.as_deref(), &args.plan)?;
     let path = format!("/v1/applications/{}/units", segment(application.as_str()));
     if args
         .plan
@@ -423,8 +475,10 @@ pub fn add_unit(
     {
         return Ok(());
     }
+    let constraints = request.constraints.clone();
     let added: AddUnitsResponse = session.client()?.post(&path, &request)?;
     print_placed(io, &added.units)?;
+    add_parts(session, io, &application, later, constraints)?;
     io.warnings(&added.warnings)
 }
 
@@ -637,7 +691,7 @@ mod tests {
 
     #[test]
     fn bad_deploy_input_is_refused_with_the_domains_message() {
-        let cases: [(&[&str], &str); 8] = [
+        let cases: [(&[&str], &str); 7] = [
             (
                 &["wordpress", "--constraints", "mem=lots"],
                 "bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix",
@@ -665,10 +719,6 @@ mod tests {
             (
                 &["wordpress", "--config", "port"],
                 "invalid --config value \"port\": expected KEY=VALUE",
-            ),
-            (
-                &["wordpress", "-n", "1001"],
-                "--num-units must be between 0 and 1000, got 1001",
             ),
         ];
         for (args, message) in cases {
@@ -729,13 +779,45 @@ mod tests {
     }
 
     #[test]
+    fn a_deploy_larger_than_one_request_sends_the_first_part_and_adds_the_rest() {
+        let args = deploy_args(&["wordpress", "-n", "2500", "--to", "zone=sim-a,lxd"]);
+        let request = args.request().unwrap();
+        assert_eq!(request.num_units, Some(1000));
+        assert_eq!(
+            request.to,
+            Some(PlacementList::One("zone=sim-a,lxd".into()))
+        );
+        assert_eq!(
+            later_parts(2500, args.to.as_deref(), &args.plan).unwrap(),
+            vec![(1000, None), (500, None)]
+        );
+        // Directives go with the units they place.
+        let to: Vec<String> = (0..1500).map(|i| format!("zone=z{i}")).collect();
+        let parts = crate::cli::split_units(1200, Some(&to.join(",")));
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].0, 1000);
+        assert_eq!(parts[0].1.as_ref().unwrap().split(',').count(), 1000);
+        assert_eq!(parts[1].0, 200);
+        // The last part takes the directives beyond the units, for the
+        // controller to judge.
+        assert_eq!(parts[1].1.as_ref().unwrap().split(',').count(), 500);
+        assert_eq!(crate::cli::split_units(0, None), vec![(0, None)]);
+        // A plan is one request.
+        let dry = deploy_args(&["wordpress", "-n", "1001", "--dry-run"]);
+        assert_eq!(
+            later_parts(1001, None, &dry.plan).unwrap_err().to_string(),
+            "--dry-run and --if-revision take at most 1000 units (one request); ask for fewer"
+        );
+    }
+
+    #[test]
     fn add_unit_refuses_zero_units_and_bad_placement() {
         let Command::AddUnit(args) = command(&["add-unit", "wordpress", "-n", "0"]) else {
             panic!()
         };
         assert_eq!(
             args.request().unwrap_err().to_string(),
-            "--num-units must be between 1 and 1000, got 0"
+            "--num-units must be at least 1, got 0"
         );
         let Command::AddUnit(args) = command(&["add-unit", "wordpress", "--to", "kvm:1"]) else {
             panic!()

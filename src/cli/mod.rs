@@ -328,6 +328,50 @@ pub fn count(flag: &str, n: u32, min: u32) -> Result<u32, CliError> {
     Ok(n)
 }
 
+/// A number of units given with `flag`, at least `min` and of any size:
+/// the command sends it in requests of the API's size ([`split_units`]).
+///
+/// # Errors
+///
+/// [`CliError::Usage`] naming the flag and the least it takes.
+pub fn unit_count(flag: &str, n: u32, min: u32) -> Result<u32, CliError> {
+    if n < min {
+        return Err(CliError::Usage(format!(
+            "{flag} must be at least {min}, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// `n` units in parts of at most the API's request size, each with its
+/// share of the `--to` directives (`to`, already checked, comma-separated;
+/// directives beyond the units go with the last part, for the controller
+/// to judge). At least one part, of 0 units when `n` is 0.
+pub fn split_units(n: u32, to: Option<&str>) -> Vec<(u32, Option<String>)> {
+    let directives: Vec<&str> = to
+        .map(|t| t.split(',').filter(|d| !d.is_empty()).collect())
+        .unwrap_or_default();
+    let mut parts = Vec::new();
+    let mut start: u32 = 0;
+    loop {
+        let size = (n - start).min(MAX_COUNT_PER_REQUEST);
+        let end = start + size;
+        let last = end >= n;
+        let from = (start as usize).min(directives.len());
+        let until = if last {
+            directives.len()
+        } else {
+            (end as usize).min(directives.len())
+        };
+        let share = directives[from..until].join(",");
+        parts.push((size, (!share.is_empty()).then_some(share)));
+        start = end;
+        if last {
+            return parts;
+        }
+    }
+}
+
 /// Runs a parsed command line (anything but `serve`) on the process's
 /// standard output and error, and returns the exit code.
 pub fn run(cli: Cli) -> ExitCode {
