@@ -1099,20 +1099,21 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
     let controller = start_controller();
     three_zones(&controller);
     let before = controller.store().revision();
-    let out = ok(
-        &controller,
-        &[
-            "deploy",
-            "big",
-            "-n",
-            "3",
-            "--constraints",
-            "mem=16G",
-            "--dry-run",
-            "--format",
-            "json",
-        ],
-    );
+    let big = |more: &[&str]| -> Vec<String> {
+        ["deploy", "big", "-n", "3", "--constraints", "mem=16G"]
+            .iter()
+            .chain(more)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    let ok_big = |more: &[&str]| {
+        let args = big(more);
+        ok(
+            &controller,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+    let out = ok_big(&["--dry-run", "--format", "json"]);
     let plan: Value = serde_json::from_str(&out).expect("plan json");
     assert_eq!(controller.store().revision(), before, "nothing changed");
     assert_eq!(plan["revision"], before);
@@ -1138,18 +1139,7 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
         .is_empty());
 
     // The table, then the plan applied at its revision.
-    let table = ok(
-        &controller,
-        &[
-            "deploy",
-            "big",
-            "-n",
-            "3",
-            "--constraints",
-            "mem=16G",
-            "--dry-run",
-        ],
-    );
+    let table = ok_big(&["--dry-run"]);
     assert!(table.starts_with("Action  Machine  Apps  Type"), "{table}");
     assert!(
         table.contains("Model cost: $0/h ($0/month) now, $"),
@@ -1160,24 +1150,9 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
         "{table}"
     );
     let revision = before.to_string();
-    ok(
-        &controller,
-        &[
-            "deploy",
-            "big",
-            "-n",
-            "3",
-            "--constraints",
-            "mem=16G",
-            "--if-revision",
-            &revision,
-        ],
-    );
+    ok_big(&["--if-revision", &revision]);
     // The same revision again is stale now.
-    let stale = berth(
-        &controller,
-        &["add-unit", "big", "--if-revision", &revision],
-    );
+    let stale = berth(&controller, &["add-unit", "big", "--if-revision", &revision]);
     assert_eq!(stale.code, 1);
     assert!(
         stale

@@ -22,6 +22,18 @@ async fn json(response: reqwest::Response, status: StatusCode) -> Value {
     body
 }
 
+/// Sends a request with the admin token and reads its JSON answer, which
+/// must come with `status`.
+async fn call(
+    app: &TestApp,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+    status: StatusCode,
+) -> Value {
+    json(app.send(method, path, body).await, status).await
+}
+
 async fn revision(app: &TestApp) -> i64 {
     app.store().flush().await.unwrap();
     app.store().revision()
@@ -247,13 +259,11 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
     assert_eq!(revision(&app).await, at, "nothing was written");
 
     // At the boundary it is allowed.
-    json(
-        app.send(
-            Method::PUT,
-            "/v1/budgets",
-            Some(&json!({"hourly": cost.to_string()})),
-        )
-        .await,
+    call(
+        &app,
+        Method::PUT,
+        "/v1/budgets",
+        Some(&json!({"hourly": cost.to_string()})),
         StatusCode::OK,
     )
     .await;
@@ -261,16 +271,20 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
 
     // An application's budget holds its own units: one more unit of
     // wordpress is over, while the model's budget is lifted.
-    json(
-        app.send(Method::PUT, "/v1/budgets", Some(&json!({"hourly": null})))
-            .await,
+    call(
+        &app,
+        Method::PUT,
+        "/v1/budgets",
+        Some(&json!({"hourly": null})),
         StatusCode::OK,
     )
     .await;
     let app_budget = json!({"application": "wordpress", "hourly": cost.to_string()});
-    let budgets = json(
-        app.send(Method::PUT, "/v1/budgets", Some(&app_budget))
-            .await,
+    let budgets = call(
+        &app,
+        Method::PUT,
+        "/v1/budgets",
+        Some(&app_budget),
         StatusCode::OK,
     )
     .await;
@@ -310,11 +324,7 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
     let unknown = json!({"application": "nope", "hourly": "1"});
     let response = app.send(Method::PUT, "/v1/budgets", Some(&unknown)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    let budgets = json(
-        app.send(Method::GET, "/v1/budgets", None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let budgets = call(&app, Method::GET, "/v1/budgets", None, StatusCode::OK).await;
     assert_eq!(
         budgets,
         json!({"applications": {"wordpress": cost.to_string()}})
@@ -403,23 +413,19 @@ async fn every_command_that_starts_or_removes_machines_has_a_dry_run(backend: Ba
             StatusCode::OK,
         )
         .await,
-        json(
-            app.send(
-                Method::PUT,
-                "/v1/applications/wordpress/constraints",
-                Some(&dry(json!({"constraints": "mem=8G"}))),
-            )
-            .await,
+        call(
+            &app,
+            Method::PUT,
+            "/v1/applications/wordpress/constraints",
+            Some(&dry(json!({"constraints": "mem=8G"}))),
             StatusCode::OK,
         )
         .await,
-        json(
-            app.send(
-                Method::PUT,
-                "/v1/model/constraints",
-                Some(&dry(json!({"constraints": "cores=4"}))),
-            )
-            .await,
+        call(
+            &app,
+            Method::PUT,
+            "/v1/model/constraints",
+            Some(&dry(json!({"constraints": "cores=4"}))),
             StatusCode::OK,
         )
         .await,
@@ -428,13 +434,11 @@ async fn every_command_that_starts_or_removes_machines_has_a_dry_run(backend: Ba
         assert_eq!(plan["hourly_cost_before"], plan["hourly_cost_after"]);
     }
     // remove-application leaves its machines.
-    let plan = json(
-        app.send(
-            Method::DELETE,
-            "/v1/applications/wordpress?dry_run=true",
-            None,
-        )
-        .await,
+    let plan = call(
+        &app,
+        Method::DELETE,
+        "/v1/applications/wordpress?dry_run=true",
+        None,
         StatusCode::OK,
     )
     .await;
@@ -478,13 +482,11 @@ async fn explanations_name_what_rules_a_machine_out(backend: Backend) {
         assert_eq!(machine.machine.lifecycle.attempts_used, 0);
     }
 
-    let explained = json(
-        app.send(
-            Method::GET,
-            &format!("/v1/machines/{big}/explanation"),
-            None,
-        )
-        .await,
+    let explained = call(
+        &app,
+        Method::GET,
+        &format!("/v1/machines/{big}/explanation"),
+        None,
         StatusCode::OK,
     )
     .await;
@@ -505,13 +507,11 @@ async fn explanations_name_what_rules_a_machine_out(backend: Backend) {
         .unwrap();
     assert!(message.contains(summary), "{message}");
 
-    let explained = json(
-        app.send(
-            Method::GET,
-            &format!("/v1/machines/{typo}/explanation"),
-            None,
-        )
-        .await,
+    let explained = call(
+        &app,
+        Method::GET,
+        &format!("/v1/machines/{typo}/explanation"),
+        None,
         StatusCode::OK,
     )
     .await;
@@ -545,8 +545,11 @@ async fn an_explanation_keeps_each_zones_refusal_while_the_machine_waits(backend
         "hang": false,
         "silent_agents": 0.0,
     });
-    json(
-        app.send(Method::PUT, "/v1/sim/faults", Some(&faults)).await,
+    call(
+        &app,
+        Method::PUT,
+        "/v1/sim/faults",
+        Some(&faults),
         StatusCode::OK,
     )
     .await;
@@ -561,9 +564,11 @@ async fn an_explanation_keeps_each_zones_refusal_while_the_machine_waits(backend
         },
     )
     .await;
-    let explained = json(
-        app.send(Method::GET, "/v1/machines/0/explanation", None)
-            .await,
+    let explained = call(
+        &app,
+        Method::GET,
+        "/v1/machines/0/explanation",
+        None,
         StatusCode::OK,
     )
     .await;
