@@ -1,6 +1,6 @@
 //! The pure core of berth: the rules of constraints, bases, placement, names,
-//! charms, instance-type choice, zone choice, the machine lifecycle and
-//! reconciliation planning.
+//! charms, instance-type choice, zone choice, explanations of both, the
+//! machine lifecycle and reconciliation planning.
 //!
 //! Nothing in here performs I/O or knows about actix, diesel, AWS or HTTP.
 //! Strings are parsed into these types once, at the edge (API, CLI, store),

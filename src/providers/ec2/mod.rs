@@ -11,6 +11,8 @@
 //! - [`user_data`]: the cloud-init that starts the machine agent.
 //! - [`preflight`]: what instances need (a reachable controller URL, an
 //!   agent binary), checked at start and before the first launch.
+//! - [`prices`]: AWS's price list (the offer file), when `price_list` names
+//!   one.
 //!
 //! # What it reads at open
 //!
@@ -18,8 +20,8 @@
 //! (DescribeInstanceTypes) and where each is offered
 //! (DescribeInstanceTypeOfferings by availability zone), both paginated,
 //! and the configured subnets' zones (DescribeSubnets). The catalogue is
-//! berth's embedded one (prices included) restricted to the types the
-//! region has; [`Provider::offers`] says whether a type is offered in a
+//! berth's embedded one (prices included, or AWS's price list's when
+//! configured) restricted to the types the region has; [`Provider::offers`] says whether a type is offered in a
 //! zone and not refused there lately.
 //!
 //! # Launching
