@@ -1152,7 +1152,10 @@ fn a_dry_run_deploy_prints_the_plan_as_json_and_changes_nothing() {
     let revision = before.to_string();
     ok_big(&["--if-revision", &revision]);
     // The same revision again is stale now.
-    let stale = berth(&controller, &["add-unit", "big", "--if-revision", &revision]);
+    let stale = berth(
+        &controller,
+        &["add-unit", "big", "--if-revision", &revision],
+    );
     assert_eq!(stale.code, 1);
     assert!(
         stale
@@ -1227,7 +1230,7 @@ fn budgets_are_set_shown_cleared_and_refuse_a_command_over_them() {
         &["deploy", "wordpress", "-n", "3", "--dry-run"],
     );
     assert!(
-        plan.contains("Budget model: $0.01/h;")
+        plan.contains("Budget of the model: $0.01/h;")
             && plan.contains("(exceeded: the command would be refused)"),
         "{plan}"
     );

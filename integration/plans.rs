@@ -245,7 +245,7 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
     assert_eq!(price(&budgets["model"]), just_under);
     // The dry run says it would be refused; the command is.
     let plan = json(app.deploy(&dry).await, StatusCode::OK).await;
-    assert_eq!(plan["budgets"][0]["scope"], "model");
+    assert_eq!(plan["budgets"][0]["application"], Value::Null);
     assert_eq!(plan["budgets"][0]["exceeded"], true);
     let at = revision(&app).await;
     let refused = json(app.deploy(&body).await, StatusCode::CONFLICT).await;
@@ -308,6 +308,7 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
         )
         .await;
     let plan = json(removal, StatusCode::OK).await;
+    assert_eq!(plan["budgets"][0]["application"], "wordpress");
     assert_eq!(plan["budgets"][0]["exceeded"], false);
 
     // Bad budgets are refused and change nothing.
@@ -536,7 +537,17 @@ async fn explanations_name_what_rules_a_machine_out(backend: Backend) {
 }
 
 async fn an_explanation_keeps_each_zones_refusal_while_the_machine_waits(backend: Backend) {
-    let app = spawn(backend, fast_provisioner()).await;
+    // A retry a minute away, so that the machine is still waiting when it
+    // is explained.
+    let app = spawn(
+        backend,
+        ProvisionerConfig {
+            backoff_initial_ms: 60_000,
+            backoff_max_ms: 60_000,
+            ..fast_provisioner()
+        },
+    )
+    .await;
     zones_known(&app).await;
     let faults = json!({
         "zones_down": [],

@@ -86,8 +86,9 @@ pub struct PlannedMachine {
 /// A budget and what the plan makes of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct BudgetCheck {
-    /// `model`, or the application's name.
-    pub scope: String,
+    /// The application whose budget this is; absent for the model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<String>,
     #[schema(value_type = String, example = "12.5")]
     pub hourly_budget: HourlyPrice,
     #[schema(value_type = String)]
@@ -131,10 +132,9 @@ impl Plan {
             .iter()
             .filter(|b| b.exceeded)
             .map(|b| {
-                let whose = if b.scope == "model" {
-                    "the model's".to_string()
-                } else {
-                    format!("application {:?}'s", b.scope)
+                let whose = match &b.application {
+                    None => "the model's".to_string(),
+                    Some(application) => format!("application {application:?}'s"),
                 };
                 format!(
                     "{whose} hourly cost would go from ${} to ${}, over its budget of ${}",
@@ -427,21 +427,23 @@ fn budget_checks(
     before: Costs<'_>,
     after: Costs<'_>,
 ) -> Vec<BudgetCheck> {
-    let check =
-        |scope: String, budget: HourlyPrice, was: HourlyPrice, will: HourlyPrice| BudgetCheck {
-            scope,
-            hourly_budget: budget,
-            hourly_cost_before: was,
-            hourly_cost_after: will,
-            exceeded: will > budget && will > was,
-        };
+    let check = |application: Option<String>,
+                 budget: HourlyPrice,
+                 was: HourlyPrice,
+                 will: HourlyPrice| BudgetCheck {
+        application,
+        hourly_budget: budget,
+        hourly_cost_before: was,
+        hourly_cost_after: will,
+        exceeded: will > budget && will > was,
+    };
     let mut checks = Vec::new();
     if let Some(budget) = budgets.model {
-        checks.push(check("model".into(), budget, model_before, model_after));
+        checks.push(check(None, budget, model_before, model_after));
     }
     for (application, budget) in &budgets.applications {
         checks.push(check(
-            application.to_string(),
+            Some(application.to_string()),
             *budget,
             application_cost(before, application),
             application_cost(after, application),

@@ -161,8 +161,11 @@ pub fn print_plan(plan: &Plan, format: PlanFormat, io: &mut Io<'_>) -> Result<()
     for budget in &plan.budgets {
         writeln!(
             io.out,
-            "Budget {}: ${}/h; ${}/h after{}",
-            budget.scope,
+            "Budget of {}: ${}/h; ${}/h after{}",
+            budget
+                .application
+                .as_deref()
+                .map_or_else(|| "the model".to_string(), |a| format!("application {a}")),
             budget.hourly_budget,
             budget.hourly_cost_after,
             if budget.exceeded {
