@@ -162,17 +162,6 @@ fn monthly(hourly: HourlyPrice) -> HourlyPrice {
     HourlyPrice::from_micro_usd(hourly.micro_usd().saturating_mul(HOURS_PER_MONTH))
 }
 
-/// The zones as the zone tracker sees them.
-pub fn zones_of(records: &[ZoneRecord]) -> Vec<Zone> {
-    records
-        .iter()
-        .map(|z| match z.unavailable_reason() {
-            None => Zone::available(&z.name),
-            Some(reason) => Zone::unavailable(&z.name, reason),
-        })
-        .collect()
-}
-
 /// Where machines would go and what they would launch, one after another,
 /// each counted in the census before the next is placed (as the zone
 /// tracker counts each choice).
@@ -312,7 +301,7 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
     let mut cheapest = HashMap::new();
     let mut placer = Placer {
         pricing,
-        zones: zones_of(&rehearsal.zones),
+        zones: rehearsal.zones.iter().map(ZoneRecord::zone).collect(),
         census: rehearsal.census.clone(),
         zone_of: rehearsal
             .before

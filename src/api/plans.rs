@@ -26,8 +26,10 @@ use crate::domain::explain::{explain, Explanation, Question, ZoneFacts};
 use crate::domain::instance_types::{HourlyPrice, Requirements};
 use crate::domain::machine::{is_settled, MachineState};
 use crate::domain::placement::Placement;
-use crate::plan::{plan, zones_of, Plan, Pricing};
+use crate::domain::zones::Zone;
+use crate::plan::{plan, Plan, Pricing};
 use crate::store::plans::{Check, Guard};
+use crate::store::zones::ZoneRecord;
 use crate::store::{blocking, Store, StoreError};
 
 input_or_store_error! {
@@ -245,7 +247,7 @@ pub async fn explain_machine(
         .collect();
     let provider = &pricing.provider;
     let offers = |zone: &str, t: &str| provider.offers(zone, t);
-    let zones = zones_of(&zones);
+    let zones: Vec<Zone> = zones.iter().map(ZoneRecord::zone).collect();
     let explanation = explain(&Question {
         requirements: &requirements,
         catalogue: provider.catalogue(),

@@ -407,7 +407,7 @@ fn zone_verdicts(question: &Question<'_>, fitting: &[&InstanceType]) -> Vec<Zone
         .iter()
         .map(String::as_str)
         .collect();
-    let mut names: BTreeSet<&str> = facts.zones.iter().map(|z| z.name.as_str()).collect();
+    let names: BTreeSet<&str> = facts.zones.iter().map(|z| z.name.as_str()).collect();
     let mut verdicts = Vec::new();
     if let Some(placed) = facts.placement {
         if !names.contains(placed) {
@@ -418,7 +418,7 @@ fn zone_verdicts(question: &Question<'_>, fitting: &[&InstanceType]) -> Vec<Zone
             });
         }
     }
-    for name in std::mem::take(&mut names) {
+    for name in names {
         let unavailable = facts.zones.iter().find_map(|z| match &z.health {
             ZoneHealth::Unavailable { reason } if z.name == name => Some(reason.as_str()),
             _ => None,

@@ -607,25 +607,19 @@ impl MachineActor {
 
     fn launched(&mut self, instance: Instance, root_disk: Option<u64>, ctx: &mut Context<Self>) {
         self.lost = None;
-        let hardware = match self
+        let launched_type = self
             .shared
             .provider
             .catalogue()
-            .get(&instance.instance_type)
-        {
+            .get(&instance.instance_type);
+        let hardware = match launched_type {
             Some(t) => Hardware::of(t, &instance.zone, root_disk),
             None => instance.hardware.clone(),
         };
         // A container's host pays for it.
-        let hourly_price = match &self.host {
-            None => self
-                .shared
-                .provider
-                .catalogue()
-                .get(&instance.instance_type)
-                .map(|t| t.price),
-            Some(_) => None,
-        };
+        let hourly_price = launched_type
+            .filter(|_| self.host.is_none())
+            .map(|t| t.price);
         let update = MachineUpdate {
             instance_type: Some(instance.instance_type.clone()),
             hourly_price,

@@ -14,6 +14,7 @@ use crate::domain::zones::Zone;
 use crate::engine::protocol::{ChooseZone, SetZones, WatchRestarts, ZoneTrackerRestarted};
 use crate::engine::supervision::{hooks, kinds};
 use crate::store::census::{ZoneChoice, ZoneChosen};
+use crate::store::zones::ZoneRecord;
 use crate::store::{Store, StoreError};
 
 /// The zone tracker's state: the zones as the provisioner last sent them
@@ -62,14 +63,7 @@ impl Handler<SetZones> for ZoneTracker {
     type Result = ();
 
     fn handle(&mut self, msg: SetZones, _ctx: &mut Context<Self>) {
-        self.zones = msg
-            .0
-            .into_iter()
-            .map(|z| match z.unavailable_reason() {
-                None => Zone::available(z.name),
-                Some(reason) => Zone::unavailable(z.name, reason),
-            })
-            .collect();
+        self.zones = msg.0.iter().map(ZoneRecord::zone).collect();
     }
 }
 

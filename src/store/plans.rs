@@ -21,6 +21,7 @@ use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId};
 use crate::domain::zones::ZoneCensus;
 use crate::store::census;
+use crate::store::db::Conn;
 use crate::store::records::{stored, stored_optional, MachineRecord, MachineRow};
 use crate::store::schema::{applications, machines, model, units, zones};
 use crate::store::writer::{Recorded, Tx};
@@ -102,18 +103,7 @@ impl Store {
     ///
     /// [`StoreError::Database`] and the pool's errors.
     pub fn budgets(&self) -> Result<Budgets, StoreError> {
-        self.read(|conn| {
-            let model: Option<String> = model::table
-                .select(model::hourly_budget)
-                .get_result::<Option<String>>(conn)
-                .optional()?
-                .flatten();
-            let apps: Vec<(String, Option<String>)> = applications::table
-                .filter(applications::hourly_budget.is_not_null())
-                .select((applications::name, applications::hourly_budget))
-                .load(conn)?;
-            budgets_of(model, apps)
-        })
+        self.read(read_budgets)
     }
 
     /// Sets (or with `None` clears) the hourly budget of the model, or of
@@ -159,10 +149,17 @@ impl Store {
     }
 }
 
-fn budgets_of(
-    model: Option<String>,
-    apps: Vec<(String, Option<String>)>,
-) -> Result<Budgets, StoreError> {
+/// The budgets as stored.
+fn read_budgets(conn: &mut Conn) -> Result<Budgets, StoreError> {
+    let model: Option<String> = model::table
+        .select(model::hourly_budget)
+        .get_result::<Option<String>>(conn)
+        .optional()?
+        .flatten();
+    let apps: Vec<(String, Option<String>)> = applications::table
+        .filter(applications::hourly_budget.is_not_null())
+        .select((applications::name, applications::hourly_budget))
+        .load(conn)?;
     let mut budgets = Budgets {
         model: stored_optional("model budget", model.as_deref())?,
         applications: BTreeMap::new(),
@@ -183,6 +180,13 @@ pub(crate) fn guarded<T>(
     guard: &Guard,
     op: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
+    let budgets = read_budgets(tx.conn)?;
+    // Without a dry run or a budget there is nothing to plan for: the
+    // command costs no more than itself.
+    let rehearse = guard.always || !budgets.is_empty();
+    if !rehearse && guard.if_revision.is_none() {
+        return op(tx);
+    }
     let revision = tx.revision()?;
     if let Some(expected) = guard.if_revision {
         if expected != revision {
@@ -192,18 +196,7 @@ pub(crate) fn guarded<T>(
             )));
         }
     }
-    let model_budget: Option<String> = model::table
-        .select(model::hourly_budget)
-        .get_result::<Option<String>>(tx.conn)
-        .optional()?
-        .flatten();
-    let app_budgets: Vec<(String, Option<String>)> = applications::table
-        .filter(applications::hourly_budget.is_not_null())
-        .select((applications::name, applications::hourly_budget))
-        .load(tx.conn)?;
-    let budgets = budgets_of(model_budget, app_budgets)?;
-    if !guard.always && budgets.is_empty() {
-        // Nothing to plan for: the command costs no more than itself.
+    if !rehearse {
         return op(tx);
     }
     let before = all_machines(tx)?;

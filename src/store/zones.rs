@@ -5,6 +5,7 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use crate::contracts::provider::ProviderZone;
+use crate::domain::zones::Zone;
 use crate::store::schema::zones;
 use crate::store::{ChangeKind, Entity, Store, StoreError};
 
@@ -25,6 +26,14 @@ impl ZoneRecord {
     /// Whether new machines may go here.
     pub fn available(&self) -> bool {
         self.provider_available && !self.disabled
+    }
+
+    /// The zone as zone choice sees it: available, or unavailable and why.
+    pub fn zone(&self) -> Zone {
+        match self.unavailable_reason() {
+            None => Zone::available(&self.name),
+            Some(reason) => Zone::unavailable(&self.name, reason),
+        }
     }
 
     /// Why not, when not.
