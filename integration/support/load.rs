@@ -311,27 +311,57 @@ async fn follow(
         };
         seen.bytes += chunk.len();
         seen.chunks += 1;
-        carry.extend_from_slice(&chunk);
-        let Some(end) = carry.iter().rposition(|b| *b == b'\n') else {
-            continue;
-        };
-        for line in carry[..end].split(|b| *b == b'\n') {
-            let Some(id) = line.strip_prefix(b"id: ") else {
+        let mut rest: &[u8] = &chunk;
+        if !carry.is_empty() {
+            // Finish the line the previous chunk broke off.
+            let Some(end) = memchr::memchr(b'\n', rest) else {
+                carry.extend_from_slice(rest);
                 continue;
             };
-            let revision: i64 = std::str::from_utf8(id)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(-1);
-            if revision != previous + 1 {
-                seen.breaks.push((previous, revision));
-            }
-            seen.first.get_or_insert(revision);
-            seen.last = Some(revision);
-            seen.events += 1;
-            previous = revision;
+            carry.extend_from_slice(&rest[..end]);
+            seen.count_id_line(&carry, &mut previous);
+            carry.clear();
+            rest = &rest[end + 1..];
         }
-        carry.drain(..=end);
+        // `rest` starts at a line's start; its whole lines end at its
+        // last newline, and what follows waits for the next chunk.
+        let Some(last_newline) = memchr::memrchr(b'\n', rest) else {
+            carry.extend_from_slice(rest);
+            continue;
+        };
+        let whole = &rest[..last_newline];
+        carry.extend_from_slice(&rest[last_newline + 1..]);
+        // Only `id:` lines matter, so search for them rather than
+        // walking every line: the clients share the controller's cores.
+        let line_at = |start: usize| {
+            let end = memchr::memchr(b'\n', &whole[start..]).map_or(whole.len(), |e| start + e);
+            &whole[start..end]
+        };
+        seen.count_id_line(line_at(0), &mut previous);
+        for at in memchr::memmem::find_iter(whole, b"\nid: ") {
+            seen.count_id_line(line_at(at + 1), &mut previous);
+        }
+    }
+}
+
+impl StreamSeen {
+    /// Counts `line` if it is an event's `id:` line, noting a revision
+    /// that does not follow `previous` by exactly one.
+    fn count_id_line(&mut self, line: &[u8], previous: &mut i64) {
+        let Some(id) = line.strip_prefix(b"id: ") else {
+            return;
+        };
+        let revision: i64 = std::str::from_utf8(id)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(-1);
+        if revision != *previous + 1 {
+            self.breaks.push((*previous, revision));
+        }
+        self.first.get_or_insert(revision);
+        self.last = Some(revision);
+        self.events += 1;
+        *previous = revision;
     }
 }
 

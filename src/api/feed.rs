@@ -6,7 +6,9 @@
 //! in memory; every open stream takes its frames from that tail, so a
 //! thousand watchers cost one read of the log, not a thousand, and their
 //! number is bounded by memory and file descriptors rather than by the
-//! store's connection pool.
+//! store's connection pool. The frames of one read are rendered into one
+//! buffer, and a stream is handed slices of it: a thousand watchers share
+//! one copy of each frame.
 //!
 //! # Guarantees
 //!
@@ -59,9 +61,39 @@ pub enum Next {
     Behind,
 }
 
+/// The frame of one change: bytes `start..end` of `block`, the frames of
+/// the changes appended with it, rendered into one buffer so that a run of
+/// them is handed to a stream as one slice, without copying.
+struct Frame {
+    revision: i64,
+    block: Bytes,
+    start: usize,
+    end: usize,
+}
+
+impl Frame {
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.block[self.start..self.end]
+    }
+
+    /// Whether `next` follows this frame in the same block.
+    fn runs_into(&self, next: &Frame) -> bool {
+        self.block.as_ptr() == next.block.as_ptr() && self.end == next.start
+    }
+}
+
+/// A piece smaller than this is topped up with the frames of the next
+/// blocks (copied) rather than sent alone, so a stream near the head is
+/// not sent a chunk per append.
+const LEAST_PIECE_BYTES: usize = 8 * 1024;
+
 /// Rendered change-log frames after `complete_after`, oldest first.
 struct Tail {
-    frames: VecDeque<(i64, Bytes)>,
+    frames: VecDeque<Frame>,
     bytes: usize,
     complete_after: i64,
     capacity_bytes: usize,
@@ -114,18 +146,31 @@ impl ChangeFeed {
             return;
         };
         {
-            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
+            let mut rendered = BytesMut::new();
+            let mut ends = Vec::with_capacity(changes.len());
             for change in changes {
-                let frame = sse_frame(change);
-                tail.bytes += frame.len();
-                tail.frames.push_back((change.revision, frame));
+                rendered.extend_from_slice(&sse_frame(change));
+                ends.push((change.revision, rendered.len()));
             }
+            let block = rendered.freeze();
+            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
+            let mut start = 0;
+            for (revision, end) in ends {
+                tail.frames.push_back(Frame {
+                    revision,
+                    block: block.clone(),
+                    start,
+                    end,
+                });
+                start = end;
+            }
+            tail.bytes += block.len();
             while tail.bytes > tail.capacity_bytes {
-                let Some((revision, frame)) = tail.frames.pop_front() else {
+                let Some(frame) = tail.frames.pop_front() else {
                     break;
                 };
                 tail.bytes -= frame.len();
-                tail.complete_after = revision;
+                tail.complete_after = frame.revision;
             }
         }
         self.newest.send_replace(last);
@@ -137,30 +182,42 @@ impl ChangeFeed {
         if since < tail.complete_after {
             return Next::Behind;
         }
-        let start = tail
-            .frames
-            .partition_point(|(revision, _)| *revision <= since);
-        let mut frames = tail.frames.range(start..);
-        let Some((mut last, first)) = frames.next().cloned() else {
+        let start = tail.frames.partition_point(|frame| frame.revision <= since);
+        let mut frames = tail.frames.range(start..).peekable();
+        let Some(first) = frames.next() else {
             return Next::Waiting;
         };
-        let Some((revision, second)) = frames.next() else {
-            return Next::Frames { body: first, last };
-        };
+        // The run of frames in `first`'s block, up to a piece's size: one
+        // slice of the block, not a copy.
+        let mut last = first;
+        while let Some(next) =
+            frames.next_if(|next| last.runs_into(next) && next.end - first.start <= PIECE_BYTES)
+        {
+            last = next;
+        }
+        let run = last.end - first.start;
+        let more_blocks = frames.peek().is_some_and(|next| !last.runs_into(next));
+        if run >= LEAST_PIECE_BYTES || !more_blocks {
+            return Next::Frames {
+                body: first.block.slice(first.start..last.end),
+                last: last.revision,
+            };
+        }
+        // A short run followed by other blocks: copy frames into one
+        // piece, so the stream is not sent many small chunks.
         let mut body = BytesMut::with_capacity(PIECE_BYTES.min(tail.bytes));
-        body.extend_from_slice(&first);
-        body.extend_from_slice(second);
-        last = *revision;
-        for (revision, frame) in frames {
+        body.extend_from_slice(&first.block[first.start..last.end]);
+        let mut newest = last.revision;
+        for frame in frames {
             if body.len() + frame.len() > PIECE_BYTES {
                 break;
             }
-            body.extend_from_slice(frame);
-            last = *revision;
+            body.extend_from_slice(frame.bytes());
+            newest = frame.revision;
         }
         Next::Frames {
             body: body.freeze(),
-            last,
+            last: newest,
         }
     }
 
@@ -310,6 +367,30 @@ mod tests {
             since = last;
         }
         assert_eq!(seen, (1..=n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn streams_share_the_rendered_frames_and_small_appends_are_joined() {
+        let feed = ChangeFeed::new(0);
+        feed.append(&(1..=5).map(change).collect::<Vec<_>>());
+        let piece = |since| match feed.after(since) {
+            Next::Frames { body, last } => (body, last),
+            other => panic!("expected frames, got {other:?}"),
+        };
+        // Two streams at the same place are handed the same bytes.
+        let ((one, _), (other, _)) = (piece(0), piece(0));
+        assert_eq!(one.as_ptr(), other.as_ptr());
+        // A stream that has the first frames gets the rest of that read
+        // as a slice of the same buffer.
+        let (rest, last) = piece(2);
+        assert_eq!((revisions(&rest), last), (vec![3, 4, 5], 5));
+        assert_eq!(rest.as_ptr(), one[one.len() - rest.len()..].as_ptr());
+        // Reads of one change each are joined into one piece.
+        for revision in 6..=9 {
+            feed.append(&[change(revision)]);
+        }
+        let (joined, last) = piece(5);
+        assert_eq!((revisions(&joined), last), (vec![6, 7, 8, 9], 9));
     }
 
     #[test]
