@@ -1499,3 +1499,90 @@ async fn the_openapi_document_lists_every_route() {
     assert!(doc["components"]["schemas"].get("DeployRequest").is_some());
     assert!(doc["components"]["schemas"].get("Status").is_some());
 }
+
+#[tokio::test]
+async fn status_filters_select_a_part_and_refuse_what_they_cannot_read() {
+    let app = spawn_app().await;
+    for (charm, units) in [("wordpress", 2), ("mysql", 1)] {
+        let response = app
+            .deploy(&json!({"charm": charm, "num_units": units}))
+            .await;
+        assert!(response.status().is_success());
+    }
+    let part = |query: &'static str| {
+        let app = &app;
+        async move {
+            let response = app
+                .send(Method::GET, &format!("/v1/status{query}"), None)
+                .await;
+            assert_eq!(response.status(), StatusCode::OK, "{query}");
+            json_of(response).await
+        }
+    };
+    let names =
+        |value: &Value| -> Vec<String> { value.as_object().unwrap().keys().cloned().collect() };
+    let mysql = part("?application=mysql").await;
+    assert_eq!(names(&mysql["applications"]), ["mysql"]);
+    assert_eq!(names(&mysql["machines"]), ["2"]);
+    let both = part("?application=mysql,wordpress").await;
+    assert_eq!(names(&both["applications"]), ["mysql", "wordpress"]);
+    let unit = part("?unit=wordpress/1").await;
+    assert_eq!(names(&unit["machines"]), ["1"]);
+    let range = part("?machines=0,2-9").await;
+    assert_eq!(names(&range["machines"]), ["0", "2"]);
+    assert_eq!(names(&range["applications"]), ["mysql", "wordpress"]);
+    let none = part("?machines=50-60").await;
+    assert_eq!(
+        (names(&none["machines"]), names(&none["applications"])),
+        (Vec::<String>::new(), Vec::<String>::new())
+    );
+
+    let before = app.store().revision();
+    for (query, status, code, message) in [
+        (
+            "?machines=1-",
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            r#""1-" is not a machine range: expected machine numbers and ranges such as 1-100,205"#,
+        ),
+        (
+            "?machines=9-1",
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            r#"machine range "9-1" runs backwards: write the smaller number first"#,
+        ),
+        (
+            "?application=Bad",
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            r#""Bad" is not a valid application name"#,
+        ),
+        (
+            "?unit=wordpress",
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            r#""wordpress" is not a valid unit name"#,
+        ),
+        (
+            "?application=nosuch",
+            StatusCode::NOT_FOUND,
+            "not-found",
+            r#"no application named "nosuch" in the model"#,
+        ),
+        (
+            "?unit=wordpress/7",
+            StatusCode::NOT_FOUND,
+            "not-found",
+            r#"no unit named "wordpress/7" in the model"#,
+        ),
+    ] {
+        let response = app
+            .send(Method::GET, &format!("/v1/status{query}"), None)
+            .await;
+        assert_eq!(error_of(response, status, code).await, message, "{query}");
+    }
+    let unknown = app.send(Method::GET, "/v1/status?app=mysql", None).await;
+    let message = error_of(unknown, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert!(message.contains("unknown field `app`"), "{message}");
+    assert_eq!(app.store().revision(), before);
+}

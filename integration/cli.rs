@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use berth::cli::agent::{self, AgentArgs, Clock};
 use berth::cli::follow::Backoff;
-use berth::cli::status::{watch, Format};
+use berth::cli::status::{watch, Format, PATH};
 use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
 use berth::contracts::provider::ProviderZone;
 use berth::status::view::Status;
@@ -812,6 +812,7 @@ fn status_watch_prints_again_after_a_change() {
         let (mut out, mut err) = (Chunks(sender), Vec::new());
         watch(
             &client,
+            PATH,
             Format::Json,
             &mut Io {
                 out: &mut out,
@@ -1314,4 +1315,74 @@ fn a_deploy_and_an_add_unit_larger_than_one_request_are_one_command() {
         .filter(|m| m.constraints.to_string().contains("mem=8192M"))
         .count();
     assert_eq!(with_8g, 1200);
+}
+
+#[test]
+fn status_shows_only_what_its_filters_select() {
+    let controller = start_controller();
+    ok(&controller, &["deploy", "wordpress", "-n", "3"]);
+    ok(&controller, &["deploy", "mysql"]);
+    let keys = |value: &Value| -> Vec<String> {
+        value
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let filtered = |args: &[&str]| -> Value {
+        let mut full = vec!["status", "--format", "json"];
+        full.extend_from_slice(args);
+        serde_json::from_str(&ok(&controller, &full)).expect("status json")
+    };
+    let whole = status_json(&controller);
+
+    let mysql = filtered(&["mysql"]);
+    assert_eq!(keys(&mysql["applications"]), ["mysql"]);
+    assert_eq!(keys(&mysql["machines"]), ["3"]);
+    assert_eq!(
+        mysql["applications"]["mysql"],
+        whole["applications"]["mysql"]
+    );
+    assert_eq!(mysql["machines"]["3"], whole["machines"]["3"]);
+    assert_eq!(mysql["model"], whole["model"]);
+
+    let first_two = filtered(&["--machines", "0-1"]);
+    assert_eq!(keys(&first_two["machines"]), ["0", "1"]);
+    assert_eq!(keys(&first_two["applications"]), ["wordpress"]);
+    assert_eq!(
+        keys(&first_two["applications"]["wordpress"]["units"]),
+        ["wordpress/0", "wordpress/1"]
+    );
+    // The application's status and cost are its own, not the part's.
+    let header = |v: &Value| {
+        let mut v = v["applications"]["wordpress"].clone();
+        v.as_object_mut().unwrap().remove("units");
+        v
+    };
+    assert_eq!(header(&first_two), header(&whole));
+
+    let unit = filtered(&["wordpress/2", "--machines", "0-2"]);
+    assert_eq!(keys(&unit["machines"]), ["2"]);
+    assert_eq!(
+        keys(&unit["applications"]["wordpress"]["units"]),
+        ["wordpress/2"]
+    );
+
+    let table = ok(&controller, &["status", "mysql"]);
+    assert!(table.contains("mysql/0"), "{table}");
+    assert!(!table.contains("wordpress/0"), "{table}");
+
+    let revision = whole["model"]["revision"].clone();
+    let missing = berth(&controller, &["status", "nosuch"]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing
+            .err
+            .contains(r#"no application named "nosuch" in the model"#),
+        "{}",
+        missing.err
+    );
+    let bad = berth(&controller, &["status", "--machines", "2-1"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.err.contains("runs backwards"), "{}", bad.err);
+    assert_eq!(status_json(&controller)["model"]["revision"], revision);
 }

@@ -18,6 +18,9 @@
 //!   change-log entries) written straight through the store, in the same
 //!   run on the same disk, and the ratio of the two;
 //! - status: p50 and p99 of `GET /v1/status` under concurrent readers;
+//! - filtered status: once a second application of 3 units (deployed after
+//!   the first settled) has started, p50 and p99 of 20 reads each of
+//!   `?machines=1-100` and `?application=memcached`, one at a time;
 //! - webhooks: sustained signed provider callbacks per second;
 //! - restart: from process start to answering status, and to having
 //!   reconciled every machine;
@@ -431,6 +434,54 @@ async fn status_latencies(server: &Server, n: usize) -> (f64, f64) {
     (percentile(&all, 50.0), percentile(&all, 99.0))
 }
 
+/// The p50 and p99 of 20 reads, one at a time, of the status at `query`.
+async fn filtered_latencies(server: &Server, query: &str) -> (f64, f64) {
+    let url = format!("{}/v1/status{query}", server.url);
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        let response = server
+            .client
+            .get(&url)
+            .bearer_auth(&server.token)
+            .send()
+            .await
+            .expect("filtered status");
+        assert!(
+            response.status().is_success(),
+            "{query}: {}",
+            response.status()
+        );
+        assert!(response.bytes().await.is_ok());
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    (percentile(&times, 50.0), percentile(&times, 99.0))
+}
+
+/// Deploys a second application of 3 units, waits until it has started,
+/// and measures the filtered status by machine range and by application:
+/// (range p50, range p99, application p50, application p99).
+async fn filtered_status(server: &Server, n: usize) -> [f64; 4] {
+    server
+        .post(
+            "/v1/applications",
+            json!({"charm": "memcached", "num_units": 3}),
+        )
+        .await;
+    let deadline = Instant::now() + PATIENCE;
+    while server.metric("berth_machines{state=\"started\"}").await < (n + 3) as f64 {
+        assert!(
+            Instant::now() < deadline,
+            "the second application did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (range_p50, range_p99) = filtered_latencies(server, "?machines=1-100").await;
+    let (app_p50, app_p99) = filtered_latencies(server, "?application=memcached").await;
+    [range_p50, range_p99, app_p50, app_p99]
+}
+
 async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
     let dir = bench_root().join(format!("engine-{}-{controllers}-{n}", store.name()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -495,6 +546,7 @@ async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
     let settled = started.elapsed();
 
     let (p50, p99) = status_latencies(&server, n).await;
+    let [range_p50, range_p99, app_p50, app_p99] = filtered_status(&server, n).await;
     let mut peak_mib = server.peak_rss_mib();
     let mut one_controller = Value::Null;
     if controllers == 1 {
@@ -530,6 +582,10 @@ async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
         "ratio_to_floor": ratio,
         "status_p50_ms": p50,
         "status_p99_ms": p99,
+        "filtered_machines_p50_ms": range_p50,
+        "filtered_machines_p99_ms": range_p99,
+        "filtered_application_p50_ms": app_p50,
+        "filtered_application_p99_ms": app_p99,
         "webhooks_per_s": f("webhooks_per_s"),
         "restart_to_serving_s": f("restart_to_serving_s"),
         "restart_to_reconciled_s": f("restart_to_reconciled_s"),
@@ -580,6 +636,14 @@ fn main() {
             f("restart_to_reconciled_s"),
             f("peak_rss_mib"),
         );
+            println!(
+                "{:>8} filtered status: machines=1-100 p50 {:.2} ms, p99 {:.2} ms; application=memcached p50 {:.2} ms, p99 {:.2} ms",
+                "",
+                f("filtered_machines_p50_ms"),
+                f("filtered_machines_p99_ms"),
+                f("filtered_application_p50_ms"),
+                f("filtered_application_p99_ms"),
+            );
             rows.push(row);
         }
     }

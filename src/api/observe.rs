@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::feed::Next;
 use crate::api::Shared;
+use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::view::Status;
 use crate::store::{Change, StoreError};
 
@@ -29,32 +30,68 @@ pub enum ObserveError {
     #[error("too many event streams are open (the limit is {0}); retry later")]
     TooManyStreams(usize),
     #[error(transparent)]
+    Filter(#[from] FilterError),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 route_error!(ObserveError {
     ObserveError::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+    ObserveError::Filter(e) if e.is_not_found() => StatusCode::NOT_FOUND,
+    ObserveError::Filter(_) => StatusCode::BAD_REQUEST,
     ObserveError::TooManyStreams(_) => StatusCode::SERVICE_UNAVAILABLE,
     ObserveError::Store(e) => store_status(e),
 });
 
-/// The whole state, as `juju status --format=json` shapes it.
+/// `GET /v1/status` filters: each narrows the status (see
+/// [`crate::status::filter`]); none gives the whole of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StatusQuery {
+    /// Only these applications (comma-separated names), with their units
+    /// and the machines those are on.
+    pub application: Option<String>,
+    /// Only these units (comma-separated names), with the subordinates of
+    /// principal units.
+    pub unit: Option<String>,
+    /// Only these machines and their containers, and the units on them:
+    /// numbers and ranges such as `1-100,205`.
+    pub machines: Option<String>,
+}
+
+/// The whole state, as `juju status --format=json` shapes it, or the part
+/// the filters select.
 #[utoipa::path(
     get,
     path = "/v1/status",
     operation_id = "get_status",
     tag = "observe",
+    params(StatusQuery),
     responses(
         (status = 200, description = "The status", body = Status),
+        (status = 400, description = "A filter that does not parse", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 404, description = "A filter names an application or unit the model does not have", body = ErrorBody),
         (status = 503, description = "Overloaded", body = ErrorBody),
     )
 )]
-pub async fn get_status(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {
-    let body = shared
-        .status
-        .get(&shared.state.store, &shared.state.provider.name)
-        .await?;
+pub async fn get_status(
+    shared: web::Data<Shared>,
+    query: web::Query<StatusQuery>,
+) -> Result<HttpResponse, ObserveError> {
+    let StatusQuery {
+        application,
+        unit,
+        machines,
+    } = query.into_inner();
+    let filter = StatusFilter::parse(application.as_deref(), unit.as_deref(), machines.as_deref())?;
+    let (store, cloud) = (&shared.state.store, &shared.state.provider.name);
+    let body = if filter.is_whole() {
+        shared.status.get(store, cloud).await?
+    } else {
+        shared.status.get_filtered(store, cloud, filter).await??
+    };
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(InSlices::new(body)))

@@ -189,7 +189,10 @@ pub fn served_json() -> serde_json::Result<String> {
 /// Adds to `doc` what the routes check but the derives cannot say.
 fn state_validation(doc: &mut Value) {
     use crate::domain::charm::ENDPOINT_SPEC_PATTERN;
-    use crate::domain::names::{APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN, UNIT_NAME_PATTERN};
+    use crate::domain::names::{
+        APPLICATION_LIST_PATTERN, APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN,
+        MACHINE_RANGES_PATTERN, UNIT_LIST_PATTERN, UNIT_NAME_PATTERN,
+    };
 
     for (path, parameter, pattern) in [
         ("/v1/applications/{app}", "app", APPLICATION_NAME_PATTERN),
@@ -217,6 +220,17 @@ fn state_validation(doc: &mut Value) {
         ),
     ] {
         refine_path_parameter(doc, path, parameter, json!({ "pattern": pattern }));
+    }
+    for (parameter, pattern) in [
+        ("application", APPLICATION_LIST_PATTERN),
+        ("unit", UNIT_LIST_PATTERN),
+        ("machines", MACHINE_RANGES_PATTERN),
+    ] {
+        refine_parameter(
+            doc,
+            ("/v1/status", "query", parameter),
+            json!({ "pattern": pattern }),
+        );
     }
     refine_path_parameter(
         doc,
@@ -273,6 +287,12 @@ fn state_validation(doc: &mut Value) {
 /// Sets the keys of `with` on the schema of `path`'s path parameter
 /// `parameter`, in every operation of the path.
 fn refine_path_parameter(doc: &mut Value, path: &str, parameter: &str, with: Value) {
+    refine_parameter(doc, (path, "path", parameter), with);
+}
+
+/// Sets the keys of `with` on the schema of the parameter `name` found
+/// `in` (`path` or `query`) in every operation of `path`.
+fn refine_parameter(doc: &mut Value, (path, within, name): (&str, &str, &str), with: Value) {
     let Some(item) = doc["paths"].get_mut(path).and_then(Value::as_object_mut) else {
         debug_assert!(false, "no path {path} in the document");
         return;
@@ -285,7 +305,7 @@ fn refine_path_parameter(doc: &mut Value, path: &str, parameter: &str, with: Val
             continue;
         };
         for documented in parameters {
-            if documented["name"] == parameter && documented["in"] == "path" {
+            if documented["name"] == name && documented["in"] == within {
                 refine(&mut documented["schema"], with.clone());
             }
         }
@@ -451,7 +471,10 @@ mod tests {
 
     #[test]
     fn names_and_ids_state_the_patterns_the_routes_apply() {
-        use crate::domain::names::{APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN};
+        use crate::domain::names::{
+            APPLICATION_LIST_PATTERN, APPLICATION_NAME_PATTERN, MACHINE_ID_PATTERN,
+            MACHINE_RANGES_PATTERN, UNIT_LIST_PATTERN,
+        };
         let json = served();
         let parameter = |path: &str, method: &str| {
             json["paths"][path][method]["parameters"][0]["schema"].clone()
@@ -486,6 +509,25 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with('^'));
+        let status_filters: Vec<(String, Value)> = json["paths"]["/v1/status"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["schema"]["pattern"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            status_filters,
+            vec![
+                ("application".to_string(), APPLICATION_LIST_PATTERN.into()),
+                ("unit".to_string(), UNIT_LIST_PATTERN.into()),
+                ("machines".to_string(), MACHINE_RANGES_PATTERN.into()),
+            ]
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! [`crate::status::text`]: Juju's tables by default, `--format json` the
 //! API's JSON on one line, `--format yaml` the same data as YAML.
 //! `--watch` reprints the status after every change, following the change
-//! log.
+//! log. Names (`berth status wordpress mysql/0`) and `--machines 1-100`
+//! show only part of it (see [`crate::status::filter`]).
 
 use std::time::SystemTime;
 
@@ -14,6 +15,7 @@ use crate::cli::client::Client;
 use crate::cli::error::CliError;
 use crate::cli::follow::Follower;
 use crate::cli::{Io, Session};
+use crate::status::filter::StatusFilter;
 use crate::status::text;
 use crate::status::view::Status;
 
@@ -35,6 +37,14 @@ pub enum Format {
 /// `berth status`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct StatusArgs {
+    /// Show only these applications and units (`wordpress`,
+    /// `wordpress/3`), with the machines they are on.
+    #[arg(value_name = "APPLICATION|UNIT")]
+    pub filter: Vec<String>,
+    /// Show only these machines (and their containers) and the units on
+    /// them: numbers and ranges such as `1-100,205`.
+    #[arg(long, value_name = "RANGES")]
+    pub machines: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Tabular)]
     pub format: Format,
     /// Print the status again after every change, until interrupted.
@@ -70,18 +80,43 @@ pub fn render(status: &Status, format: Format) -> Result<String, CliError> {
 ///
 /// The controller's refusal.
 pub fn run(args: &StatusArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
+    // A filter that does not parse is refused before the controller is
+    // asked.
+    let path = format!("{PATH}{}", filter_of(args)?.query());
     let client = session.client()?.clone();
     if args.watch {
-        return watch(&client, args.format, io, None);
+        return watch(&client, &path, args.format, io, None);
     }
-    let status: Status = client.get(PATH)?;
+    let status: Status = client.get(&path)?;
     write!(io.out, "{}", render(&status, args.format)?)?;
     Ok(())
 }
 
-/// Prints the status, then again after every change, `frames` times (or
-/// until interrupted). On a terminal each print replaces the last; in a
-/// file or pipe they follow each other, a blank line apart.
+/// The filter `args` ask for: each name with a `/` is a unit, any other an
+/// application.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a name or range that does not parse.
+pub fn filter_of(args: &StatusArgs) -> Result<StatusFilter, CliError> {
+    let (units, applications): (Vec<&str>, Vec<&str>) = args
+        .filter
+        .iter()
+        .map(String::as_str)
+        .partition(|name| name.contains('/'));
+    let joined = |names: Vec<&str>| (!names.is_empty()).then(|| names.join(","));
+    StatusFilter::parse(
+        joined(applications).as_deref(),
+        joined(units).as_deref(),
+        args.machines.as_deref(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Prints the status at `path` (`/v1/status`, or a filtered one), then
+/// again after every change, `frames` times (or until interrupted). On a
+/// terminal each print replaces the last; in a file or pipe they follow
+/// each other, a blank line apart.
 ///
 /// # Errors
 ///
@@ -89,6 +124,7 @@ pub fn run(args: &StatusArgs, session: &mut Session, io: &mut Io<'_>) -> Result<
 /// more.
 pub fn watch(
     client: &Client,
+    path: &str,
     format: Format,
     io: &mut Io<'_>,
     frames: Option<usize>,
@@ -96,7 +132,7 @@ pub fn watch(
     let mut follower = Follower::new(client);
     let mut shown = 0usize;
     loop {
-        let status: Status = client.get(PATH)?;
+        let status: Status = client.get(path)?;
         let text = render(&status, format)?;
         if io.tty {
             write!(io.out, "\x1b[H\x1b[2J{text}")?;
@@ -157,6 +193,8 @@ mod tests {
         assert_eq!(
             args,
             StatusArgs {
+                filter: Vec::new(),
+                machines: None,
                 format: Format::Tabular,
                 watch: false
             }
@@ -181,5 +219,54 @@ mod tests {
                 .exit_code(),
             2
         );
+    }
+
+    #[test]
+    fn status_takes_applications_units_and_machine_ranges() {
+        let Command::Status(args) = command(&[
+            "status",
+            "wordpress",
+            "mysql/0",
+            "ntp",
+            "--machines",
+            "7,1-3",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(
+            filter_of(&args).unwrap().query(),
+            "?application=ntp,wordpress&unit=mysql/0&machines=1-3,7"
+        );
+        let Command::Status(args) = command(&["status"]) else {
+            panic!()
+        };
+        assert!(filter_of(&args).unwrap().is_whole());
+        for (words, message) in [
+            (
+                &["status", "Word"][..],
+                r#""Word" is not a valid application name"#,
+            ),
+            (
+                &["status", "mysql/x"][..],
+                r#""mysql/x" is not a valid unit name"#,
+            ),
+            (
+                &["status", "--machines", "3-1"][..],
+                r#"machine range "3-1" runs backwards: write the smaller number first"#,
+            ),
+            (
+                &["status", "--machines", "a"][..],
+                r#""a" is not a machine range: expected machine numbers and ranges such as 1-100,205"#,
+            ),
+        ] {
+            let Command::Status(args) = command(words) else {
+                panic!()
+            };
+            let error = filter_of(&args).unwrap_err();
+            assert_eq!(
+                (error.to_string(), error.exit_code()),
+                (message.to_string(), 2)
+            );
+        }
     }
 }

@@ -49,6 +49,41 @@ pub const UNIT_NAME_PATTERN: &str = concat!(
     "$"
 );
 
+/// A comma-separated list of application names: `wordpress,mysql`.
+pub const APPLICATION_LIST_PATTERN: &str = concat!(
+    "^",
+    application_name_pattern!(),
+    "(,",
+    application_name_pattern!(),
+    ")*$"
+);
+
+/// A comma-separated list of unit names: `wordpress/0,mysql/3`.
+pub const UNIT_LIST_PATTERN: &str = concat!(
+    "^",
+    application_name_pattern!(),
+    "/",
+    number_pattern!(),
+    "(,",
+    application_name_pattern!(),
+    "/",
+    number_pattern!(),
+    ")*$"
+);
+
+/// Machine numbers and ranges of them, comma-separated: `1-100,205`.
+pub const MACHINE_RANGES_PATTERN: &str = concat!(
+    "^",
+    number_pattern!(),
+    "(-",
+    number_pattern!(),
+    ")?(,",
+    number_pattern!(),
+    "(-",
+    number_pattern!(),
+    ")?)*$"
+);
+
 word_enum! {
     /// The kind of container a machine can be, or host.
     ///
@@ -67,7 +102,7 @@ word_enum! {
 
 /// Whether `s` is a decimal number in Juju's form: `0`, or digits without a
 /// leading zero. (`u64::from_str` alone would also take `+1` and `01`.)
-fn parse_number(s: &str) -> Option<u64> {
+pub(crate) fn parse_number(s: &str) -> Option<u64> {
     let digits_only = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let leading_zero = s.len() > 1 && s.starts_with('0');
     if digits_only && !leading_zero {

@@ -31,6 +31,7 @@ use actix_web::web::Bytes;
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::status::document::StatusDocument;
+use crate::status::filter::{FilterError, StatusFilter};
 use crate::store::{blocking, Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
@@ -148,6 +149,35 @@ impl StatusCache {
             *latest = Some((revision, body.clone()));
         }
         Ok(body)
+    }
+
+    /// The part of the status `filter` selects, as of the store's head (or
+    /// later): rendered from the document for each request (a part is not
+    /// kept), at a cost in proportion to what it shows.
+    ///
+    /// # Errors
+    ///
+    /// The store's error if the state cannot be read; inside it, the
+    /// filter's when it names what the model does not have.
+    pub async fn get_filtered(
+        &self,
+        store: &Store,
+        cloud: &str,
+        filter: StatusFilter,
+    ) -> Result<Result<Bytes, FilterError>, StoreError> {
+        let _updating = self.updating.lock().await;
+        let document = Arc::clone(&self.document);
+        let store = store.clone();
+        let cloud = cloud.to_string();
+        blocking(move || {
+            let mut document = lock(&document);
+            bring_forward(&mut document, &store, &cloud)?;
+            let current = document
+                .as_ref()
+                .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
+            Ok(current.render_filtered(&filter).map(Bytes::from))
+        })
+        .await
     }
 
     /// How many machines are in each state and what they cost, as of the

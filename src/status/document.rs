@@ -18,12 +18,15 @@
 //! machine's state changes, the pieces of the units on it are rendered
 //! again.
 
+use std::borrow::Borrow;
+use std::cell::{Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
@@ -135,9 +138,29 @@ pub struct StatusDocument {
     units: BTreeMap<UnitName, UnitPiece>,
     /// The units on each machine, to render again when its state changes.
     units_on: HashMap<MachineId, BTreeSet<UnitName>>,
+    /// The subordinate units of each principal unit.
+    subordinates_of: HashMap<UnitName, BTreeSet<UnitName>>,
     /// How many machines are in each state.
     in_state: HashMap<MachineState, usize>,
     relations: BTreeMap<String, RelationRecord>,
+    /// Each application's view without units, rendered (see
+    /// [`StatusDocument::headers`]), and which of them changes have made
+    /// stale.
+    headers: RefCell<BTreeMap<ApplicationName, Box<str>>>,
+    stale_headers: RefCell<StaleHeaders>,
+}
+
+/// The application headers to make again before the next rendering.
+#[derive(Default)]
+struct StaleHeaders {
+    all: bool,
+    applications: BTreeSet<ApplicationName>,
+}
+
+impl StaleHeaders {
+    fn is_empty(&self) -> bool {
+        !self.all && self.applications.is_empty()
+    }
 }
 
 impl StatusDocument {
@@ -152,8 +175,14 @@ impl StatusDocument {
             applications: BTreeMap::new(),
             units: BTreeMap::new(),
             units_on: HashMap::new(),
+            subordinates_of: HashMap::new(),
             in_state: HashMap::new(),
             relations: BTreeMap::new(),
+            headers: RefCell::new(BTreeMap::new()),
+            stale_headers: RefCell::new(StaleHeaders {
+                all: true,
+                applications: BTreeSet::new(),
+            }),
         }
     }
 
@@ -191,6 +220,7 @@ impl StatusDocument {
 
     /// Brings the document up to the delta's revision.
     pub fn apply(&mut self, delta: StatusDelta) {
+        self.mark_stale_headers(&delta);
         self.revision = self.revision.max(delta.revision);
         if let Some(model) = delta.model {
             self.model = model;
@@ -240,20 +270,53 @@ impl StatusDocument {
         for (name, unit) in delta.units {
             let piece = unit.map(|unit| self.unit_piece(unit));
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
+            let now_under = piece.as_ref().and_then(|p| p.unit.principal.clone());
             let before = match piece {
                 Some(piece) => self.units.insert(name.clone(), piece),
                 None => self.units.remove(&name),
             };
-            if let Some(was_on) = before.and_then(|p| p.unit.machine) {
-                if let Some(on) = self.units_on.get_mut(&was_on) {
-                    on.remove(&name);
-                    if on.is_empty() {
-                        self.units_on.remove(&was_on);
-                    }
+            if let Some(before) = before {
+                if let Some(was_on) = before.unit.machine {
+                    forget(&mut self.units_on, &was_on, &name);
                 }
+                if let Some(was_under) = &before.unit.principal {
+                    forget(&mut self.subordinates_of, was_under, &name);
+                }
+            }
+            if let Some(principal) = now_under {
+                self.subordinates_of
+                    .entry(principal)
+                    .or_default()
+                    .insert(name.clone());
             }
             if let Some(machine) = now_on {
                 self.units_on.entry(machine).or_default().insert(name);
+            }
+        }
+    }
+
+    /// Notes the application headers `delta` changes: all of them when
+    /// applications or relations change; otherwise those of the units it
+    /// changes and of the units on the machines it changes (a machine's
+    /// state moves its units' status, its price their application's cost).
+    fn mark_stale_headers(&self, delta: &StatusDelta) {
+        let mut stale = self.stale_headers.borrow_mut();
+        if !delta.applications.is_empty() || !delta.relations.is_empty() {
+            stale.all = true;
+        }
+        if stale.all {
+            return;
+        }
+        for (name, _) in &delta.units {
+            if !stale.applications.contains(name.application()) {
+                stale.applications.insert(name.application().clone());
+            }
+        }
+        for (machine, _) in &delta.machines {
+            for name in self.units_on.get(machine).into_iter().flatten() {
+                if !stale.applications.contains(name.application()) {
+                    stale.applications.insert(name.application().clone());
+                }
             }
         }
     }
@@ -279,6 +342,161 @@ impl StatusDocument {
                 .map(|u| u.member.text.len() + 24)
                 .sum::<usize>();
         let mut out = Vec::with_capacity(pieces + 4096);
+        self.render_model(&mut out);
+        out.extend_from_slice(b",\"machines\":");
+        render_machines(&self.machines, &mut out);
+        out.extend_from_slice(b",\"applications\":");
+        let shown_principal = |name: &UnitName| {
+            self.applications.contains_key(name.application())
+                && self
+                    .units
+                    .get(name)
+                    .is_some_and(|p| p.unit.principal.is_none())
+        };
+        let headers = self.headers();
+        self.render_applications(&mut out, headers.iter(), self.units.iter(), shown_principal);
+        out.push(b'}');
+        out
+    }
+
+    /// The part of the status `filter` selects, as JSON of the same shape
+    /// as [`render`](Self::render) (see [`crate::status::filter`] for what
+    /// a filter shows). It costs what it shows: machines are found by
+    /// range and units by application or machine, never by a pass over
+    /// the whole model.
+    ///
+    /// # Errors
+    ///
+    /// [`FilterError::NoApplication`] or [`FilterError::NoUnit`] when the
+    /// filter names what the model does not have.
+    pub fn render_filtered(&self, filter: &StatusFilter) -> Result<Vec<u8>, FilterError> {
+        if filter.is_whole() {
+            return Ok(self.render());
+        }
+        let units = self.select_units(filter)?;
+        // The machines shown: those selected by range, or those the units
+        // are on, with the hosts of containers.
+        let mut machines: BTreeMap<MachineId, &MachinePiece> = BTreeMap::new();
+        match (&filter.machines, filter.names_any()) {
+            (Some(ranges), false) => {
+                for range in ranges.ranges() {
+                    let end = match range.end().checked_add(1) {
+                        Some(next) => Bound::Excluded(MachineId::new(next)),
+                        None => Bound::Unbounded,
+                    };
+                    let start = Bound::Included(MachineId::new(*range.start()));
+                    machines.extend(self.machines.range((start, end)).map(|(id, p)| (*id, p)));
+                }
+            }
+            _ => {
+                for piece in units.values() {
+                    let Some(on) = piece.unit.machine else {
+                        continue;
+                    };
+                    for id in [Some(on), on.parent()].into_iter().flatten() {
+                        if let Some(machine) = self.machines.get(&id) {
+                            machines.insert(id, machine);
+                        }
+                    }
+                }
+            }
+        }
+        let mut shown_applications: BTreeSet<&ApplicationName> =
+            units.keys().map(|name| name.application()).collect();
+        if filter.machines.is_none() {
+            shown_applications.extend(filter.applications.iter());
+        }
+        let all_headers = self.headers();
+        let headers = shown_applications
+            .into_iter()
+            .filter_map(|name| all_headers.get_key_value(name));
+
+        let mut out = Vec::with_capacity(4096);
+        self.render_model(&mut out);
+        out.extend_from_slice(b",\"machines\":");
+        render_machines(&machines, &mut out);
+        out.extend_from_slice(b",\"applications\":");
+        let shown_principal = |name: &UnitName| {
+            self.applications.contains_key(name.application())
+                && units.get(name).is_some_and(|p| p.unit.principal.is_none())
+        };
+        self.render_applications(
+            &mut out,
+            headers,
+            units.iter().map(|(name, piece)| (*name, *piece)),
+            shown_principal,
+        );
+        out.push(b'}');
+        Ok(out)
+    }
+
+    /// The units `filter` selects, by name and by machine.
+    fn select_units(
+        &self,
+        filter: &StatusFilter,
+    ) -> Result<BTreeMap<&UnitName, &UnitPiece>, FilterError> {
+        let mut units: BTreeMap<&UnitName, &UnitPiece> = BTreeMap::new();
+        if filter.names_any() {
+            for application in &filter.applications {
+                if !self.applications.contains_key(application) {
+                    return Err(FilterError::NoApplication(application.to_string()));
+                }
+                units.extend(self.units_of(application));
+            }
+            for name in &filter.units {
+                let (name, piece) = self
+                    .units
+                    .get_key_value(name)
+                    .ok_or_else(|| FilterError::NoUnit(name.to_string()))?;
+                units.insert(name, piece);
+            }
+            // The subordinates of the principals selected.
+            let principals: Vec<&UnitName> = units
+                .iter()
+                .filter(|(_, p)| p.unit.principal.is_none())
+                .map(|(name, _)| *name)
+                .collect();
+            for principal in principals {
+                for name in self.subordinates_of.get(principal).into_iter().flatten() {
+                    if let Some((name, piece)) = self.units.get_key_value(name) {
+                        units.insert(name, piece);
+                    }
+                }
+            }
+            if let Some(ranges) = &filter.machines {
+                units.retain(|_, p| p.unit.machine.is_some_and(|m| ranges.holds(m)));
+            }
+        } else if let Some(ranges) = &filter.machines {
+            for range in ranges.ranges() {
+                let end = match range.end().checked_add(1) {
+                    Some(next) => Bound::Excluded(MachineId::new(next)),
+                    None => Bound::Unbounded,
+                };
+                let start = Bound::Included(MachineId::new(*range.start()));
+                for (machine, _) in self.machines.range((start, end)) {
+                    for name in self.units_on.get(machine).into_iter().flatten() {
+                        if let Some((name, piece)) = self.units.get_key_value(name) {
+                            units.insert(name, piece);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(units)
+    }
+
+    /// `application`'s units, in order.
+    fn units_of<'a>(
+        &'a self,
+        application: &ApplicationName,
+    ) -> impl Iterator<Item = (&'a UnitName, &'a UnitPiece)> + 'a {
+        let first = UnitName::new(application.clone(), 0);
+        let last = UnitName::new(application.clone(), u64::MAX);
+        self.units.range(first..=last)
+    }
+
+    /// `{"model":{...}`: the object's opening and the model.
+    fn render_model(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"model\":");
         out.extend_from_slice(
             to_json(&model_view(
@@ -289,79 +507,74 @@ impl StatusDocument {
             ))
             .as_bytes(),
         );
-        out.extend_from_slice(b",\"machines\":");
-        self.render_machines(&mut out);
-        out.extend_from_slice(b",\"applications\":");
-        self.render_applications(&mut out);
-        out.push(b'}');
-        out
     }
 
-    fn render_machines(&self, out: &mut Vec<u8>) {
-        let mut machines = Members::open(out);
-        for (id, piece) in &self.machines {
-            if id.parent().is_some_and(|h| self.machines.contains_key(&h)) {
-                continue; // under its host
+    /// Each application's view without units, rendered: with its
+    /// relations, the most severe status of all its units and what all
+    /// their machines cost. Kept, and made again only for the applications
+    /// changes have touched since, so a request after a small change does
+    /// not fold every unit of the model again.
+    fn headers(&self) -> Ref<'_, BTreeMap<ApplicationName, Box<str>>> {
+        let stale = std::mem::take(&mut *self.stale_headers.borrow_mut());
+        if !stale.is_empty() {
+            // Every application's relations, which need all of them to
+            // tell principals from subordinates; then only the stale ones.
+            let mut views = application_headers(
+                &self.applications.values().collect::<Vec<_>>(),
+                &self.relations.values().collect::<Vec<_>>(),
+            );
+            if !stale.all {
+                views.retain(|name, _| stale.applications.contains(name));
             }
-            let containers: Vec<(&MachineId, &MachinePiece)> = if id.is_container() {
-                Vec::new()
-            } else {
-                self.machines
-                    .range((Bound::Excluded(*id), Bound::Unbounded))
-                    .take_while(|(c, _)| c.parent() == Some(*id))
-                    .collect()
-            };
-            let out = machines.raw_key(piece.member.key());
-            let nested = (!containers.is_empty()).then_some(|out: &mut Vec<u8>| {
-                let mut members = Members::open(out);
-                for (_, piece) in containers {
-                    members.push(&piece.member);
-                }
-                members.close();
-            });
-            write_extended(out, piece.member.value(), "containers", nested);
+            let names: Vec<ApplicationName> = views.keys().cloned().collect();
+            let units = || names.iter().flat_map(|name| self.units_of(name));
+            fold_application_status(
+                &mut views,
+                units().map(|(name, piece)| (name.application(), &piece.workload)),
+            );
+            fold_application_cost(
+                &mut views,
+                units()
+                    .filter(|(_, piece)| piece.unit.principal.is_none())
+                    .filter_map(|(name, piece)| {
+                        let machine = piece.unit.machine?;
+                        let price = self.machines.get(&machine).and_then(|m| m.hourly_price);
+                        Some((name.application(), machine, price))
+                    }),
+            );
+            let mut headers = self.headers.borrow_mut();
+            if stale.all {
+                headers.clear();
+            }
+            for name in &stale.applications {
+                headers.remove(name);
+            }
+            headers.extend(
+                views
+                    .into_iter()
+                    .map(|(name, header)| (name, to_json(&header))),
+            );
         }
-        machines.close();
+        self.headers.borrow()
     }
 
-    fn render_applications(&self, out: &mut Vec<u8>) {
-        let mut headers = application_headers(
-            &self.applications.values().collect::<Vec<_>>(),
-            &self.relations.values().collect::<Vec<_>>(),
-        );
-        fold_application_status(
-            &mut headers,
-            self.units
-                .iter()
-                .map(|(name, piece)| (name.application(), &piece.workload)),
-        );
-        fold_application_cost(
-            &mut headers,
-            self.units
-                .iter()
-                .filter(|(_, piece)| piece.unit.principal.is_none())
-                .filter_map(|(name, piece)| {
-                    let machine = piece.unit.machine?;
-                    let price = self.machines.get(&machine).and_then(|m| m.hourly_price);
-                    Some((name.application(), machine, price))
-                }),
-        );
-        // A subordinate is shown under its principal when that is shown
-        // among its application's units; otherwise among its own
-        // application's units.
-        let shown_principal = |name: &UnitName| {
-            self.applications.contains_key(name.application())
-                && self
-                    .units
-                    .get(name)
-                    .is_some_and(|p| p.unit.principal.is_none())
-        };
+    /// Writes the applications `headers` (rendered, in name order) with
+    /// `units` (in unit order) under them. A subordinate unit is written
+    /// under its principal when `shown_principal` says that is written;
+    /// otherwise among its own application's units.
+    fn render_applications<'a>(
+        &self,
+        out: &mut Vec<u8>,
+        headers: impl Iterator<Item = (&'a ApplicationName, &'a Box<str>)>,
+        units: impl Iterator<Item = (&'a UnitName, &'a UnitPiece)>,
+        shown_principal: impl Fn(&UnitName) -> bool,
+    ) {
         // Trees, not hash maps: a unit's name is compared with a few
         // others instead of hashed.
         let mut by_application: BTreeMap<&ApplicationName, Vec<(&UnitName, &UnitPiece)>> =
             BTreeMap::new();
         let mut by_principal: BTreeMap<&UnitName, Vec<&UnitPiece>> = BTreeMap::new();
-        for (name, piece) in &self.units {
+        for (name, piece) in units {
             match piece.unit.principal.as_ref().filter(|p| shown_principal(p)) {
                 Some(principal) => by_principal.entry(principal).or_default().push(piece),
                 None => by_application
@@ -371,7 +584,7 @@ impl StatusDocument {
             }
         }
         let mut applications = Members::open(out);
-        for (name, header) in &headers {
+        for (name, header) in headers {
             let units = by_application.get(name).map_or(&[][..], Vec::as_slice);
             let out = applications.key(name.as_str());
             let nested = (!units.is_empty()).then_some(|out: &mut Vec<u8>| {
@@ -390,10 +603,55 @@ impl StatusDocument {
                 }
                 members.close();
             });
-            write_extended(out, &to_json(header), "units", nested);
+            write_extended(out, header, "units", nested);
         }
         applications.close();
     }
+}
+
+/// Takes `name` out of `key`'s set in `index`, and the set when empty.
+fn forget<K: std::hash::Hash + Eq>(
+    index: &mut HashMap<K, BTreeSet<UnitName>>,
+    key: &K,
+    name: &UnitName,
+) {
+    if let Some(names) = index.get_mut(key) {
+        names.remove(name);
+        if names.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+/// Writes `machines` (in id order, a host's containers after it) as the
+/// status's `machines` object: each container under its host when that is
+/// among them, otherwise at the top.
+fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, out: &mut Vec<u8>) {
+    let mut members = Members::open(out);
+    for (id, piece) in machines {
+        if id.parent().is_some_and(|h| machines.contains_key(&h)) {
+            continue; // under its host
+        }
+        let containers: Vec<(&MachineId, &M)> = if id.is_container() {
+            Vec::new()
+        } else {
+            machines
+                .range((Bound::Excluded(*id), Bound::Unbounded))
+                .take_while(|(c, _)| c.parent() == Some(*id))
+                .collect()
+        };
+        let piece = piece.borrow();
+        let out = members.raw_key(piece.member.key());
+        let nested = (!containers.is_empty()).then_some(|out: &mut Vec<u8>| {
+            let mut members = Members::open(out);
+            for (_, piece) in containers {
+                members.push(&piece.borrow().member);
+            }
+            members.close();
+        });
+        write_extended(out, piece.member.value(), "containers", nested);
+    }
+    members.close();
 }
 
 /// Writes a JSON object's members one by one.
@@ -463,6 +721,7 @@ mod tests {
     use super::*;
     use crate::domain::constraints::Constraints;
     use crate::domain::machine::{Lifecycle, Machine, MachineRole};
+    use crate::status::filter::MachineRanges;
     use crate::status::view::status_view;
     use crate::store::records::{MachineRecord, UnitRecord};
 
@@ -659,6 +918,245 @@ mod tests {
 
     fn viewed(snapshot: &StatusSnapshot) -> Value {
         serde_json::to_value(status_view(snapshot, "sim")).unwrap()
+    }
+
+    /// What `filter` shows of `snapshot` by the rules `status::filter`
+    /// states, cut from the whole status view: the reference the filtered
+    /// rendering is held to.
+    fn filtered_by_the_rules(
+        snapshot: &StatusSnapshot,
+        filter: &StatusFilter,
+    ) -> Result<Value, FilterError> {
+        let whole = viewed(snapshot);
+        if filter.is_whole() {
+            return Ok(whole);
+        }
+        let mut machine_views: BTreeMap<MachineId, Value> = BTreeMap::new();
+        for (id, view) in whole["machines"].as_object().unwrap() {
+            let mut view = view.clone();
+            let containers = view.as_object_mut().unwrap().remove("containers");
+            machine_views.insert(id.parse().unwrap(), view);
+            for (id, view) in containers.iter().flat_map(|c| c.as_object().unwrap()) {
+                machine_views.insert(id.parse().unwrap(), view.clone());
+            }
+        }
+        let mut unit_views: BTreeMap<UnitName, Value> = BTreeMap::new();
+        for application in whole["applications"].as_object().unwrap().values() {
+            for (name, view) in application["units"].as_object().into_iter().flatten() {
+                let mut view = view.clone();
+                let subordinates = view.as_object_mut().unwrap().remove("subordinates");
+                unit_views.insert(name.parse().unwrap(), view);
+                for (name, view) in subordinates.iter().flat_map(|s| s.as_object().unwrap()) {
+                    unit_views.insert(name.parse().unwrap(), view.clone());
+                }
+            }
+        }
+        let exists = |m: &MachineId| snapshot.machines.iter().any(|r| r.id == *m);
+        let has_application =
+            |a: &ApplicationName| snapshot.applications.iter().any(|r| r.name == *a);
+        let record = |u: &UnitName| snapshot.units.iter().find(|r| r.name == *u);
+        let in_range = |m: Option<MachineId>| {
+            m.is_some_and(|m| filter.machines.as_ref().is_some_and(|r| r.holds(m)))
+        };
+
+        let mut units: BTreeSet<UnitName> = BTreeSet::new();
+        if filter.names_any() {
+            for a in &filter.applications {
+                if !has_application(a) {
+                    return Err(FilterError::NoApplication(a.to_string()));
+                }
+            }
+            for u in &filter.units {
+                if record(u).is_none() {
+                    return Err(FilterError::NoUnit(u.to_string()));
+                }
+            }
+            for r in &snapshot.units {
+                if filter.applications.contains(&r.application) || filter.units.contains(&r.name) {
+                    units.insert(r.name.clone());
+                }
+            }
+            let principals: BTreeSet<UnitName> = units
+                .iter()
+                .filter(|u| record(u).unwrap().principal.is_none())
+                .cloned()
+                .collect();
+            for r in &snapshot.units {
+                if r.principal.as_ref().is_some_and(|p| principals.contains(p)) {
+                    units.insert(r.name.clone());
+                }
+            }
+            if filter.machines.is_some() {
+                units.retain(|u| in_range(record(u).unwrap().machine));
+            }
+        } else {
+            for r in &snapshot.units {
+                if in_range(r.machine) && r.machine.is_some_and(|m| exists(&m)) {
+                    units.insert(r.name.clone());
+                }
+            }
+        }
+        let machines: BTreeSet<MachineId> = if filter.machines.is_some() && !filter.names_any() {
+            snapshot
+                .machines
+                .iter()
+                .map(|r| r.id)
+                .filter(|m| in_range(Some(*m)))
+                .collect()
+        } else {
+            units
+                .iter()
+                .filter_map(|u| record(u).unwrap().machine)
+                .flat_map(|m| [Some(m), m.parent()])
+                .flatten()
+                .filter(exists)
+                .collect()
+        };
+        let mut applications: BTreeSet<ApplicationName> =
+            units.iter().map(|u| u.application().clone()).collect();
+        if filter.machines.is_none() {
+            applications.extend(filter.applications.iter().cloned());
+        }
+
+        let mut machines_out = serde_json::Map::new();
+        for id in &machines {
+            if id.parent().is_some_and(|h| machines.contains(&h)) {
+                continue;
+            }
+            let mut view = machine_views[id].clone();
+            let containers: serde_json::Map<String, Value> = machines
+                .iter()
+                .filter(|c| c.parent() == Some(*id))
+                .map(|c| (c.to_string(), machine_views[c].clone()))
+                .collect();
+            if !containers.is_empty() {
+                view["containers"] = Value::Object(containers);
+            }
+            machines_out.insert(id.to_string(), view);
+        }
+        let nested_under = |u: &UnitName| {
+            let principal = record(u)?.principal.clone()?;
+            let shown = units.contains(&principal)
+                && has_application(principal.application())
+                && record(&principal)?.principal.is_none();
+            shown.then_some(principal)
+        };
+        let mut applications_out = serde_json::Map::new();
+        for a in applications.iter().filter(|a| has_application(a)) {
+            let mut view = whole["applications"][a.as_str()].clone();
+            view.as_object_mut().unwrap().remove("units");
+            let mut units_out = serde_json::Map::new();
+            for u in units.iter().filter(|u| u.application() == a) {
+                if nested_under(u).is_some() {
+                    continue;
+                }
+                let mut unit = unit_views[u].clone();
+                let subordinates: serde_json::Map<String, Value> = units
+                    .iter()
+                    .filter(|s| nested_under(s).as_ref() == Some(u))
+                    .map(|s| (s.to_string(), unit_views[s].clone()))
+                    .collect();
+                if !subordinates.is_empty() {
+                    unit["subordinates"] = Value::Object(subordinates);
+                }
+                units_out.insert(u.to_string(), unit);
+            }
+            if !units_out.is_empty() {
+                view["units"] = Value::Object(units_out);
+            }
+            applications_out.insert(a.to_string(), view);
+        }
+        Ok(json!({
+            "model": whole["model"],
+            "machines": machines_out,
+            "applications": applications_out,
+        }))
+    }
+
+    /// Filters of every kind over `snapshot`'s names and ids, with names
+    /// the model does not have among them now and then.
+    fn filters(snapshot: &StatusSnapshot, dice: &mut Dice) -> Vec<StatusFilter> {
+        let mut out = Vec::new();
+        for _ in 0..6 {
+            let mut filter = StatusFilter::default();
+            if dice.roll(2) == 0 {
+                for _ in 0..=dice.roll(2) {
+                    filter
+                        .applications
+                        .insert(dice.pick(&APPS).parse().unwrap());
+                }
+            }
+            if dice.roll(3) == 0 && !snapshot.units.is_empty() {
+                filter.units.insert(dice.pick(&snapshot.units).name.clone());
+            }
+            if dice.roll(10) == 0 {
+                filter.units.insert("mysql/99".parse().unwrap());
+            }
+            if dice.roll(2) == 0 {
+                let low = dice.roll(12);
+                let text = format!("{low}-{},{}", low + dice.roll(4), dice.roll(12));
+                filter.machines = Some(MachineRanges::parse(&text).unwrap());
+            }
+            out.push(filter);
+        }
+        out
+    }
+
+    #[test]
+    fn a_filtered_document_renders_what_the_rules_cut_from_the_whole_status() {
+        let mut shown_something = 0;
+        for seed in 1..400 {
+            let snapshot = snapshot(seed);
+            let document = StatusDocument::of(&snapshot, "sim");
+            let mut dice = Dice(seed | 1);
+            for filter in filters(&snapshot, &mut dice) {
+                let expected = filtered_by_the_rules(&snapshot, &filter);
+                let got = document
+                    .render_filtered(&filter)
+                    .map(|body| serde_json::from_slice::<Value>(&body).unwrap());
+                assert_eq!(got, expected, "seed {seed}, filter {}", filter.query());
+                shown_something +=
+                    usize::from(got.is_ok_and(|v| !v["machines"].as_object().unwrap().is_empty()));
+            }
+        }
+        // The cases are not all empty ones.
+        assert!(shown_something > 300, "{shown_something}");
+    }
+
+    #[test]
+    fn headers_made_again_for_the_applications_a_change_touches_are_right() {
+        let mut touched = 0;
+        for seed in 1..300 {
+            let mut previous = snapshot(seed);
+            let mut document = StatusDocument::of(&previous, "sim");
+            // Render once, so the headers are kept.
+            assert_eq!(rendered(&document), viewed(&previous), "seed {seed}");
+            let mut dice = Dice(seed | 1);
+            for step in 0..4 {
+                let mut next = previous.clone();
+                next.revision += 1;
+                // One unit's workload, or one machine's state and price:
+                // applications and relations stay as they are.
+                if dice.roll(2) == 0 && !next.units.is_empty() {
+                    let at = dice.roll(next.units.len() as u64) as usize;
+                    next.units[at].workload_status = dice.pick(&WORKLOADS).to_string();
+                } else if !next.machines.is_empty() {
+                    let at = dice.roll(next.machines.len() as u64) as usize;
+                    next.machines[at].machine.state = *dice.pick(&MachineState::ALL);
+                    next.machines[at].hourly_price =
+                        (dice.roll(2) == 0).then(|| "0.5".parse().unwrap());
+                }
+                document.apply(delta(&previous, &next));
+                touched += usize::from(!document.stale_headers.borrow().all);
+                assert_eq!(
+                    rendered(&document),
+                    viewed(&next),
+                    "seed {seed} step {step}"
+                );
+                previous = next;
+            }
+        }
+        assert!(touched > 500, "{touched}");
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! - [`document`]: the same view kept as rendered pieces and brought
 //!   forward by deltas, so that a request costs what changed since the last
 //!   one; it renders the same JSON as [`view`].
+//! - [`filter`]: a part of the status (applications, units, machine
+//!   ranges), rendered from the document's pieces it selects.
 //! - [`cache`]: the document kept fresh in the background and its newest
 //!   rendering shared by concurrent requests (and the machine counts
 //!   `/metrics` shows).
@@ -20,6 +22,7 @@
 
 pub mod cache;
 pub mod document;
+pub mod filter;
 pub mod snapshot;
 pub mod text;
 pub mod view;
