@@ -179,7 +179,8 @@ impl Application {
         } else {
             None
         };
-        let (provider, limits, sim) = open_provider(&config, &url, &data_dir).await?;
+        let (provider, defaults, sim) = open_provider(&config, &url, &data_dir).await?;
+        let limits = config.provider.limits.over(defaults);
         let listener = TcpListener::bind(config.listen).map_err(|source| AppError::Listen {
             address: config.listen.to_string(),
             source,

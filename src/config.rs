@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::engine::broker::{Bucket, RateLimits};
 use crate::engine::config::ProvisionerConfig;
 use crate::providers::manual::ManualConfig;
 use crate::providers::sim::SimConfig;
@@ -53,6 +54,84 @@ pub struct ProviderConfig {
     pub sim: SimConfig,
     /// `[provider.ec2]`, read by the EC2 provider.
     pub ec2: Option<toml::Table>,
+    /// `[provider.limits]`: the rate the broker calls the provider at.
+    pub limits: LimitsConfig,
+}
+
+/// One token bucket: `burst` calls at once, refilled at `per_second`.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketConfig {
+    pub burst: u32,
+    pub per_second: f64,
+}
+
+/// `[provider.limits]`: the token buckets the broker paces its calls
+/// with, each replacing the provider's default for its kind (EC2: AWS's
+/// published limits; the simulated cloud: none, paced only once it
+/// throttles). `launch`, `terminate` and `describe` are request tokens,
+/// one per call; `instances` are the instances launch calls ask for, one
+/// token each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub launch: Option<BucketConfig>,
+    pub instances: Option<BucketConfig>,
+    pub terminate: Option<BucketConfig>,
+    pub describe: Option<BucketConfig>,
+}
+
+/// The largest burst a limit may name.
+pub const MOST_BURST: u32 = 1_000_000;
+
+impl LimitsConfig {
+    fn each(&self) -> [(&'static str, Option<BucketConfig>); 4] {
+        [
+            ("launch", self.launch),
+            ("instances", self.instances),
+            ("terminate", self.terminate),
+            ("describe", self.describe),
+        ]
+    }
+
+    /// # Errors
+    ///
+    /// A sentence naming the limit that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, bucket) in self.each() {
+            let Some(bucket) = bucket else { continue };
+            if bucket.burst == 0 || bucket.burst > MOST_BURST {
+                return Err(format!(
+                    "provider.limits.{name}.burst is {}: expected 1 to {MOST_BURST}",
+                    bucket.burst
+                ));
+            }
+            if !(bucket.per_second.is_finite() && bucket.per_second > 0.0) {
+                return Err(format!(
+                    "provider.limits.{name}.per_second is {}: expected a number above 0",
+                    bucket.per_second
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `defaults` with each limit this names in its place.
+    pub fn over(&self, defaults: RateLimits) -> RateLimits {
+        let bucket = |b: Option<BucketConfig>, default: Option<Bucket>| {
+            b.map(|b| Bucket {
+                capacity: f64::from(b.burst),
+                per_second: b.per_second,
+            })
+            .or(default)
+        };
+        RateLimits {
+            launch: bucket(self.launch, defaults.launch),
+            instances: bucket(self.instances, defaults.instances),
+            terminate: bucket(self.terminate, defaults.terminate),
+            describe: bucket(self.describe, defaults.describe),
+        }
+    }
 }
 
 /// `[api]`: limits of the HTTP API.
@@ -224,6 +303,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.provisioner.validate()?;
         self.provider.sim.validate()?;
+        self.provider.limits.validate()?;
         self.api.validate()?;
         self.tls.validate(self.listen)?;
         if let Some(url) = &self.controller_url {
@@ -334,6 +414,85 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
         file
+    }
+
+    #[test]
+    fn provider_limits_replace_the_defaults_they_name() {
+        let f = file(
+            "[provider.limits]\nlaunch = { burst = 200, per_second = 50.0 }\ninstances = { burst = 20, per_second = 0.5 }\n",
+        );
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        let limits = config.provider.limits.over(RateLimits::ec2());
+        let bucket = |capacity, per_second| {
+            Some(Bucket {
+                capacity,
+                per_second,
+            })
+        };
+        assert_eq!(limits.launch, bucket(200.0, 50.0));
+        assert_eq!(limits.instances, bucket(20.0, 0.5));
+        assert_eq!(limits.terminate, RateLimits::ec2().terminate);
+        assert_eq!(limits.describe, RateLimits::ec2().describe);
+        assert_eq!(
+            Config::default()
+                .provider
+                .limits
+                .over(RateLimits::default()),
+            RateLimits::default()
+        );
+        let from_env = Config::load(
+            None,
+            env(&[
+                ("BERTH_PROVIDER__LIMITS__DESCRIBE__BURST", "7"),
+                ("BERTH_PROVIDER__LIMITS__DESCRIBE__PER_SECOND", "1.5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            from_env
+                .provider
+                .limits
+                .over(RateLimits::default())
+                .describe,
+            bucket(7.0, 1.5)
+        );
+    }
+
+    #[test]
+    fn provider_limits_that_cannot_work_are_refused() {
+        for (text, message) in [
+            (
+                "launch = { burst = 0, per_second = 1.0 }",
+                "provider.limits.launch.burst is 0: expected 1 to 1000000",
+            ),
+            (
+                "terminate = { burst = 2000000, per_second = 1.0 }",
+                "provider.limits.terminate.burst is 2000000: expected 1 to 1000000",
+            ),
+            (
+                "instances = { burst = 5, per_second = 0.0 }",
+                "provider.limits.instances.per_second is 0: expected a number above 0",
+            ),
+            (
+                "describe = { burst = 5, per_second = nan }",
+                "provider.limits.describe.per_second is NaN: expected a number above 0",
+            ),
+            ("launch = { burst = 5 }", "missing field `per_second`"),
+            (
+                "launch = { burst = 5, per_second = 1.0, extra = 1 }",
+                "unknown field `extra`",
+            ),
+            (
+                "runs = { burst = 5, per_second = 1.0 }",
+                "unknown field `runs`",
+            ),
+        ] {
+            let f = file(&format!("[provider.limits]\n{text}\n"));
+            let error = Config::load(Some(f.path()), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(message), "{text}: {error}");
+        }
     }
 
     #[test]
@@ -507,7 +666,7 @@ mod tests {
     }
 
     /// Settings by section, as a configuration file names them.
-    const SETTINGS: [(&str, &[&str]); 6] = [
+    const SETTINGS: [(&str, &[&str]); 10] = [
         (
             "",
             &[
@@ -519,6 +678,10 @@ mod tests {
             ],
         ),
         ("provider", &["kind"]),
+        ("provider.limits.launch", &["burst", "per_second"]),
+        ("provider.limits.instances", &["burst", "per_second"]),
+        ("provider.limits.terminate", &["burst", "per_second"]),
+        ("provider.limits.describe", &["burst", "per_second"]),
         (
             "provider.sim",
             &[
@@ -531,6 +694,7 @@ mod tests {
                 "capacity",
                 "outages",
                 "heartbeat_interval_ms",
+                "launch_batch",
             ],
         ),
         (
@@ -629,6 +793,7 @@ mod tests {
     /// is parsed too, and the derived paths computed.
     fn use_config(config: &Config) {
         let _ = config.database_url();
+        let _ = config.provider.limits.over(RateLimits::ec2());
         #[cfg(feature = "ec2")]
         if let Some(table) = &config.provider.ec2 {
             let _ = crate::providers::ec2::Ec2Config::from_table(table);

@@ -6,7 +6,11 @@
 //! - combines launches that are ready at the same moment into one call of
 //!   up to `Provider::max_launch_batch` requests, grouped so that one call
 //!   carries only launches the provider can make together (same zone,
-//!   type, base and image),
+//!   type, base and image); once the launch bucket is less than half full,
+//!   sends only as many calls as it has tokens for, full batches first,
+//!   and lets the rest gather into fuller batches until the next token,
+//! - takes a launch call's instance tokens too (one per instance, as AWS
+//!   counts RunInstances' resources) when an instance bucket is set,
 //! - retries throttling with backoff instead of failing the machines, and
 //!   paces itself to the provider's own limit: a throttled call slows its
 //!   kind's bucket (or, for a kind without one, gives it one at half the
@@ -22,6 +26,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,9 +46,11 @@ use crate::engine::supervision::{hooks, kinds};
 
 /// Throttled calls are tried this many more times before the error is
 /// passed on.
-const THROTTLE_RETRIES: u32 = 4;
+const THROTTLE_RETRIES: u32 = 20;
 /// The first wait after a throttling error; it doubles.
 const THROTTLE_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait after a throttling error, beside the bucket's own.
+const THROTTLE_BACKOFF_MAX: Duration = Duration::from_secs(4);
 /// While the provider refuses our credentials, one call in this long is let
 /// through to find out whether they work again.
 const UNAUTHORIZED_PROBE_INTERVAL: Duration = Duration::from_secs(30);
@@ -65,21 +72,30 @@ pub struct Bucket {
     pub per_second: f64,
 }
 
-/// The rate limits of one provider, per kind of call. `None`: unlimited.
+/// The rate limits of one provider: a bucket of request tokens per kind
+/// of call (each call takes one), and a bucket of instance tokens (each
+/// instance a launch call asks for takes one, as AWS's RunInstances
+/// resource bucket counts them). `None`: unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RateLimits {
     pub launch: Option<Bucket>,
+    pub instances: Option<Bucket>,
     pub terminate: Option<Bucket>,
     pub describe: Option<Bucket>,
 }
 
 impl RateLimits {
-    /// AWS's published EC2 defaults: RunInstances 5 and 2/s,
-    /// TerminateInstances 100 and 5/s, non-mutating calls 100 and 20/s.
+    /// AWS's published EC2 defaults: RunInstances requests 5 and 2/s,
+    /// instances launched 1,000 and 2/s, TerminateInstances requests 100
+    /// and 5/s, non-mutating calls 100 and 20/s.
     pub fn ec2() -> RateLimits {
         RateLimits {
             launch: Some(Bucket {
                 capacity: 5.0,
+                per_second: 2.0,
+            }),
+            instances: Some(Bucket {
+                capacity: 1000.0,
                 per_second: 2.0,
             }),
             terminate: Some(Bucket {
@@ -101,6 +117,8 @@ struct TokenBucket {
     limit: Bucket,
     tokens: f64,
     at: Instant,
+    /// When the provider's throttling last slowed it.
+    slowed_at: Option<Instant>,
 }
 
 impl TokenBucket {
@@ -109,16 +127,30 @@ impl TokenBucket {
             limit,
             tokens: limit.capacity,
             at: Instant::now(),
+            slowed_at: None,
         }
     }
 
     /// Takes a token (perhaps one not yet refilled) and returns the wait
     /// until it is there.
     fn reserve(&mut self, now: Instant) -> Duration {
+        self.reserve_many(1.0, now)
+    }
+
+    /// The tokens there at `now`, without taking any (below zero while
+    /// callers wait for tokens they reserved).
+    fn available(&self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        (self.tokens + elapsed * self.limit.per_second).min(self.limit.capacity)
+    }
+
+    /// Takes `count` tokens (perhaps not yet refilled) and returns the
+    /// wait until they are there.
+    fn reserve_many(&mut self, count: f64, now: Instant) -> Duration {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.limit.per_second).min(self.limit.capacity);
         self.at = now;
-        self.tokens -= 1.0;
+        self.tokens -= count;
         if self.tokens >= 0.0 || self.limit.per_second <= 0.0 {
             Duration::ZERO
         } else {
@@ -215,6 +247,8 @@ struct Buckets {
     configured: BTreeMap<CallKind, Bucket>,
     active: BTreeMap<CallKind, TokenBucket>,
     recent: BTreeMap<CallKind, RecentCalls>,
+    /// Instance tokens, which launches take one per instance asked for.
+    instances: Option<TokenBucket>,
 }
 
 impl Buckets {
@@ -230,19 +264,49 @@ impl Buckets {
                 buckets.active.insert(kind, TokenBucket::new(limit));
             }
         }
+        buckets.instances = limits.instances.map(TokenBucket::new);
         buckets
     }
 
-    /// Takes a token of `kind` and returns the wait until it is there.
-    fn reserve(&mut self, kind: CallKind, now: Instant) -> Duration {
+    /// Takes a token of `kind`, and `instances` instance tokens, and
+    /// returns the wait until they are all there.
+    fn reserve_call(&mut self, kind: CallKind, instances: usize, now: Instant) -> Duration {
         self.recent.entry(kind).or_default().record(now);
-        self.active
+        let call = self
+            .active
             .get_mut(&kind)
-            .map_or(Duration::ZERO, |b| b.reserve(now))
+            .map_or(Duration::ZERO, |b| b.reserve(now));
+        let launched = match (&mut self.instances, instances) {
+            (Some(bucket), n) if n > 0 => bucket.reserve_many(n as f64, now),
+            _ => Duration::ZERO,
+        };
+        call.max(launched)
     }
 
-    /// The provider throttled a call of `kind`.
-    fn throttled(&mut self, kind: CallKind, now: Instant) {
+    /// What `kind`'s bucket holds at `now`; `None` while `kind` is
+    /// unpaced.
+    fn ready(&self, kind: CallKind, now: Instant) -> Option<Ready> {
+        let bucket = self.active.get(&kind)?;
+        let available = bucket.available(now);
+        let whole = available.max(0.0).floor();
+        let next = if bucket.limit.per_second > 0.0 {
+            Duration::from_secs_f64((whole + 1.0 - available) / bucket.limit.per_second)
+        } else {
+            Duration::from_secs(1)
+        };
+        Some(Ready {
+            tokens: whole as usize,
+            next,
+            capacity: bucket.limit.capacity,
+        })
+    }
+
+    /// The provider throttled a call of `kind` that was sent at `sent`.
+    /// A call sent before the last slow-down was sent at the old pace:
+    /// its refusal spends the tokens but slows nothing further, so a
+    /// burst of refusals of calls already in flight halves the rate once,
+    /// not once each.
+    fn throttled(&mut self, kind: CallKind, sent: Instant, now: Instant) {
         let observed = self.recent.entry(kind).or_default().rate(now);
         let bucket = self.active.entry(kind).or_insert_with(|| {
             TokenBucket::new(Bucket {
@@ -250,7 +314,12 @@ impl Buckets {
                 per_second: observed,
             })
         });
+        if bucket.slowed_at.is_some_and(|slowed| sent < slowed) {
+            bucket.drain();
+            return;
+        }
         bucket.slow_down(observed);
+        bucket.slowed_at = Some(now);
         log::info!(
             "provider throttled a {} call: pacing {} calls at {:.2}/s",
             kind.as_str(),
@@ -281,6 +350,14 @@ impl Buckets {
     }
 }
 
+/// What a bucket holds: the calls that can go now, when one more can, and
+/// its burst.
+struct Ready {
+    tokens: usize,
+    next: Duration,
+    capacity: f64,
+}
+
 /// What the broker shares with the tasks that make the calls.
 struct Gate {
     provider: Arc<dyn Provider>,
@@ -294,6 +371,9 @@ struct Gate {
     /// This controller's leases: launches and terminations are sent only
     /// while they can be trusted.
     fence: Option<Arc<LeaseClock>>,
+    /// Launch calls sent by the broker that have not yet taken their
+    /// token, which the tokens ready now are already promised to.
+    launches_unadmitted: AtomicUsize,
 }
 
 fn is_throttling(error: &ProviderError) -> bool {
@@ -318,9 +398,10 @@ impl Gate {
         }
     }
 
-    /// Waits for a token of `kind`; returns the refusal instead if the
-    /// provider is refusing our credentials and this is not a probe.
-    async fn admit(&self, kind: CallKind) -> Result<(), ProviderError> {
+    /// Waits for a token of `kind` (and `instances` instance tokens);
+    /// returns the refusal instead if the provider is refusing our
+    /// credentials and this is not a probe.
+    async fn admit(&self, kind: CallKind, instances: usize) -> Result<(), ProviderError> {
         if let Ok(mut refused) = self.refused.lock() {
             if let Some((error, last_probe)) = refused.as_mut() {
                 if last_probe.elapsed() < UNAUTHORIZED_PROBE_INTERVAL {
@@ -330,18 +411,23 @@ impl Gate {
             }
         }
         let wait = match self.buckets.lock() {
-            Ok(mut buckets) => buckets.reserve(kind, Instant::now()),
+            Ok(mut buckets) => buckets.reserve_call(kind, instances, Instant::now()),
             Err(_) => Duration::ZERO,
         };
+        if kind == CallKind::Launch {
+            let _ =
+                self.launches_unadmitted
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
         Ok(())
     }
 
-    fn throttled(&self, kind: CallKind) {
+    fn throttled(&self, kind: CallKind, sent: Instant) {
         if let Ok(mut buckets) = self.buckets.lock() {
-            buckets.throttled(kind, Instant::now());
+            buckets.throttled(kind, sent, Instant::now());
         }
     }
 
@@ -376,12 +462,13 @@ impl Gate {
         }
     }
 
-    /// Runs one provider call under the gate: a token, a slot, a timeout,
-    /// panic isolation, and throttling retries. `first_error` picks the
-    /// error out of the call's result (for calls with one result each).
+    /// Runs one provider call under the gate: a token (and `instances`
+    /// instance tokens for a launch), a slot, a timeout, panic isolation,
+    /// and throttling retries. `first_error` picks the error out of the
+    /// call's result (for calls with one result each).
     async fn call<T, F, Fut>(
         self: Arc<Self>,
-        kind: CallKind,
+        (kind, instances): (CallKind, usize),
         fence: Option<Fence>,
         make: F,
         first_error: fn(&T) -> Option<&ProviderError>,
@@ -400,7 +487,7 @@ impl Gate {
         let mut backoff = THROTTLE_BACKOFF;
         let mut tries = 0;
         loop {
-            self.admit(kind).await?;
+            self.admit(kind, instances).await?;
             // Checked once the call may go, as late as can be.
             self.check_fence(fence.as_ref())?;
             let started = Instant::now();
@@ -431,7 +518,7 @@ impl Gate {
             self.outcome(kind, started, error.as_ref());
             let throttled = error.as_ref().is_some_and(is_throttling);
             if throttled {
-                self.throttled(kind);
+                self.throttled(kind, started);
             } else {
                 self.answered(kind);
             }
@@ -443,7 +530,7 @@ impl Gate {
                         kind.as_str()
                     );
                     tokio::time::sleep(backoff).await;
-                    backoff *= 2;
+                    backoff = (backoff * 2).min(THROTTLE_BACKOFF_MAX);
                 }
                 _ => return result,
             }
@@ -462,6 +549,8 @@ pub struct ProviderBroker {
         oneshot::Sender<Result<Instance, ProviderError>>,
     )>,
     flush_scheduled: bool,
+    /// Launches wait for the launch bucket to refill: a flush is due then.
+    waiting_for_tokens: bool,
 }
 
 impl ProviderBroker {
@@ -482,10 +571,12 @@ impl ProviderBroker {
                 refused: Mutex::new(None),
                 observer,
                 fence: None,
+                launches_unadmitted: AtomicUsize::new(0),
             }),
             max_batch,
             pending: Vec::new(),
             flush_scheduled: false,
+            waiting_for_tokens: false,
         }
     }
 
@@ -498,9 +589,12 @@ impl ProviderBroker {
         self
     }
 
-    /// Sends the waiting launches, grouped and in batches.
-    fn flush(&mut self) {
-        self.flush_scheduled = false;
+    /// Sends the waiting launches, grouped and in batches: as many
+    /// batches as the launch bucket has tokens for now, fullest first. The
+    /// rest wait for the next token, gathering the launches that arrive
+    /// meanwhile, so that a paced broker sends full batches rather than
+    /// a queue of small ones each waiting for a token of its own.
+    fn flush(&mut self, ctx: &mut Context<Self>, waited: bool) {
         let mut groups: BTreeMap<String, Vec<_>> = BTreeMap::new();
         for (request, reply) in self.pending.drain(..) {
             let key = format!(
@@ -513,12 +607,63 @@ impl ProviderBroker {
             );
             groups.entry(key).or_default().push((request, reply));
         }
+        let mut batches = Vec::new();
         for (_, mut group) in groups {
             while !group.is_empty() {
-                let batch: Vec<_> = group.drain(..group.len().min(self.max_batch)).collect();
-                let gate = self.gate.clone();
-                actix::spawn(launch_batch(gate, batch));
+                batches.push(
+                    group
+                        .drain(..group.len().min(self.max_batch))
+                        .collect::<Vec<_>>(),
+                );
             }
+        }
+        // Fullest first; a stable sort keeps the groups' order otherwise.
+        batches.sort_by_key(|batch| std::cmp::Reverse(batch.len()));
+        let ready = self
+            .gate
+            .buckets
+            .lock()
+            .ok()
+            .and_then(|buckets| buckets.ready(CallKind::Launch, Instant::now()));
+        let mut later = Vec::new();
+        let mut next_token = Duration::ZERO;
+        if let Some(ready) = ready {
+            let promised = self.gate.launches_unadmitted.load(Ordering::SeqCst);
+            let mut free = ready.tokens.saturating_sub(promised);
+            // While the bucket is at least half full a batch goes as it
+            // is; below that only a full one goes at once, and a partial
+            // one after waiting for a token, gathering launches meanwhile.
+            let plentiful = free as f64 >= ready.capacity / 2.0;
+            let mut sending = Vec::new();
+            for batch in batches {
+                let full = batch.len() >= self.max_batch;
+                if free > 0 && (full || plentiful || waited) {
+                    free -= 1;
+                    sending.push(batch);
+                } else {
+                    later.push(batch);
+                }
+            }
+            // Something moves after every wait, or a bucket that never
+            // refills would hold launches for ever; admission waits for
+            // its token.
+            if sending.is_empty() && waited && !later.is_empty() {
+                sending.push(later.remove(0));
+            }
+            batches = sending;
+            next_token = ready.next;
+        }
+        for batch in batches {
+            self.gate.launches_unadmitted.fetch_add(1, Ordering::SeqCst);
+            actix::spawn(launch_batch(self.gate.clone(), batch));
+        }
+        self.pending.extend(later.into_iter().flatten());
+        if !self.pending.is_empty() {
+            self.waiting_for_tokens = true;
+            ctx.run_later(next_token.max(Duration::from_millis(1)), |broker, ctx| {
+                broker.waiting_for_tokens = false;
+                broker.flush(ctx, true);
+            });
         }
     }
 }
@@ -541,7 +686,7 @@ async fn launch_batch(
     let result = gate
         .clone()
         .call(
-            CallKind::Launch,
+            (CallKind::Launch, count),
             Some(fence),
             move |provider| {
                 let requests = sent.clone();
@@ -554,7 +699,9 @@ async fn launch_batch(
         .await;
     let mut results = match result {
         Ok(results) => results,
-        Err(e) if count > 1 && e.class != FailureClass::Unauthorized => {
+        // Not after throttling: one call each would only ask the provider
+        // more often.
+        Err(e) if count > 1 && e.class != FailureClass::Unauthorized && !is_throttling(&e) => {
             log::warn!(
                 "a batch of {count} launches failed as a whole ({e}); trying each on its own"
             );
@@ -590,6 +737,7 @@ impl Supervised for ProviderBroker {
         // transient failure and try again. Calls in flight run on.
         self.pending.clear();
         self.flush_scheduled = false;
+        self.waiting_for_tokens = false;
     }
 }
 
@@ -600,12 +748,17 @@ impl Handler<Launch> for ProviderBroker {
         hooks::checkpoint(kinds::PROVIDER_BROKER);
         let (reply, answer) = oneshot::channel();
         self.pending.push((msg.request, reply));
-        if self.pending.len() >= self.max_batch {
-            self.flush();
+        if self.waiting_for_tokens {
+            // The flush due when the launch bucket refills sends it.
+        } else if self.pending.len() >= self.max_batch {
+            self.flush(ctx, false);
         } else if !self.flush_scheduled {
             self.flush_scheduled = true;
             // Everything that arrives before this runs joins the batch.
-            ctx.run_later(Duration::ZERO, |broker, _| broker.flush());
+            ctx.run_later(Duration::ZERO, |broker, ctx| {
+                broker.flush_scheduled = false;
+                broker.flush(ctx, false);
+            });
         }
         let (started, failed) = (msg.started, msg.failed);
         actix::spawn(async move {
@@ -638,7 +791,7 @@ impl Handler<Terminate> for ProviderBroker {
         Box::pin(async move {
             let result = gate
                 .call(
-                    CallKind::Terminate,
+                    (CallKind::Terminate, 0),
                     Some(fence),
                     move |provider| {
                         let ids = ids.clone();
@@ -668,7 +821,7 @@ impl Handler<ListInstances> for ProviderBroker {
         let gate = self.gate.clone();
         Box::pin(async move {
             gate.call(
-                CallKind::Describe,
+                (CallKind::Describe, 0),
                 None,
                 move |provider| {
                     let controller = msg.controller_uuid.clone();
@@ -689,7 +842,7 @@ impl Handler<ListZones> for ProviderBroker {
         let gate = self.gate.clone();
         Box::pin(async move {
             gate.call(
-                CallKind::Describe,
+                (CallKind::Describe, 0),
                 None,
                 |provider| async move { provider.zones().await },
                 |result: &Result<Vec<ProviderZone>, ProviderError>| result.as_ref().err(),
@@ -739,6 +892,47 @@ mod tests {
     }
 
     #[test]
+    fn a_launch_takes_an_instance_token_for_each_instance_it_asks_for() {
+        let mut buckets = Buckets::new(RateLimits {
+            launch: Some(Bucket {
+                capacity: 100.0,
+                per_second: 100.0,
+            }),
+            instances: Some(Bucket {
+                capacity: 10.0,
+                per_second: 2.0,
+            }),
+            ..RateLimits::default()
+        });
+        let now = Instant::now();
+        // Two calls of five instances each spend the ten instance tokens.
+        for _ in 0..2 {
+            assert_eq!(
+                buckets.reserve_call(CallKind::Launch, 5, now),
+                Duration::ZERO
+            );
+        }
+        // The next five wait for five tokens at two a second.
+        assert_eq!(
+            buckets.reserve_call(CallKind::Launch, 5, now),
+            Duration::from_millis(2500)
+        );
+        // Other calls take no instance tokens.
+        assert_eq!(
+            buckets.reserve_call(CallKind::Describe, 0, now),
+            Duration::ZERO
+        );
+        // EC2's published instance bucket is configured by default.
+        assert_eq!(
+            RateLimits::ec2().instances,
+            Some(Bucket {
+                capacity: 1000.0,
+                per_second: 2.0,
+            })
+        );
+    }
+
+    #[test]
     fn a_drained_bucket_makes_the_next_caller_wait() {
         let mut bucket = TokenBucket::new(Bucket {
             capacity: 100.0,
@@ -753,19 +947,53 @@ mod tests {
         let mut buckets = Buckets::new(RateLimits::default());
         let now = Instant::now();
         for _ in 0..8 {
-            assert_eq!(buckets.reserve(CallKind::Launch, now), Duration::ZERO);
+            assert_eq!(
+                buckets.reserve_call(CallKind::Launch, 0, now),
+                Duration::ZERO
+            );
         }
         assert_eq!(buckets.rate(CallKind::Launch), None);
-        buckets.throttled(CallKind::Launch, now);
+        buckets.throttled(CallKind::Launch, now, now);
         assert_eq!(buckets.rate(CallKind::Launch), Some(4.0));
         // Spent: the next call waits a quarter of a second.
         assert_eq!(
-            buckets.reserve(CallKind::Launch, now),
+            buckets.reserve_call(CallKind::Launch, 0, now),
             Duration::from_millis(250)
         );
         // Other kinds are not paced.
-        assert_eq!(buckets.reserve(CallKind::Describe, now), Duration::ZERO);
+        assert_eq!(
+            buckets.reserve_call(CallKind::Describe, 0, now),
+            Duration::ZERO
+        );
         assert_eq!(buckets.rate(CallKind::Describe), None);
+    }
+
+    #[test]
+    fn refusals_of_calls_sent_before_a_slow_down_do_not_slow_it_again() {
+        let mut buckets = Buckets::new(RateLimits {
+            launch: Some(Bucket {
+                capacity: 10.0,
+                per_second: 40.0,
+            }),
+            ..RateLimits::default()
+        });
+        let sent = Instant::now();
+        // Called at 40 a second, as configured.
+        for _ in 0..40 {
+            buckets.reserve_call(CallKind::Launch, 0, sent);
+        }
+        let now = sent + Duration::from_millis(100);
+        buckets.throttled(CallKind::Launch, sent, now);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(20.0));
+        // Nine more calls sent with the first come back refused.
+        for _ in 0..9 {
+            buckets.throttled(CallKind::Launch, sent, now + Duration::from_millis(5));
+        }
+        assert_eq!(buckets.rate(CallKind::Launch), Some(20.0));
+        // A call sent after the slow-down and refused slows it again.
+        let later = now + Duration::from_millis(50);
+        buckets.throttled(CallKind::Launch, later, later);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(10.0));
     }
 
     #[test]
@@ -773,11 +1001,11 @@ mod tests {
         let mut buckets = Buckets::new(RateLimits::ec2());
         let now = Instant::now();
         // Called slowly, the configured rate is what is halved.
-        buckets.reserve(CallKind::Launch, now);
-        buckets.throttled(CallKind::Launch, now);
+        buckets.reserve_call(CallKind::Launch, 0, now);
+        buckets.throttled(CallKind::Launch, now, now);
         assert_eq!(buckets.rate(CallKind::Launch), Some(0.5));
         for _ in 0..10 {
-            buckets.throttled(CallKind::Launch, now);
+            buckets.throttled(CallKind::Launch, now, now);
         }
         assert_eq!(buckets.rate(CallKind::Launch), Some(SLOWEST_RATE));
     }
@@ -786,7 +1014,7 @@ mod tests {
     fn calls_that_go_through_bring_a_slowed_bucket_back_to_its_limit() {
         let mut buckets = Buckets::new(RateLimits::ec2());
         let now = Instant::now();
-        buckets.throttled(CallKind::Launch, now);
+        buckets.throttled(CallKind::Launch, now, now);
         let slowed = buckets.rate(CallKind::Launch).unwrap();
         buckets.answered(CallKind::Launch);
         let faster = buckets.rate(CallKind::Launch).unwrap();
@@ -804,7 +1032,7 @@ mod tests {
     fn a_kind_without_a_limit_is_unpaced_again_once_it_is_fast() {
         let mut buckets = Buckets::new(RateLimits::default());
         let now = Instant::now();
-        buckets.throttled(CallKind::Terminate, now);
+        buckets.throttled(CallKind::Terminate, now, now);
         assert_eq!(buckets.rate(CallKind::Terminate), Some(0.5));
         let mut calls = 0;
         while buckets.rate(CallKind::Terminate).is_some() {

@@ -9,6 +9,7 @@
 //! failure_rate = 0.0        # share of launches that fail transiently
 //! seed = 1                  # the same seed gives the same ids and failures
 //! outages = ["sim-c"]       # zones that are out
+//! launch_batch = 500        # the most launches one call carries (5 is EC2's)
 //!
 //! [provider.sim.capacity]   # most live instances per zone; absent: unlimited
 //! "sim-a" = 3
@@ -50,6 +51,9 @@ pub struct SimConfig {
     /// How often the simulated agents that checked in report that they are
     /// alive, as real agents' heartbeats do.
     pub heartbeat_interval_ms: u64,
+    /// The most launches one call carries, 1 to [`super::MAX_LAUNCH_BATCH`]:
+    /// 5 makes the broker call the cloud as often as it calls EC2.
+    pub launch_batch: usize,
 }
 
 impl Default for SimConfig {
@@ -64,6 +68,7 @@ impl Default for SimConfig {
             capacity: BTreeMap::new(),
             outages: Vec::new(),
             heartbeat_interval_ms: 30_000,
+            launch_batch: super::MAX_LAUNCH_BATCH,
         }
     }
 }
@@ -81,6 +86,13 @@ impl SimConfig {
         check_failure_rate(self.failure_rate)?;
         if self.heartbeat_interval_ms == 0 {
             return Err("heartbeat_interval_ms must be at least 1".to_string());
+        }
+        if !(1..=super::MAX_LAUNCH_BATCH).contains(&self.launch_batch) {
+            return Err(format!(
+                "launch_batch is {}: expected 1 to {}",
+                self.launch_batch,
+                super::MAX_LAUNCH_BATCH
+            ));
         }
         if self.zones.is_empty() {
             return Err("zones is empty: expected at least one zone name".to_string());

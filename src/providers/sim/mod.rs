@@ -98,7 +98,8 @@ pub use faults::{CallCounts, FaultSet, Throttle};
 pub use records::{addresses_of, AgentState, LedgerEntry, Tags};
 pub use shared::ORPHAN_GRACE_MS;
 
-/// The most launches one call carries.
+/// The most launches one call carries (and the default of
+/// `[provider.sim] launch_batch`).
 pub const MAX_LAUNCH_BATCH: usize = 500;
 
 /// How many times a refused agent tries to check in.
@@ -185,6 +186,8 @@ struct Settings {
     shared: bool,
     /// How often connected agents report that they are alive.
     heartbeat_interval: Duration,
+    /// The most launches one call carries.
+    launch_batch: usize,
 }
 
 /// What an administrator may change at run time: the faults in force,
@@ -348,6 +351,7 @@ impl SimProvider {
                 stored,
                 shared,
                 heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
+                launch_batch: config.launch_batch,
             },
             knobs: Mutex::new(Knobs {
                 faults: FaultSet::from_config(&config),
@@ -1568,7 +1572,7 @@ impl Provider for SimProvider {
     }
 
     fn max_launch_batch(&self) -> usize {
-        MAX_LAUNCH_BATCH
+        self.inner.settings.launch_batch
     }
 
     fn supports_containers(&self) -> bool {

@@ -1006,6 +1006,23 @@ fn the_cloud_describes_itself() {
     // The controller names the cloud before it has opened it.
     assert_eq!(cloud.name(), crate::config::ProviderKind::Sim.name());
     assert_eq!(cloud.max_launch_batch(), MAX_LAUNCH_BATCH);
+    let like_ec2 = sim(SimConfig {
+        launch_batch: 5,
+        ..SimConfig::default()
+    });
+    assert_eq!(like_ec2.max_launch_batch(), 5);
+    for wrong in [0, MAX_LAUNCH_BATCH + 1] {
+        let config = SimConfig {
+            launch_batch: wrong,
+            ..SimConfig::default()
+        };
+        assert_eq!(
+            config.validate(),
+            Err(format!(
+                "launch_batch is {wrong}: expected 1 to {MAX_LAUNCH_BATCH}"
+            ))
+        );
+    }
     assert!(cloud.supports_containers());
     assert_eq!(
         cloud.catalogue().len(),

@@ -1,0 +1,277 @@
+//! The broker's pacing against a cloud that throttles like AWS: `cargo
+//! bench --bench pacing`.
+//!
+//! A real `berth serve` process on SQLite and the simulated cloud with no
+//! delays; `PUT /v1/sim/faults` gives the cloud a request bucket (default
+//! burst 200, refilled at 50 a second: `BERTH_BENCH_THROTTLE=200,50`),
+//! which every provider call must take a token from or be refused with
+//! `RequestLimitExceeded`, and takes at most 5 launches a call
+//! (`[provider.sim] launch_batch`, EC2's batch). Then 2,000 units are deployed
+//! (`BERTH_BENCH_SIZES`) and timed to every machine `started`, twice:
+//!
+//! - configured: the broker's launch bucket set to the cloud's
+//!   (`[provider.limits] launch`), as EC2's published limits are its
+//!   defaults there;
+//! - learning: no limit configured, so the broker paces itself only from
+//!   the refusals.
+//!
+//! The floor is the time the bucket alone needs for the fewest launch
+//! calls the deploy can be made in (the machines in calls of the cloud's
+//! largest batch, 5): (calls - burst) / rate. It prints the time to
+//! settled, its ratio to the floor, the launch calls made and refused
+//! (from `/metrics`), and how many machines ended in a provisioning error;
+//! it writes `target/bench/pacing.json`. Nothing is asserted: the figures
+//! go into BENCHMARKS.md.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The largest launch call: EC2's, which the simulated cloud is set to.
+const LAUNCH_BATCH: usize = 5;
+
+/// Units one API request may add.
+const PER_REQUEST: usize = 1000;
+
+/// How long a run may take before it gives up.
+const PATIENCE: Duration = Duration::from_secs(600);
+
+fn setting(name: &str, default: Vec<f64>) -> Vec<f64> {
+    std::env::var(name)
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<f64>| !v.is_empty())
+        .unwrap_or(default)
+}
+
+fn bench_root() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench")
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl Server {
+    async fn start(dir: &Path, config: &str) -> Server {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("bench dir");
+        let config_file = dir.join("berth.toml");
+        std::fs::write(&config_file, config).expect("config file");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--config")
+            .arg(&config_file)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start berth serve");
+        let url = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + PATIENCE;
+        let token = loop {
+            if let Ok(token) = std::fs::read_to_string(dir.join("data/admin.token")) {
+                let up = client
+                    .get(format!("{url}/v1/status"))
+                    .bearer_auth(token.trim())
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if up {
+                    break token.trim().to_string();
+                }
+            }
+            assert!(Instant::now() < deadline, "berth serve did not come up");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        Server {
+            child,
+            url,
+            token,
+            client,
+        }
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) {
+        let response = self
+            .client
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status();
+        assert!(
+            status.is_success(),
+            "{path}: {status} {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+
+    async fn metric(&self, series: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value {
+    // The cloud takes launches in EC2's batches, so the deploy makes as
+    // many calls as it would on EC2.
+    let mut config = format!("[provider.sim]\nlaunch_batch = {LAUNCH_BATCH}\n");
+    if mode == "configured" {
+        config.push_str(&format!(
+            "[provider.limits]\nlaunch = {{ burst = {}, per_second = {per_second} }}\n",
+            burst as u32
+        ));
+    }
+    let dir = bench_root().join(format!("pacing-{mode}-{machines}"));
+    let server = Server::start(&dir, &config).await;
+    server
+        .send(
+            reqwest::Method::PUT,
+            "/v1/sim/faults",
+            json!({"throttle": {"burst": burst as u32, "per_second": per_second}}),
+        )
+        .await;
+    let started = Instant::now();
+    let mut remaining = machines;
+    let mut first = true;
+    while remaining > 0 {
+        let count = remaining.min(PER_REQUEST);
+        let (path, body) = if first {
+            (
+                "/v1/applications",
+                json!({"charm": "wordpress", "num_units": count}),
+            )
+        } else {
+            (
+                "/v1/applications/wordpress/units",
+                json!({"num_units": count}),
+            )
+        };
+        server.send(reqwest::Method::POST, path, body).await;
+        first = false;
+        remaining -= count;
+    }
+    let deadline = Instant::now() + PATIENCE;
+    let (mut done, mut errors) = (0.0, 0.0);
+    while done + errors < machines as f64 {
+        assert!(Instant::now() < deadline, "the deploy did not settle");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        done = server.metric("berth_machines{state=\"started\"}").await;
+        errors = server
+            .metric("berth_machines{state=\"provisioning-error\"}")
+            .await;
+    }
+    let settled = started.elapsed().as_secs_f64();
+    let calls = |outcome: &'static str| {
+        let server = &server;
+        async move {
+            server
+                .metric(&format!(
+                    "berth_provider_calls_total{{kind=\"launch\",outcome=\"{outcome}\"}}"
+                ))
+                .await
+        }
+    };
+    let (ok, refused) = (calls("ok").await, calls("error").await);
+    let fewest_calls = machines.div_ceil(LAUNCH_BATCH) as f64;
+    let floor = ((fewest_calls - burst).max(0.0) / per_second).max(f64::EPSILON);
+    json!({
+        "mode": mode,
+        "machines": machines,
+        "burst": burst,
+        "per_second": per_second,
+        "settled_s": settled,
+        "floor_s": floor,
+        "ratio_to_floor": settled / floor,
+        "launch_calls_ok": ok,
+        "launch_calls_refused": refused,
+        "fewest_launch_calls": fewest_calls,
+        "provisioning_errors": errors,
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let throttle = setting("BERTH_BENCH_THROTTLE", vec![200.0, 50.0]);
+    let (burst, per_second) = (throttle[0], *throttle.get(1).unwrap_or(&50.0));
+    println!(
+        "{:>11} {:>9} {:>10} {:>8} {:>7} {:>9} {:>9} {:>7} {:>7}",
+        "mode",
+        "machines",
+        "settled s",
+        "floor s",
+        "ratio",
+        "calls ok",
+        "refused",
+        "fewest",
+        "errors"
+    );
+    let mut rows = Vec::new();
+    for machines in setting("BERTH_BENCH_SIZES", vec![2000.0]) {
+        for mode in ["configured", "learning"] {
+            let row = runtime.block_on(run(mode, machines as usize, burst, per_second));
+            let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{:>11} {:>9} {:>10.2} {:>8.2} {:>7.2} {:>9} {:>9} {:>7} {:>7}",
+                mode,
+                machines,
+                f("settled_s"),
+                f("floor_s"),
+                f("ratio_to_floor"),
+                f("launch_calls_ok"),
+                f("launch_calls_refused"),
+                f("fewest_launch_calls"),
+                f("provisioning_errors"),
+            );
+            rows.push(row);
+        }
+    }
+    let out = bench_root().join("pacing.json");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&json!({ "runs": rows })).expect("json"),
+    )
+    .expect("write the results");
+    println!("wrote {}", out.display());
+}
