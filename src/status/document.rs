@@ -295,28 +295,53 @@ impl StatusDocument {
         }
     }
 
-    /// Notes the application headers `delta` changes: all of them when
-    /// applications or relations change; otherwise those of the units it
-    /// changes and of the units on the machines it changes (a machine's
-    /// state moves its units' status, its price their application's cost).
+    /// Notes the application headers `delta` changes: those of the
+    /// applications it changes and of the applications related to them
+    /// (whose relations name them), of both sides of the relations it
+    /// changes, of the units it changes, and of the units on the machines
+    /// it changes (a machine's state moves its units' status, its price
+    /// their application's cost).
     fn mark_stale_headers(&self, delta: &StatusDelta) {
         let mut stale = self.stale_headers.borrow_mut();
-        if !delta.applications.is_empty() || !delta.relations.is_empty() {
-            stale.all = true;
-        }
         if stale.all {
             return;
         }
-        for (name, _) in &delta.units {
-            if !stale.applications.contains(name.application()) {
-                stale.applications.insert(name.application().clone());
+        let mut mark = |name: &ApplicationName| {
+            if !stale.applications.contains(name) {
+                stale.applications.insert(name.clone());
             }
+        };
+        let mut mark_sides = |relation: &RelationRecord| {
+            for side in [&relation.app1, &relation.app2] {
+                if let Ok(name) = side.parse::<ApplicationName>() {
+                    mark(&name);
+                }
+            }
+        };
+        for (name, _) in &delta.applications {
+            for relation in self.relations.values() {
+                if relation.app1 == name.as_str() || relation.app2 == name.as_str() {
+                    mark_sides(relation);
+                }
+            }
+        }
+        for (key, relation) in &delta.relations {
+            if let Some(before) = self.relations.get(key) {
+                mark_sides(before);
+            }
+            if let Some(after) = relation {
+                mark_sides(after);
+            }
+        }
+        for (name, _) in &delta.applications {
+            mark(name);
+        }
+        for (name, _) in &delta.units {
+            mark(name.application());
         }
         for (machine, _) in &delta.machines {
             for name in self.units_on.get(machine).into_iter().flatten() {
-                if !stale.applications.contains(name.application()) {
-                    stale.applications.insert(name.application().clone());
-                }
+                mark(name.application());
             }
         }
     }
