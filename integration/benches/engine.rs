@@ -538,7 +538,8 @@ async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
         }
         remaining -= count;
     }
-    let deadline = Instant::now() + PATIENCE;
+    // A million units take longer than any smaller run may.
+    let deadline = Instant::now() + PATIENCE.max(Duration::from_secs(n as u64 / 250));
     while server.metric("berth_machines{state=\"started\"}").await < n as f64 {
         assert!(Instant::now() < deadline, "deploy did not settle");
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -165,25 +165,15 @@ impl StatusCache {
         cloud: &str,
         filter: StatusFilter,
     ) -> Result<Result<Bytes, FilterError>, StoreError> {
-        let _updating = self.updating.lock().await;
-        let document = Arc::clone(&self.document);
-        let store = store.clone();
-        let cloud = cloud.to_string();
-        blocking(move || {
-            let mut document = lock(&document);
-            bring_forward(&mut document, &store, &cloud)?;
-            let current = document
-                .as_ref()
-                .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-            Ok(current.render_filtered(&filter).map(Bytes::from))
+        self.read_fresh(store, cloud, move |document| {
+            document.render_filtered(&filter).map(Bytes::from)
         })
         .await
     }
 
     /// How many machines are in each state and what they cost, as of the
-    /// store's head (or
-    /// later): read from the document, so a scrape costs what changed
-    /// since the last one, not a count of every machine.
+    /// store's head (or later): read from the document, so a scrape costs
+    /// what changed since the last one, not a count of every machine.
     ///
     /// # Errors
     ///
@@ -193,6 +183,24 @@ impl StatusCache {
         store: &Store,
         cloud: &str,
     ) -> Result<MachineFigures, StoreError> {
+        self.read_fresh(store, cloud, |document| MachineFigures {
+            by_state: MachineState::ALL
+                .iter()
+                .map(|state| (*state, document.machines_in(*state)))
+                .collect(),
+            hourly_cost: document.hourly_cost(),
+        })
+        .await
+    }
+
+    /// `read` of the document brought up to the store's head, on a
+    /// blocking thread, while no one else brings it forward.
+    async fn read_fresh<T: Send + 'static>(
+        &self,
+        store: &Store,
+        cloud: &str,
+        read: impl FnOnce(&StatusDocument) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
         let _updating = self.updating.lock().await;
         let document = Arc::clone(&self.document);
         let store = store.clone();
@@ -203,13 +211,7 @@ impl StatusCache {
             let current = document
                 .as_ref()
                 .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-            Ok(MachineFigures {
-                by_state: MachineState::ALL
-                    .iter()
-                    .map(|state| (*state, current.machines_in(*state)))
-                    .collect(),
-                hourly_cost: current.hourly_cost(),
-            })
+            Ok(read(current))
         })
         .await
     }
