@@ -147,8 +147,7 @@ impl TokenBucket {
     /// Takes `count` tokens (perhaps not yet refilled) and returns the
     /// wait until they are there.
     fn reserve_many(&mut self, count: f64, now: Instant) -> Duration {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.limit.per_second).min(self.limit.capacity);
+        self.tokens = self.available(now);
         self.at = now;
         self.tokens -= count;
         if self.tokens >= 0.0 || self.limit.per_second <= 0.0 {

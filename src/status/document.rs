@@ -26,7 +26,7 @@ use std::ops::Bound;
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::status::filter::{FilterError, StatusFilter};
+use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
@@ -404,14 +404,7 @@ impl StatusDocument {
         let mut machines: BTreeMap<MachineId, &MachinePiece> = BTreeMap::new();
         match (&filter.machines, filter.names_any()) {
             (Some(ranges), false) => {
-                for range in ranges.ranges() {
-                    let end = match range.end().checked_add(1) {
-                        Some(next) => Bound::Excluded(MachineId::new(next)),
-                        None => Bound::Unbounded,
-                    };
-                    let start = Bound::Included(MachineId::new(*range.start()));
-                    machines.extend(self.machines.range((start, end)).map(|(id, p)| (*id, p)));
-                }
+                machines.extend(self.machines_numbered(ranges).map(|(id, p)| (*id, p)));
             }
             _ => {
                 for piece in units.values() {
@@ -492,22 +485,31 @@ impl StatusDocument {
                 units.retain(|_, p| p.unit.machine.is_some_and(|m| ranges.holds(m)));
             }
         } else if let Some(ranges) = &filter.machines {
-            for range in ranges.ranges() {
-                let end = match range.end().checked_add(1) {
-                    Some(next) => Bound::Excluded(MachineId::new(next)),
-                    None => Bound::Unbounded,
-                };
-                let start = Bound::Included(MachineId::new(*range.start()));
-                for (machine, _) in self.machines.range((start, end)) {
-                    for name in self.units_on.get(machine).into_iter().flatten() {
-                        if let Some((name, piece)) = self.units.get_key_value(name) {
-                            units.insert(name, piece);
-                        }
+            for (machine, _) in self.machines_numbered(ranges) {
+                for name in self.units_on.get(machine).into_iter().flatten() {
+                    if let Some((name, piece)) = self.units.get_key_value(name) {
+                        units.insert(name, piece);
                     }
                 }
             }
         }
         Ok(units)
+    }
+
+    /// The machines, with their containers, whose numbers `ranges` hold,
+    /// in id order: one range of the tree each.
+    fn machines_numbered<'a>(
+        &'a self,
+        ranges: &'a MachineRanges,
+    ) -> impl Iterator<Item = (&'a MachineId, &'a MachinePiece)> + 'a {
+        ranges.ranges().iter().flat_map(|range| {
+            let start = Bound::Included(MachineId::new(*range.start()));
+            let end = match range.end().checked_add(1) {
+                Some(next) => Bound::Excluded(MachineId::new(next)),
+                None => Bound::Unbounded,
+            };
+            self.machines.range((start, end))
+        })
     }
 
     /// `application`'s units, in order.
@@ -746,7 +748,6 @@ mod tests {
     use super::*;
     use crate::domain::constraints::Constraints;
     use crate::domain::machine::{Lifecycle, Machine, MachineRole};
-    use crate::status::filter::MachineRanges;
     use crate::status::view::status_view;
     use crate::store::records::{MachineRecord, UnitRecord};
 
