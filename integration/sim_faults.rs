@@ -16,7 +16,7 @@ use berth::domain::constraints::{Constraints, Key};
 use berth::domain::instance::Instance;
 use berth::domain::instance_types::Catalogue;
 use berth::domain::machine::MachineState;
-use berth::engine::broker::RateLimits;
+use berth::engine::broker::{Bucket, RateLimits};
 use berth::engine::config::ProvisionerConfig;
 use berth::providers::sim::{AgentState, FaultSet, SimConfig, SimProvider, Throttle};
 use berth::status::snapshot::StatusSnapshot;
@@ -613,4 +613,49 @@ async fn throttled_one_launch_a_call_the_broker_learns_the_limit_and_keeps_under
     );
     assert!(made >= 10, "{made}");
     assert!(refused * 4 <= made, "{made} made, {refused} refused");
+}
+
+/// The launch calls the engine made, from `/metrics`.
+async fn launch_calls(app: &TestApp) -> u64 {
+    let text = app.metrics().await.text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("berth_provider_calls_total{kind=\"launch\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A paced broker on a cloud whose launch call carries up to five: with
+/// tokens to spare, the launches of a deploy still go in full batches, not
+/// in half-empty ones that spend the bucket's burst.
+#[actix_web::test]
+async fn a_paced_broker_sends_a_deploys_launches_in_full_batches() {
+    let site = Site::new(Backend::Sqlite);
+    let sim = site.open_sim(SimConfig {
+        launch_batch: 5,
+        ..SimConfig::default()
+    });
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        cloud: Cloud::Given {
+            provider: sim.clone(),
+            limits: RateLimits {
+                launch: Some(Bucket {
+                    capacity: 100.0,
+                    per_second: 50.0,
+                }),
+                ..RateLimits::default()
+            },
+        },
+        engine: Some(provisioner()),
+        ..Options::default()
+    })
+    .await;
+    started(&app, &sim).await;
+    deploy(&app, "wordpress", 60).await;
+    let status = settled(&app, 60).await;
+    assert!(all_started(&status), "{:?}", status.machines);
+    // Twenty machines in each of the three zones: four full calls each,
+    // and at most one partial call per zone.
+    let calls = launch_calls(&app).await;
+    assert!((12..=15).contains(&calls), "{calls} launch calls");
 }

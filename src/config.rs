@@ -70,8 +70,9 @@ pub struct BucketConfig {
 /// with, each replacing the provider's default for its kind (EC2: AWS's
 /// published limits; the simulated cloud: none, paced only once it
 /// throttles). `launch`, `terminate` and `describe` are request tokens,
-/// one per call; `instances` are the instances launch calls ask for, one
-/// token each.
+/// one per API request a call makes (an EC2 launch call makes one
+/// RunInstances per instance); `instances` are the instances launch calls
+/// ask for, one token each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {

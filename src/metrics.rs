@@ -27,6 +27,7 @@ pub mod names {
     pub const PROVISIONING_ATTEMPTS: &str = "berth_provisioning_attempts_total";
     pub const PROVISIONING_ERRORS: &str = "berth_provisioning_errors_total";
     pub const PROVIDER_CALLS: &str = "berth_provider_calls_total";
+    pub const PROVIDER_REQUESTS: &str = "berth_provider_requests_total";
     pub const PROVIDER_CALL_DURATION: &str = "berth_provider_call_duration_seconds";
     pub const QUEUE_DEPTH: &str = "berth_queue_depth";
     pub const MACHINES: &str = "berth_machines";
@@ -69,6 +70,9 @@ impl Histogram {
 struct ProviderCall {
     ok: AtomicU64,
     failed: AtomicU64,
+    /// The cloud API requests the calls made (more than the calls where
+    /// one call is several requests, as an EC2 launch batch is).
+    requests: AtomicU64,
     latency: Histogram,
 }
 
@@ -157,6 +161,16 @@ impl Metrics {
             call.failed.fetch_add(1, Ordering::Relaxed);
         }
         call.latency.observe(seconds);
+    }
+
+    /// A provider call of `kind` made `requests` of the cloud's API
+    /// requests.
+    pub fn count_provider_requests(&self, kind: &'static str, requests: usize) {
+        let requests = u64::try_from(requests).unwrap_or(u64::MAX);
+        self.provider_calls
+            .get(kind)
+            .requests
+            .fetch_add(requests, Ordering::Relaxed);
     }
 
     /// How many items wait in the queue (or mailbox) `name` now.
@@ -254,6 +268,20 @@ impl Metrics {
                     n.load(Ordering::Relaxed)
                 );
             }
+        }
+        header(
+            &mut out,
+            names::PROVIDER_REQUESTS,
+            "counter",
+            "Cloud API requests made by provider calls, by kind (an EC2 launch call makes one RunInstances per instance).",
+        );
+        for (kind, call) in &calls {
+            let _ = writeln!(
+                out,
+                "{}{{kind=\"{kind}\"}} {}",
+                names::PROVIDER_REQUESTS,
+                call.requests.load(Ordering::Relaxed)
+            );
         }
         header(
             &mut out,
@@ -372,8 +400,12 @@ mod tests {
         metrics.observe_provider_call("launch", 0.2, true);
         metrics.observe_provider_call("launch", 3.0, false);
         metrics.observe_provider_call("zones", 0.001, true);
+        metrics.count_provider_requests("launch", 5);
+        metrics.count_provider_requests("launch", 3);
         let text = metrics.render(&[], HourlyPrice::default());
         let lines = lines(&text);
+        assert!(lines.contains(&"berth_provider_requests_total{kind=\"launch\"} 8"));
+        assert!(lines.contains(&"berth_provider_requests_total{kind=\"zones\"} 0"));
         assert!(lines.contains(&"berth_provider_calls_total{kind=\"launch\",outcome=\"ok\"} 1"));
         assert!(lines.contains(&"berth_provider_calls_total{kind=\"launch\",outcome=\"error\"} 1"));
         assert!(lines.contains(&"berth_provider_calls_total{kind=\"zones\",outcome=\"ok\"} 1"));
@@ -439,6 +471,7 @@ mod tests {
             names::PROVISIONING_ATTEMPTS,
             names::PROVISIONING_ERRORS,
             names::PROVIDER_CALLS,
+            names::PROVIDER_REQUESTS,
             names::PROVIDER_CALL_DURATION,
             names::QUEUE_DEPTH,
             names::API_OVERLOADED,

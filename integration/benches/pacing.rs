@@ -22,12 +22,31 @@
 //! (from `/metrics`), and how many machines ended in a provisioning error;
 //! it writes `target/bench/pacing.json`. Nothing is asserted: the figures
 //! go into BENCHMARKS.md.
+//!
+//! Then the same deploy of 500 units (`BERTH_BENCH_EC2_SIZES`; `0` skips
+//! it) on the EC2 provider against moto's EC2 server (`.venv/bin/moto_server`
+//! or `BERTH_MOTO_SERVER`, on loopback; skipped with a note when there is
+//! none), timed to every machine's instance running (`awaiting-agent`: no
+//! agent boots in moto), twice:
+//!
+//! - ec2-defaults: the broker with EC2's published limits, its defaults
+//!   (RunInstances: burst 5, 2 a second, one request per instance); the
+//!   floor is what that bucket alone needs for one RunInstances each;
+//! - ec2-raised: an account whose limits were raised out of the way
+//!   (`[provider.limits]` at 10,000 a second), which shows what berth and
+//!   moto take by themselves.
+//!
+//! For these it prints the RunInstances requests made (from
+//! `berth_provider_requests_total{kind="launch"}`) beside the launch calls.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+#[path = "../support/moto.rs"]
+mod moto;
 
 /// The largest launch call: EC2's, which the simulated cloud is set to.
 const LAUNCH_BATCH: usize = 5;
@@ -37,6 +56,12 @@ const PER_REQUEST: usize = 1000;
 
 /// How long a run may take before it gives up.
 const PATIENCE: Duration = Duration::from_secs(600);
+
+/// The region of the EC2 runs: the catalogue's.
+const EC2_REGION: &str = "us-east-1";
+
+/// What instances of the EC2 runs are told to reach: never contacted.
+const CONTROLLER_URL: &str = "http://controller.invalid:17070";
 
 fn setting(name: &str, default: Vec<f64>) -> Vec<f64> {
     std::env::var(name)
@@ -77,6 +102,15 @@ impl Server {
             .arg("--config")
             .arg(&config_file)
             .env("RUST_LOG", "error")
+            // moto's credentials; nothing else of AWS's is looked at.
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                dir.join("no-aws-credentials"),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -150,25 +184,10 @@ impl Drop for Server {
     }
 }
 
-async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value {
-    // The cloud takes launches in EC2's batches, so the deploy makes as
-    // many calls as it would on EC2.
-    let mut config = format!("[provider.sim]\nlaunch_batch = {LAUNCH_BATCH}\n");
-    if mode == "configured" {
-        config.push_str(&format!(
-            "[provider.limits]\nlaunch = {{ burst = {}, per_second = {per_second} }}\n",
-            burst as u32
-        ));
-    }
-    let dir = bench_root().join(format!("pacing-{mode}-{machines}"));
-    let server = Server::start(&dir, &config).await;
-    server
-        .send(
-            reqwest::Method::PUT,
-            "/v1/sim/faults",
-            json!({"throttle": {"burst": burst as u32, "per_second": per_second}}),
-        )
-        .await;
+/// Deploys `machines` units in requests of [`PER_REQUEST`] and waits until
+/// every machine is in `done` or in a provisioning error. Returns the
+/// seconds from the first request and the machines in error.
+async fn deploy_and_settle(server: &Server, machines: usize, done: &str) -> (f64, f64) {
     let started = Instant::now();
     let mut remaining = machines;
     let mut first = true;
@@ -190,27 +209,57 @@ async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value 
         remaining -= count;
     }
     let deadline = Instant::now() + PATIENCE;
-    let (mut done, mut errors) = (0.0, 0.0);
-    while done + errors < machines as f64 {
+    let (mut settled, mut errors) = (0.0, 0.0);
+    while settled + errors < machines as f64 {
         assert!(Instant::now() < deadline, "the deploy did not settle");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        done = server.metric("berth_machines{state=\"started\"}").await;
+        settled = server
+            .metric(&format!("berth_machines{{state=\"{done}\"}}"))
+            .await;
         errors = server
             .metric("berth_machines{state=\"provisioning-error\"}")
             .await;
     }
-    let settled = started.elapsed().as_secs_f64();
-    let calls = |outcome: &'static str| {
-        let server = &server;
-        async move {
-            server
-                .metric(&format!(
-                    "berth_provider_calls_total{{kind=\"launch\",outcome=\"{outcome}\"}}"
-                ))
-                .await
-        }
+    (started.elapsed().as_secs_f64(), errors)
+}
+
+/// The launch calls that went through and that were refused, and the
+/// cloud requests they made.
+async fn launch_calls(server: &Server) -> (f64, f64, f64) {
+    let calls = |outcome: &'static str| async move {
+        server
+            .metric(&format!(
+                "berth_provider_calls_total{{kind=\"launch\",outcome=\"{outcome}\"}}"
+            ))
+            .await
     };
-    let (ok, refused) = (calls("ok").await, calls("error").await);
+    let requests = server
+        .metric("berth_provider_requests_total{kind=\"launch\"}")
+        .await;
+    (calls("ok").await, calls("error").await, requests)
+}
+
+async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value {
+    // The cloud takes launches in EC2's batches, so the deploy makes as
+    // many calls as it would on EC2.
+    let mut config = format!("[provider.sim]\nlaunch_batch = {LAUNCH_BATCH}\n");
+    if mode == "configured" {
+        config.push_str(&format!(
+            "[provider.limits]\nlaunch = {{ burst = {}, per_second = {per_second} }}\n",
+            burst as u32
+        ));
+    }
+    let dir = bench_root().join(format!("pacing-{mode}-{machines}"));
+    let server = Server::start(&dir, &config).await;
+    server
+        .send(
+            reqwest::Method::PUT,
+            "/v1/sim/faults",
+            json!({"throttle": {"burst": burst as u32, "per_second": per_second}}),
+        )
+        .await;
+    let (settled, errors) = deploy_and_settle(&server, machines, "started").await;
+    let (ok, refused, requests) = launch_calls(&server).await;
     let fewest_calls = machines.div_ceil(LAUNCH_BATCH) as f64;
     let floor = ((fewest_calls - burst).max(0.0) / per_second).max(f64::EPSILON);
     json!({
@@ -223,9 +272,122 @@ async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value 
         "ratio_to_floor": settled / floor,
         "launch_calls_ok": ok,
         "launch_calls_refused": refused,
+        "launch_requests": requests,
         "fewest_launch_calls": fewest_calls,
         "provisioning_errors": errors,
     })
+}
+
+/// Whether moto's server is there to be started.
+fn moto_installed() -> bool {
+    std::env::var_os("BERTH_MOTO_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server"))
+        .exists()
+}
+
+/// An Ubuntu image moto has, for the EC2 runs' `[provider.ec2.images]`.
+async fn moto_image(endpoint: &str) -> String {
+    use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "bench"))
+        .region(Region::new(EC2_REGION))
+        .endpoint_url(endpoint)
+        .build();
+    let images = aws_sdk_ec2::Client::from_conf(config)
+        .describe_images()
+        .owners("099720109477")
+        .send()
+        .await
+        .expect("moto lists its images");
+    images.images()[0]
+        .image_id()
+        .expect("an image id")
+        .to_string()
+}
+
+/// EC2's published RunInstances request bucket, which the broker uses by
+/// default: burst 5, refilled at 2 a second.
+const EC2_RUN_INSTANCES: (f64, f64) = (5.0, 2.0);
+
+async fn run_ec2(mode: &str, machines: usize) -> Value {
+    let endpoint = moto::endpoint();
+    let image = moto_image(&endpoint).await;
+    let (burst, per_second, limits) = if mode == "ec2-raised" {
+        (
+            10_000.0,
+            10_000.0,
+            "[provider.limits]\nlaunch = { burst = 10000, per_second = 10000.0 }\n\
+             instances = { burst = 10000, per_second = 10000.0 }\n",
+        )
+    } else {
+        (EC2_RUN_INSTANCES.0, EC2_RUN_INSTANCES.1, "")
+    };
+    let config = format!(
+        r#"controller_url = "{CONTROLLER_URL}"
+
+[provider]
+kind = "ec2"
+
+[provider.ec2]
+region = "{EC2_REGION}"
+endpoint_url = "{endpoint}"
+image_has_agent = true
+
+[provider.ec2.images]
+"ubuntu@24.04/amd64" = "{image}"
+
+{limits}
+[provisioner]
+# No agent boots in moto: instances are not replaced meanwhile.
+bootstrap_timeout_s = 3600
+"#
+    );
+    let dir = bench_root().join(format!("pacing-{mode}-{machines}"));
+    let server = Server::start(&dir, &config).await;
+    let (settled, errors) = deploy_and_settle(&server, machines, "awaiting-agent").await;
+    let (ok, refused, requests) = launch_calls(&server).await;
+    // One RunInstances per instance. With the limits raised the bucket
+    // needs no time: there is no floor to compare with.
+    let fewest = machines as f64;
+    let floor = (fewest - burst).max(0.0) / per_second;
+    let ratio = if floor > 0.0 {
+        settled / floor
+    } else {
+        f64::NAN
+    };
+    json!({
+        "mode": mode,
+        "machines": machines,
+        "burst": burst,
+        "per_second": per_second,
+        "settled_s": settled,
+        "floor_s": floor,
+        "ratio_to_floor": ratio,
+        "launch_calls_ok": ok,
+        "launch_calls_refused": refused,
+        "launch_requests": requests,
+        "fewest_launch_calls": fewest,
+        "provisioning_errors": errors,
+    })
+}
+
+fn print_row(row: &Value) {
+    let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "{:>12} {:>9} {:>10.2} {:>8.2} {:>7.2} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        row["mode"].as_str().unwrap_or("?"),
+        f("machines"),
+        f("settled_s"),
+        f("floor_s"),
+        f("ratio_to_floor"),
+        f("launch_calls_ok"),
+        f("launch_calls_refused"),
+        f("launch_requests"),
+        f("fewest_launch_calls"),
+        f("provisioning_errors"),
+    );
 }
 
 fn main() {
@@ -236,7 +398,7 @@ fn main() {
     let throttle = setting("BERTH_BENCH_THROTTLE", vec![200.0, 50.0]);
     let (burst, per_second) = (throttle[0], *throttle.get(1).unwrap_or(&50.0));
     println!(
-        "{:>11} {:>9} {:>10} {:>8} {:>7} {:>9} {:>9} {:>7} {:>7}",
+        "{:>12} {:>9} {:>10} {:>8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "mode",
         "machines",
         "settled s",
@@ -244,27 +406,38 @@ fn main() {
         "ratio",
         "calls ok",
         "refused",
+        "requests",
         "fewest",
         "errors"
     );
     let mut rows = Vec::new();
-    for machines in setting("BERTH_BENCH_SIZES", vec![2000.0]) {
+    let sizes = |name: &str, default: f64| -> Vec<usize> {
+        setting(name, vec![default])
+            .into_iter()
+            .filter(|n| *n >= 1.0)
+            .map(|n| n as usize)
+            .collect()
+    };
+    for machines in sizes("BERTH_BENCH_SIZES", 2000.0) {
         for mode in ["configured", "learning"] {
-            let row = runtime.block_on(run(mode, machines as usize, burst, per_second));
-            let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
-            println!(
-                "{:>11} {:>9} {:>10.2} {:>8.2} {:>7.2} {:>9} {:>9} {:>7} {:>7}",
-                mode,
-                machines,
-                f("settled_s"),
-                f("floor_s"),
-                f("ratio_to_floor"),
-                f("launch_calls_ok"),
-                f("launch_calls_refused"),
-                f("fewest_launch_calls"),
-                f("provisioning_errors"),
-            );
+            let row = runtime.block_on(run(mode, machines, burst, per_second));
+            print_row(&row);
             rows.push(row);
+        }
+    }
+    let ec2_sizes = sizes("BERTH_BENCH_EC2_SIZES", 500.0);
+    if !ec2_sizes.is_empty() && !moto_installed() {
+        println!(
+            "the EC2 runs are skipped: no moto_server (run `bash integration/run.sh`, which \
+             installs it into .venv, or set BERTH_MOTO_SERVER)"
+        );
+    } else {
+        for machines in ec2_sizes {
+            for mode in ["ec2-defaults", "ec2-raised"] {
+                let row = runtime.block_on(run_ec2(mode, machines));
+                print_row(&row);
+                rows.push(row);
+            }
         }
     }
     let out = bench_root().join("pacing.json");

@@ -179,6 +179,15 @@ pub trait Provider: Send + Sync {
         1
     }
 
+    /// How many of the cloud's API requests one [`Provider::launch`] call
+    /// of `launches` makes, each of which the cloud's request bucket
+    /// counts: one by default (the batch is one request); EC2 sends one
+    /// RunInstances per launch. The broker takes this many launch tokens
+    /// for the call.
+    fn launch_requests(&self, _launches: usize) -> usize {
+        1
+    }
+
     /// Whether this provider can start lxd containers on its instances.
     fn supports_containers(&self) -> bool {
         false

@@ -1,14 +1,19 @@
 //! The ProviderBroker actor: the only door to a cloud.
 //!
 //! Every provider call goes through here, which
-//! - rate-limits with a token bucket per call kind ([`RateLimits`]),
+//! - rate-limits with a token bucket per call kind ([`RateLimits`]), a
+//!   call taking one token per API request it makes
+//!   ([`Provider::launch_requests`]: EC2 makes one RunInstances per
+//!   instance),
 //! - bounds the calls in flight (`workers`),
 //! - combines launches that are ready at the same moment into one call of
 //!   up to `Provider::max_launch_batch` requests, grouped so that one call
 //!   carries only launches the provider can make together (same zone,
-//!   type, base and image); once the launch bucket is less than half full,
-//!   sends only as many calls as it has tokens for, full batches first,
-//!   and lets the rest gather into fuller batches until the next token,
+//!   type, base and image); once the launch bucket is paced, sends only as
+//!   many calls as it has tokens for, full batches first, and lets the
+//!   rest gather into fuller batches until the next token (where a fuller
+//!   batch costs no more tokens, a partial one gathers for [`GATHER`]
+//!   even while tokens are plentiful),
 //! - takes a launch call's instance tokens too (one per instance, as AWS
 //!   counts RunInstances' resources) when an instance bucket is set,
 //! - retries throttling with backoff instead of failing the machines, and
@@ -133,6 +138,7 @@ impl TokenBucket {
 
     /// Takes a token (perhaps one not yet refilled) and returns the wait
     /// until it is there.
+    #[cfg(test)]
     fn reserve(&mut self, now: Instant) -> Duration {
         self.reserve_many(1.0, now)
     }
@@ -234,9 +240,30 @@ word_enum! {
     }
 }
 
-/// Told about every provider call: its kind, how long it took, and whether
-/// it succeeded (for `/metrics`).
-pub type CallObserver = Arc<dyn Fn(CallKind, Duration, bool) + Send + Sync>;
+/// What one provider call spends: a kind's request tokens, one per API
+/// request the call makes (a launch on EC2 makes one per instance, see
+/// [`Provider::launch_requests`]), and the instance tokens of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallCost {
+    pub kind: CallKind,
+    pub requests: usize,
+    pub instances: usize,
+}
+
+impl CallCost {
+    /// A call that is one request and launches nothing.
+    fn one(kind: CallKind) -> CallCost {
+        CallCost {
+            kind,
+            requests: 1,
+            instances: 0,
+        }
+    }
+}
+
+/// Told about every provider call: what it cost, how long it took, and
+/// whether it succeeded (for `/metrics`).
+pub type CallObserver = Arc<dyn Fn(CallCost, Duration, bool) + Send + Sync>;
 
 /// The rate limits in force, per kind: the configured ones, as the
 /// provider's throttling has slowed them, and one for each kind without a
@@ -267,14 +294,22 @@ impl Buckets {
         buckets
     }
 
-    /// Takes a token of `kind`, and `instances` instance tokens, and
-    /// returns the wait until they are all there.
-    fn reserve_call(&mut self, kind: CallKind, instances: usize, now: Instant) -> Duration {
-        self.recent.entry(kind).or_default().record(now);
+    /// Takes a call's request tokens and instance tokens, and returns the
+    /// wait until they are all there.
+    fn reserve_call(&mut self, cost: CallCost, now: Instant) -> Duration {
+        let CallCost {
+            kind,
+            requests,
+            instances,
+        } = cost;
+        let recent = self.recent.entry(kind).or_default();
+        for _ in 0..requests {
+            recent.record(now);
+        }
         let call = self
             .active
             .get_mut(&kind)
-            .map_or(Duration::ZERO, |b| b.reserve(now));
+            .map_or(Duration::ZERO, |b| b.reserve_many(requests as f64, now));
         let launched = match (&mut self.instances, instances) {
             (Some(bucket), n) if n > 0 => bucket.reserve_many(n as f64, now),
             _ => Duration::ZERO,
@@ -370,8 +405,9 @@ struct Gate {
     /// This controller's leases: launches and terminations are sent only
     /// while they can be trusted.
     fence: Option<Arc<LeaseClock>>,
-    /// Launch calls sent by the broker that have not yet taken their
-    /// token, which the tokens ready now are already promised to.
+    /// The request tokens of launch calls sent by the broker that have
+    /// not yet taken them, which the tokens ready now are already
+    /// promised to.
     launches_unadmitted: AtomicUsize,
 }
 
@@ -397,10 +433,9 @@ impl Gate {
         }
     }
 
-    /// Waits for a token of `kind` (and `instances` instance tokens);
-    /// returns the refusal instead if the provider is refusing our
-    /// credentials and this is not a probe.
-    async fn admit(&self, kind: CallKind, instances: usize) -> Result<(), ProviderError> {
+    /// Waits for the tokens a call costs; returns the refusal instead if
+    /// the provider is refusing our credentials and this is not a probe.
+    async fn admit(&self, cost: CallCost) -> Result<(), ProviderError> {
         if let Ok(mut refused) = self.refused.lock() {
             if let Some((error, last_probe)) = refused.as_mut() {
                 if last_probe.elapsed() < UNAUTHORIZED_PROBE_INTERVAL {
@@ -410,18 +445,25 @@ impl Gate {
             }
         }
         let wait = match self.buckets.lock() {
-            Ok(mut buckets) => buckets.reserve_call(kind, instances, Instant::now()),
+            Ok(mut buckets) => buckets.reserve_call(cost, Instant::now()),
             Err(_) => Duration::ZERO,
         };
-        if kind == CallKind::Launch {
+        if cost.kind == CallKind::Launch {
             let _ =
                 self.launches_unadmitted
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        Some(n.saturating_sub(cost.requests))
+                    });
         }
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
         Ok(())
+    }
+
+    /// The request tokens a launch call of `launches` costs.
+    fn launch_requests(&self, launches: usize) -> usize {
+        self.provider.launch_requests(launches).max(1)
     }
 
     fn throttled(&self, kind: CallKind, sent: Instant) {
@@ -436,9 +478,9 @@ impl Gate {
         }
     }
 
-    fn outcome(&self, kind: CallKind, started: Instant, error: Option<&ProviderError>) {
+    fn outcome(&self, cost: CallCost, started: Instant, error: Option<&ProviderError>) {
         if let Some(observer) = &self.observer {
-            observer(kind, started.elapsed(), error.is_none());
+            observer(cost, started.elapsed(), error.is_none());
         }
         if let Ok(mut refused) = self.refused.lock() {
             match error {
@@ -461,13 +503,12 @@ impl Gate {
         }
     }
 
-    /// Runs one provider call under the gate: a token (and `instances`
-    /// instance tokens for a launch), a slot, a timeout, panic isolation,
-    /// and throttling retries. `first_error` picks the error out of the
+    /// Runs one provider call under the gate: the tokens it costs, a slot,
+    /// a timeout, panic isolation, and throttling retries. `first_error` picks the error out of the
     /// call's result (for calls with one result each).
     async fn call<T, F, Fut>(
         self: Arc<Self>,
-        (kind, instances): (CallKind, usize),
+        cost: CallCost,
         fence: Option<Fence>,
         make: F,
         first_error: fn(&T) -> Option<&ProviderError>,
@@ -483,10 +524,11 @@ impl Gate {
                 "the provider broker is shutting down",
             )
         })?;
+        let kind = cost.kind;
         let mut backoff = THROTTLE_BACKOFF;
         let mut tries = 0;
         loop {
-            self.admit(kind, instances).await?;
+            self.admit(cost).await?;
             // Checked once the call may go, as late as can be.
             self.check_fence(fence.as_ref())?;
             let started = Instant::now();
@@ -514,7 +556,7 @@ impl Gate {
                 Ok(value) => first_error(value).cloned(),
                 Err(e) => Some(e.clone()),
             };
-            self.outcome(kind, started, error.as_ref());
+            self.outcome(cost, started, error.as_ref());
             let throttled = error.as_ref().is_some_and(is_throttling);
             if throttled {
                 self.throttled(kind, started);
@@ -537,16 +579,24 @@ impl Gate {
     }
 }
 
+/// How long a launch may wait for others to fill its batch while the
+/// launch bucket is paced and a fuller batch costs no more tokens: about
+/// one token's time at EC2's pace, nothing beside a cloud's launch.
+const GATHER: Duration = Duration::from_millis(20);
+
+/// A launch waiting for the next flush, with the way back to its machine.
+struct Waiting {
+    request: LaunchRequest,
+    reply: oneshot::Sender<Result<Instance, ProviderError>>,
+    arrived: Instant,
+}
+
 /// The broker actor.
 pub struct ProviderBroker {
     gate: Arc<Gate>,
     max_batch: usize,
-    /// Launches waiting for the next flush, with the way back to their
-    /// machines.
-    pending: Vec<(
-        LaunchRequest,
-        oneshot::Sender<Result<Instance, ProviderError>>,
-    )>,
+    /// Launches waiting for the next flush.
+    pending: Vec<Waiting>,
     flush_scheduled: bool,
     /// Launches wait for the launch bucket to refill: a flush is due then.
     waiting_for_tokens: bool,
@@ -589,13 +639,19 @@ impl ProviderBroker {
     }
 
     /// Sends the waiting launches, grouped and in batches: as many
-    /// batches as the launch bucket has tokens for now, fullest first. The
-    /// rest wait for the next token, gathering the launches that arrive
-    /// meanwhile, so that a paced broker sends full batches rather than
-    /// a queue of small ones each waiting for a token of its own.
+    /// batches as the launch bucket has tokens for now, fullest first.
+    /// The rest wait for the next token, gathering the launches that
+    /// arrive meanwhile, so that a paced broker sends full batches rather
+    /// than a queue of small ones each waiting for a token of its own.
+    /// Where a batch costs one token however full it is, a partial batch
+    /// of a paced broker also waits until its oldest launch has gathered
+    /// for [`GATHER`], even while tokens are plentiful: a burst spent on
+    /// half-empty batches is not there for the full ones.
     fn flush(&mut self, ctx: &mut Context<Self>, waited: bool) {
-        let mut groups: BTreeMap<String, Vec<_>> = BTreeMap::new();
-        for (request, reply) in self.pending.drain(..) {
+        let now = Instant::now();
+        let mut groups: BTreeMap<String, Vec<Waiting>> = BTreeMap::new();
+        for waiting in self.pending.drain(..) {
+            let request = &waiting.request;
             let key = format!(
                 "{}|{}|{}|{:?}|{:?}",
                 request.zone,
@@ -604,7 +660,7 @@ impl ProviderBroker {
                 request.requirements.image_id,
                 request.host_instance
             );
-            groups.entry(key).or_default().push((request, reply));
+            groups.entry(key).or_default().push(waiting);
         }
         let mut batches = Vec::new();
         for (_, mut group) in groups {
@@ -623,43 +679,66 @@ impl ProviderBroker {
             .buckets
             .lock()
             .ok()
-            .and_then(|buckets| buckets.ready(CallKind::Launch, Instant::now()));
+            .and_then(|buckets| buckets.ready(CallKind::Launch, now));
         let mut later = Vec::new();
-        let mut next_token = Duration::ZERO;
+        let mut next_flush = Duration::ZERO;
         if let Some(ready) = ready {
             let promised = self.gate.launches_unadmitted.load(Ordering::SeqCst);
             let mut free = ready.tokens.saturating_sub(promised);
-            // While the bucket is at least half full a batch goes as it
-            // is; below that only a full one goes at once, and a partial
-            // one after waiting for a token, gathering launches meanwhile.
+            let gathering_saves = self.gate.launch_requests(self.max_batch) < self.max_batch;
+            // Where a fuller batch costs more, a partial batch goes as it
+            // is while the bucket is at least half full; below that only
+            // a full one goes at once, and a partial one after waiting for
+            // a token, gathering launches meanwhile.
             let plentiful = free as f64 >= ready.capacity / 2.0;
             let mut sending = Vec::new();
+            let mut gathering: Option<Duration> = None;
             for batch in batches {
                 let full = batch.len() >= self.max_batch;
-                if free > 0 && (full || plentiful || waited) {
-                    free -= 1;
+                let cost = self.gate.launch_requests(batch.len());
+                let age = batch
+                    .iter()
+                    .map(|w| now.saturating_duration_since(w.arrived))
+                    .max()
+                    .unwrap_or_default();
+                let due = if gathering_saves {
+                    full || age >= GATHER
+                } else {
+                    full || plentiful || waited
+                };
+                if free >= cost && due {
+                    free -= cost;
                     sending.push(batch);
                 } else {
+                    if free >= cost && gathering_saves {
+                        let left = GATHER.saturating_sub(age);
+                        gathering = Some(gathering.map_or(left, |g| g.min(left)));
+                    }
                     later.push(batch);
                 }
             }
-            // Something moves after every wait, or a bucket that never
-            // refills would hold launches for ever; admission waits for
-            // its token.
-            if sending.is_empty() && waited && !later.is_empty() {
+            // Something moves after every wait for tokens, or a bucket
+            // that never refills (or holds less than one call costs)
+            // would hold launches for ever; admission waits for its
+            // tokens.
+            if sending.is_empty() && waited && gathering.is_none() && !later.is_empty() {
                 sending.push(later.remove(0));
             }
             batches = sending;
-            next_token = ready.next;
+            next_flush = gathering.map_or(ready.next, |g| g.min(ready.next));
         }
         for batch in batches {
-            self.gate.launches_unadmitted.fetch_add(1, Ordering::SeqCst);
+            let cost = self.gate.launch_requests(batch.len());
+            self.gate
+                .launches_unadmitted
+                .fetch_add(cost, Ordering::SeqCst);
+            let batch = batch.into_iter().map(|w| (w.request, w.reply)).collect();
             actix::spawn(launch_batch(self.gate.clone(), batch));
         }
         self.pending.extend(later.into_iter().flatten());
         if !self.pending.is_empty() {
             self.waiting_for_tokens = true;
-            ctx.run_later(next_token.max(Duration::from_millis(1)), |broker, ctx| {
+            ctx.run_later(next_flush.max(Duration::from_millis(1)), |broker, ctx| {
                 broker.waiting_for_tokens = false;
                 broker.flush(ctx, true);
             });
@@ -685,7 +764,11 @@ async fn launch_batch(
     let result = gate
         .clone()
         .call(
-            (CallKind::Launch, count),
+            CallCost {
+                kind: CallKind::Launch,
+                requests: gate.launch_requests(count),
+                instances: count,
+            },
             Some(fence),
             move |provider| {
                 let requests = sent.clone();
@@ -746,7 +829,11 @@ impl Handler<Launch> for ProviderBroker {
     fn handle(&mut self, msg: Launch, ctx: &mut Context<Self>) {
         hooks::checkpoint(kinds::PROVIDER_BROKER);
         let (reply, answer) = oneshot::channel();
-        self.pending.push((msg.request, reply));
+        self.pending.push(Waiting {
+            request: msg.request,
+            reply,
+            arrived: Instant::now(),
+        });
         if self.waiting_for_tokens {
             // The flush due when the launch bucket refills sends it.
         } else if self.pending.len() >= self.max_batch {
@@ -790,7 +877,7 @@ impl Handler<Terminate> for ProviderBroker {
         Box::pin(async move {
             let result = gate
                 .call(
-                    (CallKind::Terminate, 0),
+                    CallCost::one(CallKind::Terminate),
                     Some(fence),
                     move |provider| {
                         let ids = ids.clone();
@@ -820,7 +907,7 @@ impl Handler<ListInstances> for ProviderBroker {
         let gate = self.gate.clone();
         Box::pin(async move {
             gate.call(
-                (CallKind::Describe, 0),
+                CallCost::one(CallKind::Describe),
                 None,
                 move |provider| {
                     let controller = msg.controller_uuid.clone();
@@ -841,7 +928,7 @@ impl Handler<ListZones> for ProviderBroker {
         let gate = self.gate.clone();
         Box::pin(async move {
             gate.call(
-                (CallKind::Describe, 0),
+                CallCost::one(CallKind::Describe),
                 None,
                 |provider| async move { provider.zones().await },
                 |result: &Result<Vec<ProviderZone>, ProviderError>| result.as_ref().err(),
@@ -890,6 +977,36 @@ mod tests {
         assert!(bucket.reserve(start + Duration::from_secs(10)) > Duration::ZERO);
     }
 
+    fn launch_of(requests: usize, instances: usize) -> CallCost {
+        CallCost {
+            kind: CallKind::Launch,
+            requests,
+            instances,
+        }
+    }
+
+    #[test]
+    fn a_launch_takes_a_request_token_for_each_request_it_makes() {
+        // EC2's RunInstances bucket; a batch of five is five requests.
+        let mut buckets = Buckets::new(RateLimits::ec2());
+        let now = Instant::now();
+        assert_eq!(buckets.reserve_call(launch_of(5, 5), now), Duration::ZERO);
+        // The burst is spent: the next five requests wait 2.5 s at 2/s.
+        assert_eq!(
+            buckets.reserve_call(launch_of(5, 5), now),
+            Duration::from_millis(2500)
+        );
+        // A provider whose batch is one request takes one token for it.
+        let mut buckets = Buckets::new(RateLimits::ec2());
+        for _ in 0..5 {
+            assert_eq!(buckets.reserve_call(launch_of(1, 5), now), Duration::ZERO);
+        }
+        assert_eq!(
+            buckets.reserve_call(launch_of(1, 5), now),
+            Duration::from_millis(500)
+        );
+    }
+
     #[test]
     fn a_launch_takes_an_instance_token_for_each_instance_it_asks_for() {
         let mut buckets = Buckets::new(RateLimits {
@@ -906,19 +1023,16 @@ mod tests {
         let now = Instant::now();
         // Two calls of five instances each spend the ten instance tokens.
         for _ in 0..2 {
-            assert_eq!(
-                buckets.reserve_call(CallKind::Launch, 5, now),
-                Duration::ZERO
-            );
+            assert_eq!(buckets.reserve_call(launch_of(1, 5), now), Duration::ZERO);
         }
         // The next five wait for five tokens at two a second.
         assert_eq!(
-            buckets.reserve_call(CallKind::Launch, 5, now),
+            buckets.reserve_call(launch_of(1, 5), now),
             Duration::from_millis(2500)
         );
         // Other calls take no instance tokens.
         assert_eq!(
-            buckets.reserve_call(CallKind::Describe, 0, now),
+            buckets.reserve_call(CallCost::one(CallKind::Describe), now),
             Duration::ZERO
         );
         // EC2's published instance bucket is configured by default.
@@ -947,7 +1061,7 @@ mod tests {
         let now = Instant::now();
         for _ in 0..8 {
             assert_eq!(
-                buckets.reserve_call(CallKind::Launch, 0, now),
+                buckets.reserve_call(CallCost::one(CallKind::Launch), now),
                 Duration::ZERO
             );
         }
@@ -956,12 +1070,12 @@ mod tests {
         assert_eq!(buckets.rate(CallKind::Launch), Some(4.0));
         // Spent: the next call waits a quarter of a second.
         assert_eq!(
-            buckets.reserve_call(CallKind::Launch, 0, now),
+            buckets.reserve_call(CallCost::one(CallKind::Launch), now),
             Duration::from_millis(250)
         );
         // Other kinds are not paced.
         assert_eq!(
-            buckets.reserve_call(CallKind::Describe, 0, now),
+            buckets.reserve_call(CallCost::one(CallKind::Describe), now),
             Duration::ZERO
         );
         assert_eq!(buckets.rate(CallKind::Describe), None);
@@ -979,7 +1093,7 @@ mod tests {
         let sent = Instant::now();
         // Called at 40 a second, as configured.
         for _ in 0..40 {
-            buckets.reserve_call(CallKind::Launch, 0, sent);
+            buckets.reserve_call(CallCost::one(CallKind::Launch), sent);
         }
         let now = sent + Duration::from_millis(100);
         buckets.throttled(CallKind::Launch, sent, now);
@@ -1000,7 +1114,7 @@ mod tests {
         let mut buckets = Buckets::new(RateLimits::ec2());
         let now = Instant::now();
         // Called slowly, the configured rate is what is halved.
-        buckets.reserve_call(CallKind::Launch, 0, now);
+        buckets.reserve_call(CallCost::one(CallKind::Launch), now);
         buckets.throttled(CallKind::Launch, now, now);
         assert_eq!(buckets.rate(CallKind::Launch), Some(0.5));
         for _ in 0..10 {

@@ -95,8 +95,10 @@ impl Engine {
         // with this policy by the store's one writer.
         store.set_policy(config.policy());
         let observed = metrics.clone();
-        let observer: broker::CallObserver = Arc::new(move |kind, took, ok| {
-            observed.observe_provider_call(kind.as_str(), took.as_secs_f64(), ok)
+        let observer: broker::CallObserver = Arc::new(move |cost, took, ok| {
+            let kind = cost.kind.as_str();
+            observed.observe_provider_call(kind, took.as_secs_f64(), ok);
+            observed.count_provider_requests(kind, cost.requests);
         });
         let leases = Arc::new(LeaseClock::new(config.lease_ttl()));
         let broker = supervision::start(

@@ -52,10 +52,11 @@
 //! its own user data and ClientToken, and each request gets its own
 //! result, in request order: a batch can partly succeed. The batch still
 //! saves work: the image is looked up and checked once for all of it.
-//! A batch is at most RunInstances' burst of 5 requests, so that one
-//! broker launch token does not stand for more calls than AWS lets
-//! through at once; what throttling remains is retried by the broker with
-//! the same ClientTokens.
+//! A batch is at most RunInstances' burst of 5 requests, and the broker
+//! takes one launch token per RunInstances it makes
+//! ([`Provider::launch_requests`]), so the broker's launch bucket counts
+//! what AWS's request bucket counts; what throttling remains is retried by
+//! the broker with the same ClientTokens.
 //!
 //! # Images
 //!
@@ -938,6 +939,11 @@ impl Provider for Ec2Provider {
 
     fn max_launch_batch(&self) -> usize {
         MAX_LAUNCH_BATCH
+    }
+
+    /// One RunInstances per launch (see the module's notes on batches).
+    fn launch_requests(&self, launches: usize) -> usize {
+        launches
     }
 
     /// DescribeAvailabilityZones: the region's availability zones (not
