@@ -1586,3 +1586,82 @@ async fn status_filters_select_a_part_and_refuse_what_they_cannot_read() {
     assert!(message.contains("unknown field `app`"), "{message}");
     assert_eq!(app.store().revision(), before);
 }
+
+/// `GET /v1/status` as a client that decodes nothing itself sees it.
+async fn raw_status(
+    app: &crate::support::app::TestApp,
+    query: &str,
+    accept: Option<&str>,
+) -> Response {
+    let client = reqwest::Client::builder().no_gzip().build().unwrap();
+    let mut request = client
+        .get(app.url(&format!("/v1/status{query}")))
+        .bearer_auth(&app.token);
+    if let Some(accept) = accept {
+        request = request.header("Accept-Encoding", accept);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_whole_status_is_gzipped_for_a_client_that_takes_gzip() {
+    use std::io::Read;
+
+    let app = spawn_app().await;
+    let added = app.add_machines(&json!({"count": 3})).await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+
+    let plain = raw_status(&app, "", None).await;
+    assert_eq!(plain.status(), StatusCode::OK);
+    assert!(plain.headers().get("content-encoding").is_none());
+    assert_eq!(plain.headers()["vary"], "Accept-Encoding");
+    let plain = plain.bytes().await.unwrap();
+
+    let gzipped = raw_status(&app, "", Some("br;q=0.9, gzip;q=0.8")).await;
+    assert_eq!(gzipped.status(), StatusCode::OK);
+    assert_eq!(gzipped.headers()["content-encoding"], "gzip");
+    assert_eq!(gzipped.headers()["content-type"], "application/json");
+    let member = gzipped.bytes().await.unwrap();
+    let mut decoded = Vec::new();
+    flate2::read::GzDecoder::new(&member[..])
+        .read_to_end(&mut decoded)
+        .unwrap();
+    assert_eq!(decoded, plain, "the gzip holds the same status");
+    let status: Value = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(status["machines"].as_object().unwrap().len(), 3);
+
+    // Refused or not offered: as it is.
+    for accept in ["gzip;q=0", "identity", "br"] {
+        let response = raw_status(&app, "", Some(accept)).await;
+        assert!(
+            response.headers().get("content-encoding").is_none(),
+            "{accept}"
+        );
+        assert_eq!(response.bytes().await.unwrap(), plain, "{accept}");
+    }
+    // A filtered status is small and goes as it is.
+    let part = raw_status(&app, "?machines=0", Some("gzip")).await;
+    assert_eq!(part.status(), StatusCode::OK);
+    assert!(part.headers().get("content-encoding").is_none());
+    let part: Value = part.json().await.unwrap();
+    assert_eq!(part["machines"].as_object().unwrap().len(), 1);
+
+    // A client that decodes gzip by itself (as this harness's does) reads
+    // the status it always did, and after a change the new one.
+    assert_eq!(
+        app.status_json().await["machines"]
+            .as_object()
+            .unwrap()
+            .len(),
+        3
+    );
+    let added = app.add_machines(&json!({"count": 1})).await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+    assert_eq!(
+        app.status_json().await["machines"]
+            .as_object()
+            .unwrap()
+            .len(),
+        4
+    );
+}

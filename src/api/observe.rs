@@ -61,7 +61,9 @@ pub struct StatusQuery {
 }
 
 /// The whole state, as `juju status --format=json` shapes it, or the part
-/// the filters select.
+/// the filters select. The whole state is sent gzipped
+/// (`Content-Encoding: gzip`) to a client whose `Accept-Encoding` takes
+/// gzip: with 100,000 machines that is about 4 MB instead of 60.
 #[utoipa::path(
     get,
     path = "/v1/status",
@@ -69,7 +71,7 @@ pub struct StatusQuery {
     tag = "observe",
     params(StatusQuery),
     responses(
-        (status = 200, description = "The status", body = Status),
+        (status = 200, description = "The status (the whole of it gzipped when Accept-Encoding takes gzip)", body = Status),
         (status = 400, description = "A filter that does not parse", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "A filter names an application or unit the model does not have", body = ErrorBody),
@@ -79,6 +81,7 @@ pub struct StatusQuery {
 pub async fn get_status(
     shared: web::Data<Shared>,
     query: web::Query<StatusQuery>,
+    request: HttpRequest,
 ) -> Result<HttpResponse, ObserveError> {
     let StatusQuery {
         application,
@@ -87,14 +90,46 @@ pub async fn get_status(
     } = query.into_inner();
     let filter = StatusFilter::parse(application.as_deref(), unit.as_deref(), machines.as_deref())?;
     let (store, cloud) = (&shared.state.store, &shared.state.provider.name);
-    let body = if filter.is_whole() {
-        shared.status.get(store, cloud).await?
-    } else {
+    let mut response = HttpResponse::Ok();
+    response.content_type("application/json");
+    let body = if !filter.is_whole() {
         shared.status.get_filtered(store, cloud, filter).await??
+    } else {
+        response.insert_header((header::VARY, "Accept-Encoding"));
+        if accepts_gzip(&request) {
+            response.insert_header((header::CONTENT_ENCODING, "gzip"));
+            shared.status.get_gzip(store, cloud).await?
+        } else {
+            shared.status.get(store, cloud).await?
+        }
     };
-    Ok(HttpResponse::Ok()
-        .content_type("application/json")
-        .body(InSlices::new(body)))
+    Ok(response.body(InSlices::new(body)))
+}
+
+/// Whether the request's `Accept-Encoding` takes gzip: `gzip` (or
+/// `x-gzip`) with a weight above zero, or `*` so where gzip is not named.
+/// A weight that does not parse counts as zero.
+fn accepts_gzip(request: &HttpRequest) -> bool {
+    let (mut gzip, mut any) = (None, None);
+    let values = request.headers().get_all(header::ACCEPT_ENCODING);
+    for item in values
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or_default().trim();
+        let weight = parts
+            .map(str::trim)
+            .find_map(|p| p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")))
+            .map_or(Some(1.0), |q| q.trim().parse::<f32>().ok());
+        let takes = weight.is_some_and(|q| q > 0.0);
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(takes);
+        } else if coding == "*" {
+            any = Some(takes);
+        }
+    }
+    gzip.or(any).unwrap_or(false)
 }
 
 /// How much of a shared body the connection is handed at a time.
@@ -422,6 +457,33 @@ mod tests {
         assert_eq!(empty.size(), BodySize::Sized(0));
         let end = std::future::poll_fn(|cx| std::pin::Pin::new(&mut empty).poll_next(cx)).await;
         assert!(end.is_none());
+    }
+
+    #[test]
+    fn gzip_is_taken_when_accept_encoding_weighs_it_above_zero() {
+        let takes = |values: &[&str]| {
+            let mut request = actix_web::test::TestRequest::get();
+            for value in values {
+                request = request.append_header((header::ACCEPT_ENCODING, *value));
+            }
+            accepts_gzip(&request.to_http_request())
+        };
+        assert!(takes(&["gzip"]));
+        assert!(takes(&["gzip, deflate, br"]));
+        assert!(takes(&["br;q=1.0, GZIP;q=0.5"]));
+        assert!(takes(&["x-gzip"]));
+        assert!(takes(&["*"]));
+        assert!(takes(&["identity", "gzip"]));
+        assert!(!takes(&[]));
+        assert!(!takes(&["identity"]));
+        assert!(!takes(&["br, deflate"]));
+        assert!(!takes(&["gzip;q=0"]));
+        assert!(!takes(&["gzip; q=0.000"]));
+        assert!(!takes(&["*, gzip;q=0"]));
+        assert!(!takes(&["*;q=0"]));
+        // A weight that does not parse is no weight.
+        assert!(!takes(&["gzip;q=lots"]));
+        assert!(!takes(&["gzipped"]));
     }
 
     #[test]

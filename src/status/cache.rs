@@ -15,7 +15,11 @@
 //! - the rendered JSON is kept with its revision: a request whose revision
 //!   (the store's head when it arrives) is already rendered gets those
 //!   bytes at once, and requests that arrive while one renders wait for
-//!   that one instead of rendering again.
+//!   that one instead of rendering again;
+//! - for clients that accept gzip, the rendering is compressed once per
+//!   revision ([`crate::status::gzip`], on every core) and kept beside it
+//!   the same way; once a client has asked for it, [`keep_fresh`]
+//!   compresses each quiet rendering too.
 //!
 //! # Guarantees
 //!
@@ -23,6 +27,7 @@
 //! arrived, so a client sees its own acknowledged writes (the head moves
 //! before a write is acknowledged).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -32,6 +37,7 @@ use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::status::document::StatusDocument;
 use crate::status::filter::{FilterError, StatusFilter};
+use crate::status::gzip;
 use crate::store::{blocking, Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
@@ -51,6 +57,12 @@ pub struct StatusCache {
     latest: Mutex<Option<(i64, Bytes)>>,
     /// Held by whoever is bringing the document forward or rendering it.
     updating: tokio::sync::Mutex<()>,
+    /// The newest rendering gzipped, and the revision it reflects.
+    gzipped: Mutex<Option<(i64, Bytes)>>,
+    /// Held by whoever is compressing a rendering.
+    compressing: tokio::sync::Mutex<()>,
+    /// Whether any client has asked for the status gzipped.
+    gzip_wanted: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,7 +119,7 @@ impl StatusCache {
         Ok(StatusCache {
             document: Arc::new(Mutex::new(document)),
             latest: Mutex::new(Some(latest)),
-            updating: tokio::sync::Mutex::new(()),
+            ..StatusCache::default()
         })
     }
 
@@ -116,27 +128,48 @@ impl StatusCache {
         lock(&self.latest).as_ref().map(|(revision, _)| *revision)
     }
 
-    fn at_least(&self, revision: i64) -> Option<Bytes> {
-        lock(&self.latest)
-            .as_ref()
-            .filter(|(rendered, _)| *rendered >= revision)
-            .map(|(_, body)| body.clone())
-    }
-
     /// The status JSON as of the store's head (or later).
     ///
     /// # Errors
     ///
     /// The store's error if the state cannot be read.
     pub async fn get(&self, store: &Store, cloud: &str) -> Result<Bytes, StoreError> {
+        Ok(self.rendered(store, cloud).await?.1)
+    }
+
+    /// The status JSON as of the store's head (or later), as one gzip
+    /// member.
+    ///
+    /// # Errors
+    ///
+    /// The store's error if the state cannot be read.
+    pub async fn get_gzip(&self, store: &Store, cloud: &str) -> Result<Bytes, StoreError> {
+        self.gzip_wanted.store(true, Ordering::Relaxed);
+        if let Some((_, member)) = kept_at_least(&self.gzipped, store.revision()) {
+            return Ok(member);
+        }
+        let (revision, body) = self.rendered(store, cloud).await?;
+        let _compressing = self.compressing.lock().await;
+        // Someone may have compressed this rendering while we waited.
+        if let Some((_, member)) = kept_at_least(&self.gzipped, revision) {
+            return Ok(member);
+        }
+        let member = blocking(move || Ok(Bytes::from(gzip::gzip(&body, gzip::threads())))).await?;
+        keep_newer(&self.gzipped, revision, &member);
+        Ok(member)
+    }
+
+    /// The newest rendering, at the store's head or later: the one kept,
+    /// or one made now (once, for every request waiting on it).
+    async fn rendered(&self, store: &Store, cloud: &str) -> Result<(i64, Bytes), StoreError> {
         let wanted = store.revision();
-        if let Some(body) = self.at_least(wanted) {
-            return Ok(body);
+        if let Some(kept) = kept_at_least(&self.latest, wanted) {
+            return Ok(kept);
         }
         let _updating = self.updating.lock().await;
         // Someone may have rendered what we need while we waited.
-        if let Some(body) = self.at_least(wanted) {
-            return Ok(body);
+        if let Some(kept) = kept_at_least(&self.latest, wanted) {
+            return Ok(kept);
         }
         let document = Arc::clone(&self.document);
         let store = store.clone();
@@ -144,11 +177,8 @@ impl StatusCache {
         let (revision, body) =
             blocking(move || bring_forward_and_render(&mut lock(&document), &store, &cloud))
                 .await?;
-        let mut latest = lock(&self.latest);
-        if latest.as_ref().is_none_or(|(kept, _)| *kept < revision) {
-            *latest = Some((revision, body.clone()));
-        }
-        Ok(body)
+        keep_newer(&self.latest, revision, &body);
+        Ok((revision, body))
     }
 
     /// The part of the status `filter` selects, as of the store's head (or
@@ -232,6 +262,22 @@ impl StatusCache {
     }
 }
 
+/// What `kept` holds if it reflects `revision` or a later one.
+fn kept_at_least(kept: &Mutex<Option<(i64, Bytes)>>, revision: i64) -> Option<(i64, Bytes)> {
+    lock(kept)
+        .as_ref()
+        .filter(|(at, _)| *at >= revision)
+        .cloned()
+}
+
+/// Keeps `body` of `revision` in `kept` unless it holds a later one.
+fn keep_newer(kept: &Mutex<Option<(i64, Bytes)>>, revision: i64, body: &Bytes) {
+    let mut kept = lock(kept);
+    if kept.as_ref().is_none_or(|(at, _)| *at < revision) {
+        *kept = Some((revision, body.clone()));
+    }
+}
+
 /// What `/metrics` shows of the machines: how many are in each state, and
 /// what their instances cost an hour together.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,9 +295,9 @@ pub struct Fresh<'a> {
 }
 
 /// Keeps `shared`'s status document fresh: reads it at once, brings it
-/// forward a moment after the change log grows, and renders it once the
-/// log has been quiet for that moment, so that the next request finds it
-/// ready. `parts` says where in `shared` the cache, store and cloud are.
+/// forward a moment after the change log grows, and renders it (and
+/// gzips it, once a client has asked for that) once the log has been
+/// quiet for that moment, so that the next request finds it ready. `parts` says where in `shared` the cache, store and cloud are.
 /// Ends when the server has let go of `shared` or the store has stopped.
 pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
     let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {
@@ -272,7 +318,12 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
             Ok(Err(_)) => return,
             Ok(Ok(())) => {}
             Err(_) => {
-                if let Err(e) = cache.get(store, cloud).await {
+                let rendered = if cache.gzip_wanted.load(Ordering::Relaxed) {
+                    cache.get_gzip(store, cloud).await
+                } else {
+                    cache.get(store, cloud).await
+                };
+                if let Err(e) = rendered {
                     log::warn!("cannot render the status: {e}");
                 }
                 drop(current);

@@ -13,7 +13,9 @@
 //!   ranges), rendered from the document's pieces it selects.
 //! - [`cache`]: the document kept fresh in the background and its newest
 //!   rendering shared by concurrent requests (and the machine counts
-//!   `/metrics` shows).
+//!   `/metrics` shows), and its gzip for clients that accept it.
+//! - [`gzip`]: a large document compressed on every core into one gzip
+//!   member.
 //! - [`text`]: the view as text: Juju's tables, JSON on one line, YAML.
 //!
 //! Status depends on the store and the domain only. The API's route and
@@ -23,6 +25,7 @@
 pub mod cache;
 pub mod document;
 pub mod filter;
+pub mod gzip;
 pub mod snapshot;
 pub mod text;
 pub mod view;

@@ -1,0 +1,165 @@
+//! The whole status compressed for clients that accept gzip: with 100,000
+//! machines the JSON is about 60 MB, and four readers copying that over a
+//! connection each cost more than rendering it; gzipped it is about 4 MB.
+//!
+//! The document is cut into [`CHUNK`]-byte pieces that are deflated at
+//! once on every core, each by a compressor of its own ending in a sync
+//! flush, so that each piece's output ends on a byte boundary and the
+//! pieces join into one deflate stream. One gzip member wraps them: a
+//! header, the pieces, an empty final block, and the CRC-32 and length of
+//! the whole. Any gzip decoder reads it as one member (a piece does not
+//! refer back into the piece before it, which deflate allows but does not
+//! require).
+
+use flate2::{Compress, Compression, FlushCompress, Status};
+
+/// The bytes each compressor takes: large enough that the pieces compress
+/// nearly as well as the whole, small enough to share out among cores.
+pub const CHUNK: usize = 1 << 20;
+
+/// zlib's level 2: with 100,000 machines, two-thirds of the size of level
+/// 1 for a tenth more time.
+const LEVEL: u32 = 2;
+
+/// A gzip member's header: deflate, no flags, no time, no extra fields,
+/// the operating system unknown.
+const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+
+/// A final deflate block of fixed codes holding nothing but its end.
+const EMPTY_FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
+
+/// `data` as one gzip member, deflated on up to `threads` threads.
+pub fn gzip(data: &[u8], threads: usize) -> Vec<u8> {
+    gzip_in_pieces(data, threads, CHUNK)
+}
+
+fn gzip_in_pieces(data: &[u8], threads: usize, piece_size: usize) -> Vec<u8> {
+    let pieces: Vec<&[u8]> = data.chunks(piece_size.max(1)).collect();
+    let threads = threads.clamp(1, pieces.len().max(1));
+    let per_thread = pieces.len().div_ceil(threads).max(1);
+    let deflated: Vec<Vec<u8>> = if threads == 1 {
+        pieces.iter().map(|piece| deflate_piece(piece)).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = pieces
+                .chunks(per_thread)
+                .map(|share| {
+                    scope.spawn(move || share.iter().map(|p| deflate_piece(p)).collect::<Vec<_>>())
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|worker| {
+                    worker
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    };
+    let size: usize = deflated.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(HEADER.len() + size + EMPTY_FINAL_BLOCK.len() + 8);
+    out.extend_from_slice(&HEADER);
+    for piece in &deflated {
+        out.extend_from_slice(piece);
+    }
+    out.extend_from_slice(&EMPTY_FINAL_BLOCK);
+    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    // ISIZE is the length modulo 2^32, as RFC 1952 has it.
+    out.extend_from_slice(&((data.len() & 0xffff_ffff) as u32).to_le_bytes());
+    out
+}
+
+/// The threads [`gzip`] is worth giving: one per core.
+pub fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `piece` deflated by a compressor of its own, ending in a sync flush
+/// (non-final blocks, byte-aligned), so that pieces join.
+fn deflate_piece(piece: &[u8]) -> Vec<u8> {
+    let mut compressor = Compress::new(Compression::new(LEVEL), false);
+    let mut out = Vec::with_capacity(piece.len() / 8 + 64);
+    loop {
+        let taken = usize::try_from(compressor.total_in()).unwrap_or(piece.len());
+        let status = compressor
+            .compress_vec(&piece[taken..], &mut out, FlushCompress::Sync)
+            .unwrap_or_else(|e| unreachable!("deflating into a growing buffer cannot fail: {e}"));
+        let taken = usize::try_from(compressor.total_in()).unwrap_or(piece.len());
+        // The flush is complete once everything is taken and the output
+        // was not filled to the brim (zlib's rule for a finished flush).
+        if taken == piece.len() && out.len() < out.capacity() && status != Status::BufError {
+            return out;
+        }
+        out.reserve(out.capacity().max(4096));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use flate2::read::GzDecoder;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn gunzip(member: &[u8]) -> Vec<u8> {
+        let mut decoder = GzDecoder::new(member);
+        let mut out = Vec::new();
+        decoder.read_to_end(&mut out).expect("a valid gzip member");
+        // One member, and nothing after it.
+        let mut rest = Vec::new();
+        decoder.into_inner().read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{} bytes after the member", rest.len());
+        out
+    }
+
+    /// A status-like document of `machines` entries.
+    fn document(machines: usize) -> Vec<u8> {
+        let mut out = String::from("{\"machines\":{");
+        for i in 0..machines {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!(
+                "\"{i}\":{{\"juju-status\":{{\"current\":\"started\"}},\"instance-id\":\"i-{:016x}\"}}",
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ));
+        }
+        out.push_str("}}");
+        out.into_bytes()
+    }
+
+    #[test]
+    fn a_document_of_several_pieces_is_one_member_that_reads_back_whole() {
+        // About 3.5 pieces.
+        let data = document(50_000);
+        assert!(data.len() > 3 * CHUNK, "{}", data.len());
+        for threads in [1, 2, 3, 8] {
+            let member = gzip(&data, threads);
+            assert!(member.len() < data.len() / 4, "{}", member.len());
+            assert_eq!(gunzip(&member), data, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn nothing_and_a_piece_exactly_read_back() {
+        assert_eq!(gunzip(&gzip(b"", 2)), b"");
+        let exact = vec![b'x'; CHUNK];
+        assert_eq!(gunzip(&gzip(&exact, 2)), exact);
+        let over = vec![b'y'; CHUNK + 1];
+        assert_eq!(gunzip(&gzip(&over, 2)), over);
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_in_any_pieces_read_back(
+            data in proptest::collection::vec(any::<u8>(), 0..5000),
+            threads in 1usize..4,
+            piece_size in 1usize..2000,
+        ) {
+            prop_assert_eq!(gunzip(&gzip_in_pieces(&data, threads, piece_size)), data);
+        }
+    }
+}
