@@ -61,11 +61,25 @@ const THROTTLE_BACKOFF_MAX: Duration = Duration::from_secs(4);
 const UNAUTHORIZED_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// A throttled kind is never slowed below this many calls a second.
 const SLOWEST_RATE: f64 = 0.1;
-/// Each call that goes through speeds a slowed bucket up by this factor.
+/// Each call that goes through speeds a slowed bucket up by at least this
+/// factor...
 const SPEED_UP: f64 = 1.05;
+/// ... or by half for each second since its rate last changed, whichever
+/// is more (at most doubling it): a bucket slowed to a few calls a second
+/// recovers in seconds, not in minutes of calls at that pace.
+const SPEED_UP_PER_SECOND: f64 = 0.5;
 /// A kind without a configured limit that was throttled is unlimited again
-/// once its rate is back above this.
+/// once its rate is back above this, and above [`UNLIMITED_OVER_SLOWED`]
+/// times the rate its last throttle left it at.
 const UNLIMITED_ABOVE: f64 = 100.0;
+/// See [`UNLIMITED_ABOVE`]: a kind refused at 200 calls a second is not
+/// unpaced at 101 only to be refused again.
+const UNLIMITED_OVER_SLOWED: f64 = 4.0;
+/// A throttled kind is slowed at most once in this long: a cloud whose
+/// bucket a burst emptied refuses calls at any pace until it refills, and
+/// halving for each of those refusals took a kind from 100 calls a second
+/// to one in 150 ms. Refusals between spend the tokens and nothing more.
+const SLOW_DOWN_SPACING: Duration = Duration::from_secs(1);
 /// How far back the calls of a kind are counted to tell the rate it is
 /// being called at.
 const RATE_WINDOW: Duration = Duration::from_secs(1);
@@ -124,6 +138,10 @@ struct TokenBucket {
     at: Instant,
     /// When the provider's throttling last slowed it.
     slowed_at: Option<Instant>,
+    /// When its rate last changed, slowed or sped up.
+    changed_at: Instant,
+    /// The rate the last throttle left it at.
+    slowed_to: f64,
 }
 
 impl TokenBucket {
@@ -133,6 +151,8 @@ impl TokenBucket {
             tokens: limit.capacity,
             at: Instant::now(),
             slowed_at: None,
+            changed_at: Instant::now(),
+            slowed_to: limit.per_second,
         }
     }
 
@@ -168,23 +188,32 @@ impl TokenBucket {
         self.tokens = self.tokens.min(0.0);
     }
 
-    /// The provider said we are too fast: halve the rate (or take the
-    /// rate calls were being made at, `observed`, if that is lower), never
-    /// below [`SLOWEST_RATE`], with no bursts until it recovers; and spend
+    /// The provider said we are too fast: halve the rate (or the rate
+    /// calls were being made at, `observed`, if that is lower, but no
+    /// lower than a quarter of the rate: calls spaced out by retries'
+    /// waits do not show the pace that was refused), never below
+    /// [`SLOWEST_RATE`], with no bursts until it recovers; and spend
     /// everything.
-    fn slow_down(&mut self, observed: f64) {
-        self.limit.per_second = (self.limit.per_second.min(observed) / 2.0).max(SLOWEST_RATE);
+    fn slow_down(&mut self, observed: f64, now: Instant) {
+        let rate = self.limit.per_second;
+        self.limit.per_second = (rate.min(observed.max(rate / 4.0)) / 2.0).max(SLOWEST_RATE);
+        self.changed_at = now;
+        self.slowed_to = self.limit.per_second;
         self.limit.capacity = 1.0;
         self.tokens = self.tokens.min(self.limit.capacity);
         self.drain();
     }
 
     /// A call went through: a bucket slowed by [`TokenBucket::slow_down`]
-    /// speeds up by [`SPEED_UP`], up to `configured` (its bursts too, once
-    /// its rate is back). Returns whether a bucket with nothing configured
-    /// is fast enough to be dropped.
-    fn speed_up(&mut self, configured: Option<Bucket>) -> bool {
-        let faster = self.limit.per_second * SPEED_UP;
+    /// speeds up by [`SPEED_UP`] or [`SPEED_UP_PER_SECOND`], up to
+    /// `configured` (its bursts too, once its rate is back). Returns
+    /// whether a bucket with nothing configured is fast enough to be
+    /// dropped.
+    fn speed_up(&mut self, configured: Option<Bucket>, now: Instant) -> bool {
+        let waited = now.saturating_duration_since(self.changed_at).as_secs_f64();
+        let factor = (1.0 + SPEED_UP_PER_SECOND * waited).clamp(SPEED_UP, 2.0);
+        let faster = self.limit.per_second * factor;
+        self.changed_at = now;
         match configured {
             Some(limit) => {
                 if faster >= limit.per_second {
@@ -196,7 +225,7 @@ impl TokenBucket {
             }
             None => {
                 self.limit.per_second = faster;
-                faster > UNLIMITED_ABOVE
+                faster > UNLIMITED_ABOVE.max(UNLIMITED_OVER_SLOWED * self.slowed_to)
             }
         }
     }
@@ -336,10 +365,11 @@ impl Buckets {
     }
 
     /// The provider throttled a call of `kind` that was sent at `sent`.
-    /// A call sent before the last slow-down was sent at the old pace:
-    /// its refusal spends the tokens but slows nothing further, so a
-    /// burst of refusals of calls already in flight halves the rate once,
-    /// not once each.
+    /// A call sent before the last slow-down was sent at the old pace,
+    /// and one refused within [`SLOW_DOWN_SPACING`] of it may have met a
+    /// bucket still empty: its refusal spends the tokens but slows nothing
+    /// further, so a burst of refusals halves the rate once, not once
+    /// each.
     fn throttled(&mut self, kind: CallKind, sent: Instant, now: Instant) {
         let observed = self.recent.entry(kind).or_default().rate(now);
         let bucket = self.active.entry(kind).or_insert_with(|| {
@@ -348,11 +378,14 @@ impl Buckets {
                 per_second: observed,
             })
         });
-        if bucket.slowed_at.is_some_and(|slowed| sent < slowed) {
+        let recently = |slowed: Instant| {
+            sent < slowed || now.saturating_duration_since(slowed) < SLOW_DOWN_SPACING
+        };
+        if bucket.slowed_at.is_some_and(recently) {
             bucket.drain();
             return;
         }
-        bucket.slow_down(observed);
+        bucket.slow_down(observed, now);
         bucket.slowed_at = Some(now);
         log::info!(
             "provider throttled a {} call: pacing {} calls at {:.2}/s",
@@ -362,16 +395,20 @@ impl Buckets {
         );
     }
 
-    /// A call of `kind` went through without being throttled.
-    fn answered(&mut self, kind: CallKind) {
+    /// A call of `kind` sent at `sent` went through without being
+    /// throttled, at `now`. A call sent before the last slow-down went at
+    /// the old pace and says nothing of the new one: it speeds nothing
+    /// up (else the calls already in flight when a bucket is made unpace
+    /// it again at once).
+    fn answered(&mut self, kind: CallKind, sent: Instant, now: Instant) {
         let configured = self.configured.get(&kind).copied();
         let Some(bucket) = self.active.get_mut(&kind) else {
             return;
         };
-        if configured == Some(bucket.limit) {
+        if configured == Some(bucket.limit) || bucket.slowed_at.is_some_and(|s| sent < s) {
             return;
         }
-        if bucket.speed_up(configured) {
+        if bucket.speed_up(configured, now) {
             self.active.remove(&kind);
             log::info!("provider takes {} calls unpaced again", kind.as_str());
         }
@@ -472,9 +509,9 @@ impl Gate {
         }
     }
 
-    fn answered(&self, kind: CallKind) {
+    fn answered(&self, kind: CallKind, sent: Instant) {
         if let Ok(mut buckets) = self.buckets.lock() {
-            buckets.answered(kind);
+            buckets.answered(kind, sent, Instant::now());
         }
     }
 
@@ -561,7 +598,7 @@ impl Gate {
             if throttled {
                 self.throttled(kind, started);
             } else {
-                self.answered(kind);
+                self.answered(kind, started);
             }
             match error {
                 Some(_) if throttled && tries < THROTTLE_RETRIES => {
@@ -1103,8 +1140,17 @@ mod tests {
             buckets.throttled(CallKind::Launch, sent, now + Duration::from_millis(5));
         }
         assert_eq!(buckets.rate(CallKind::Launch), Some(20.0));
-        // A call sent after the slow-down and refused slows it again.
-        let later = now + Duration::from_millis(50);
+        // Nor does one sent after it and refused within a second.
+        let soon = now + Duration::from_millis(50);
+        buckets.throttled(CallKind::Launch, soon, soon);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(20.0));
+        // One sent after it and refused a second later, with calls made
+        // at the new pace meanwhile, slows it again.
+        for i in 1..=20 {
+            let at = now + Duration::from_millis(50 * i);
+            buckets.reserve_call(CallCost::one(CallKind::Launch), at);
+        }
+        let later = now + SLOW_DOWN_SPACING;
         buckets.throttled(CallKind::Launch, later, later);
         assert_eq!(buckets.rate(CallKind::Launch), Some(10.0));
     }
@@ -1112,12 +1158,16 @@ mod tests {
     #[test]
     fn each_throttle_halves_the_rate_down_to_the_slowest() {
         let mut buckets = Buckets::new(RateLimits::ec2());
-        let now = Instant::now();
+        let mut now = Instant::now();
         // Called slowly, the configured rate is what is halved.
         buckets.reserve_call(CallCost::one(CallKind::Launch), now);
         buckets.throttled(CallKind::Launch, now, now);
         assert_eq!(buckets.rate(CallKind::Launch), Some(0.5));
+        // Refused again at once: once a second at most.
+        buckets.throttled(CallKind::Launch, now, now);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(0.5));
         for _ in 0..10 {
+            now += SLOW_DOWN_SPACING;
             buckets.throttled(CallKind::Launch, now, now);
         }
         assert_eq!(buckets.rate(CallKind::Launch), Some(SLOWEST_RATE));
@@ -1129,16 +1179,75 @@ mod tests {
         let now = Instant::now();
         buckets.throttled(CallKind::Launch, now, now);
         let slowed = buckets.rate(CallKind::Launch).unwrap();
-        buckets.answered(CallKind::Launch);
+        buckets.answered(CallKind::Launch, now, now);
         let faster = buckets.rate(CallKind::Launch).unwrap();
         assert!((faster - slowed * SPEED_UP).abs() < 1e-9, "{faster}");
         for _ in 0..100 {
-            buckets.answered(CallKind::Launch);
+            buckets.answered(CallKind::Launch, now, now);
         }
         assert_eq!(
             buckets.active[&CallKind::Launch].limit,
             RateLimits::ec2().launch.unwrap()
         );
+    }
+
+    #[test]
+    fn a_bucket_slowed_to_the_slowest_recovers_in_seconds_of_calls() {
+        let mut buckets = Buckets::new(RateLimits::ec2());
+        let mut now = Instant::now();
+        for _ in 0..12 {
+            now += SLOW_DOWN_SPACING;
+            buckets.throttled(CallKind::Launch, now, now);
+        }
+        assert_eq!(buckets.rate(CallKind::Launch), Some(SLOWEST_RATE));
+        // Calls at the pace the bucket allows, each going through.
+        let started = now;
+        let configured = RateLimits::ec2().launch.unwrap();
+        while buckets.active[&CallKind::Launch].limit != configured {
+            let rate = buckets.rate(CallKind::Launch).unwrap();
+            let sent = now;
+            now += Duration::from_secs_f64(1.0 / rate);
+            buckets.answered(CallKind::Launch, sent, now);
+            assert!(now - started < Duration::from_secs(60), "still slow");
+        }
+        // At 5% a call alone it took over three minutes (0.1/s to 2/s).
+        assert!(
+            now - started < Duration::from_secs(30),
+            "{:?}",
+            now - started
+        );
+    }
+
+    #[test]
+    fn calls_in_flight_when_a_kind_is_throttled_do_not_unpace_it_again() {
+        let mut buckets = Buckets::new(RateLimits::default());
+        let sent = Instant::now();
+        // Called at 400 a second; refused: paced at 200.
+        for _ in 0..400 {
+            buckets.reserve_call(CallCost::one(CallKind::Launch), sent);
+        }
+        let now = sent + Duration::from_millis(10);
+        buckets.throttled(CallKind::Launch, sent, now);
+        assert_eq!(buckets.rate(CallKind::Launch), Some(200.0));
+        // The calls sent with the refused one come back through.
+        for _ in 0..100 {
+            buckets.answered(CallKind::Launch, sent, now);
+        }
+        assert_eq!(buckets.rate(CallKind::Launch), Some(200.0));
+        // Calls sent since speed it up, and unpace it only well above
+        // the pace that was refused.
+        let later = now + Duration::from_millis(5);
+        buckets.answered(CallKind::Launch, later, later);
+        let rate = buckets.rate(CallKind::Launch).unwrap();
+        assert!(rate > 200.0 && rate < 800.0, "{rate}");
+        let mut calls = 0;
+        while buckets.rate(CallKind::Launch).is_some() {
+            buckets.answered(CallKind::Launch, later, later);
+            calls += 1;
+            assert!(calls < 1000, "never unpaced");
+        }
+        // 4 × 200 / s reached at 5 % a call.
+        assert!((25..=30).contains(&calls), "{calls}");
     }
 
     #[test]
@@ -1149,7 +1258,7 @@ mod tests {
         assert_eq!(buckets.rate(CallKind::Terminate), Some(0.5));
         let mut calls = 0;
         while buckets.rate(CallKind::Terminate).is_some() {
-            buckets.answered(CallKind::Terminate);
+            buckets.answered(CallKind::Terminate, now, now);
             calls += 1;
             assert!(calls < 1000, "never unpaced");
         }
