@@ -259,23 +259,58 @@ async fn run(mode: &str, machines: usize, burst: f64, per_second: f64) -> Value 
         )
         .await;
     let (settled, errors) = deploy_and_settle(&server, machines, "started").await;
-    let (ok, refused, requests) = launch_calls(&server).await;
-    let fewest_calls = machines.div_ceil(LAUNCH_BATCH) as f64;
-    let floor = ((fewest_calls - burst).max(0.0) / per_second).max(f64::EPSILON);
-    json!({
-        "mode": mode,
-        "machines": machines,
-        "burst": burst,
-        "per_second": per_second,
-        "settled_s": settled,
-        "floor_s": floor,
-        "ratio_to_floor": settled / floor,
-        "launch_calls_ok": ok,
-        "launch_calls_refused": refused,
-        "launch_requests": requests,
-        "fewest_launch_calls": fewest_calls,
-        "provisioning_errors": errors,
-    })
+    let run = Run {
+        mode,
+        machines,
+        bucket: (burst, per_second),
+        // The machines in calls of the cloud's largest batch.
+        fewest_requests: machines.div_ceil(LAUNCH_BATCH) as f64,
+        settled,
+        errors,
+    };
+    run.figures(&server).await
+}
+
+/// What one run did, for [`Run::figures`].
+struct Run<'a> {
+    mode: &'a str,
+    machines: usize,
+    /// The cloud's request bucket: burst and refill a second.
+    bucket: (f64, f64),
+    /// The fewest launch requests the deploy can be made in.
+    fewest_requests: f64,
+    settled: f64,
+    errors: f64,
+}
+
+impl Run<'_> {
+    /// The run's row: its figures, the launch calls and requests from
+    /// `server`'s `/metrics`, and the floor, the time the bucket alone
+    /// needs for the fewest requests (none when the burst covers them).
+    async fn figures(&self, server: &Server) -> Value {
+        let (ok, refused, requests) = launch_calls(server).await;
+        let (burst, per_second) = self.bucket;
+        let floor = (self.fewest_requests - burst).max(0.0) / per_second;
+        let ratio = if floor > 0.0 {
+            self.settled / floor
+        } else {
+            f64::NAN
+        };
+        json!({
+            "mode": self.mode,
+            "machines": self.machines,
+            "burst": burst,
+            "per_second": per_second,
+            "settled_s": self.settled,
+            "floor_s": floor,
+            "ratio_to_floor": ratio,
+            "launch_calls_ok": ok,
+            "launch_calls_refused": refused,
+            "launch_requests": requests,
+            "fewest_launch_calls": self.fewest_requests,
+            "provisioning_errors": self.errors,
+        })
+    }
 }
 
 /// Whether moto's server is there to be started.
@@ -347,30 +382,16 @@ bootstrap_timeout_s = 3600
     let dir = bench_root().join(format!("pacing-{mode}-{machines}"));
     let server = Server::start(&dir, &config).await;
     let (settled, errors) = deploy_and_settle(&server, machines, "awaiting-agent").await;
-    let (ok, refused, requests) = launch_calls(&server).await;
-    // One RunInstances per instance. With the limits raised the bucket
-    // needs no time: there is no floor to compare with.
-    let fewest = machines as f64;
-    let floor = (fewest - burst).max(0.0) / per_second;
-    let ratio = if floor > 0.0 {
-        settled / floor
-    } else {
-        f64::NAN
+    let run = Run {
+        mode,
+        machines,
+        bucket: (burst, per_second),
+        // One RunInstances per instance.
+        fewest_requests: machines as f64,
+        settled,
+        errors,
     };
-    json!({
-        "mode": mode,
-        "machines": machines,
-        "burst": burst,
-        "per_second": per_second,
-        "settled_s": settled,
-        "floor_s": floor,
-        "ratio_to_floor": ratio,
-        "launch_calls_ok": ok,
-        "launch_calls_refused": refused,
-        "launch_requests": requests,
-        "fewest_launch_calls": fewest,
-        "provisioning_errors": errors,
-    })
+    run.figures(&server).await
 }
 
 fn print_row(row: &Value) {
