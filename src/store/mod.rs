@@ -124,20 +124,23 @@ fn new_holder_id() -> String {
     )
 }
 
-/// Why berth cannot write the SQLite database at `path` (or create it in
-/// its directory), if it cannot: SQLite itself says only "unable to open
-/// database file".
+/// Why berth cannot write the SQLite database at `path` (or create it,
+/// and the journal files beside it, in its directory), if it cannot:
+/// SQLite itself says only "unable to open database file", or opens the
+/// file read-only.
 fn cannot_write_sqlite(path: &std::path::Path) -> Option<String> {
-    let target = if path.exists() {
-        path
-    } else {
-        path.parent().unwrap_or(std::path::Path::new("."))
-    };
-    writable(target).err().map(|e| {
-        format!(
-            "{} cannot be written ({e}); berth needs to write its database there",
-            target.display()
-        )
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let file = path.exists().then_some(path);
+    file.into_iter().chain([dir]).find_map(|target| {
+        writable(target).err().map(|e| {
+            format!(
+                "{} cannot be written ({e}); berth needs to write its database there",
+                target.display()
+            )
+        })
     })
 }
 
@@ -174,6 +177,12 @@ impl Store {
                 std::fs::create_dir_all(dir).map_err(|e| {
                     StoreError::Connect(format!("cannot create {}: {e}", dir.display()))
                 })?;
+            }
+            // Checked first: SQLite opens a file it cannot write read-only
+            // without a word, and whether it then fails (and how) depends
+            // on what the last controller left beside it.
+            if let Some(why) = cannot_write_sqlite(path) {
+                return Err(StoreError::Connect(format!("{url}: {why}")));
             }
         }
         let manager = db::Manager::new(url.clone());
@@ -350,5 +359,35 @@ impl Store {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_in_a_writable_directory_can_be_written_named_bare_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.db");
+        assert_eq!(cannot_write_sqlite(&path), None);
+        std::fs::write(&path, b"").unwrap();
+        assert_eq!(cannot_write_sqlite(&path), None);
+        // A bare name is in the working directory, not in "".
+        assert_eq!(cannot_write_sqlite(std::path::Path::new("berth.db")), None);
+    }
+
+    #[test]
+    fn a_database_where_nothing_can_be_written_says_where_and_why() {
+        let why = cannot_write_sqlite(std::path::Path::new("/no-such-dir-here/berth.db"))
+            .expect("an absent directory cannot be written");
+        assert!(
+            why.starts_with("/no-such-dir-here cannot be written ("),
+            "{why}"
+        );
+        assert!(
+            why.ends_with("berth needs to write its database there"),
+            "{why}"
+        );
     }
 }
