@@ -1391,11 +1391,14 @@ impl Inner {
     }
 }
 
-/// Delivers `batch` to the controller in order. Agents are separate
-/// machines: a run of check-ins from different instances is delivered
-/// together, as their agents would arrive, while instance changes keep
-/// their place in the order. Returns the agents that checked in or gave
-/// up; refused agents with attempts left are scheduled to try again.
+/// Delivers `batch` to the controller, each instance's reports in their
+/// order. Agents are separate machines: check-ins from different
+/// instances are delivered together, as their agents would arrive, and
+/// instance changes go at their place in the order; a change waits only
+/// for the check-ins of its own instance queued before it, not for every
+/// check-in before it (that cut a deploy's check-ins into runs of one).
+/// Returns the agents that checked in or gave up; refused agents with
+/// attempts left are scheduled to try again.
 async fn deliver(
     events: &Events,
     link: &Arc<dyn ControllerLink>,
@@ -1406,7 +1409,9 @@ async fn deliver(
     for item in batch {
         match item {
             Outgoing::Changed(change) => {
-                check_in_all(events, link, std::mem::take(&mut run), &mut outcomes).await;
+                if run.iter().any(|(queued, ..)| *queued == change.instance_id) {
+                    check_in_all(events, link, std::mem::take(&mut run), &mut outcomes).await;
+                }
                 link.instance_changed(change).await;
             }
             Outgoing::AgentCheckIn {
@@ -1513,13 +1518,16 @@ async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
             }
             continue;
         }
+        // A batch of due events and then a batch of reports, in turn:
+        // while a deploy keeps starts coming due, reports (agents' check-
+        // ins among them) are not held back until the starts run out.
         let due = events.take_due(now, DRIVER_BATCH);
-        if !due.is_empty() {
+        let applied = !due.is_empty();
+        if applied {
             let Some(inner) = cloud.upgrade() else {
                 return;
             };
             inner.process_due(due, now).await;
-            continue;
         }
         if let Some(link) = events.link() {
             let batch = events.take_outgoing(DRIVER_BATCH);
@@ -1537,6 +1545,9 @@ async fn drive(cloud: Weak<Inner>, events: Arc<Events>) {
                 }
                 continue;
             }
+        }
+        if applied {
+            continue;
         }
         let wake = events.wake();
         let mut at = events

@@ -1245,3 +1245,49 @@ async fn the_ids_a_seed_gives_do_not_depend_on_silent_agents() {
     };
     assert_eq!(ids(0.0).await, ids(0.5).await);
 }
+
+#[tokio::test]
+async fn a_change_waits_only_for_the_check_ins_of_its_own_instance() {
+    let (link, mut rx) = recorder(0);
+    let link: Arc<dyn ControllerLink> = link;
+    let events = Events::new();
+    let check_in = |id: &str, machine: u64| Outgoing::AgentCheckIn {
+        id: id.to_string(),
+        machine: MachineId::new(machine),
+        password: Secret::new(format!("pw-{id}")),
+        attempt: 1,
+    };
+    let changed = |id: &str| {
+        Outgoing::Changed(InstanceStateChange {
+            instance_id: id.to_string(),
+            state: InstanceState::Running,
+            at_ms: 1,
+        })
+    };
+    let batch = vec![
+        check_in("i-a", 1),
+        changed("i-b"),
+        check_in("i-c", 3),
+        changed("i-a"),
+        check_in("i-d", 4),
+    ];
+    let outcomes = deliver(&events, &link, batch).await;
+    assert_eq!(outcomes.len(), 3);
+    let mut heard = Vec::new();
+    while let Ok(h) = rx.try_recv() {
+        heard.push(h);
+    }
+    let agent = |machine: u64, id: &str| Heard::Agent(MachineId::new(machine), format!("pw-{id}"));
+    assert_eq!(
+        heard,
+        vec![
+            // Another instance's change does not wait for i-a's agent...
+            Heard::Changed("i-b".into(), InstanceState::Running),
+            // ... i-a's own change does, and i-c's agent comes with it.
+            agent(1, "i-a"),
+            agent(3, "i-c"),
+            Heard::Changed("i-a".into(), InstanceState::Running),
+            agent(4, "i-d"),
+        ]
+    );
+}
