@@ -186,15 +186,10 @@ impl Store {
             }
         }
         let manager = db::Manager::new(url.clone());
-        let mut write_conn = manager.connect().map_err(|e| {
-            StoreError::Connect(match url {
-                DatabaseUrl::Sqlite(path) => match cannot_write_sqlite(path) {
-                    Some(why) => format!("{url}: {e}: {why}"),
-                    None => format!("{url}: {e}"),
-                },
-                DatabaseUrl::Postgres(_) => format!("{url}: {e}"),
-            })
-        })?;
+        // Why a SQLite file cannot be written was said above.
+        let mut write_conn = manager
+            .connect()
+            .map_err(|e| StoreError::Connect(format!("{url}: {e}")))?;
         db::run_migrations(&mut write_conn)?;
         model::ensure_model(&mut write_conn)?;
         let revision: i64 = log_head::table
