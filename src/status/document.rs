@@ -137,9 +137,9 @@ pub struct StatusDocument {
     /// In unit order: by application, then number.
     units: BTreeMap<UnitName, UnitPiece>,
     /// The units on each machine, to render again when its state changes.
-    units_on: HashMap<MachineId, BTreeSet<UnitName>>,
+    units_on: HashMap<MachineId, NameSet>,
     /// The subordinate units of each principal unit.
-    subordinates_of: HashMap<UnitName, BTreeSet<UnitName>>,
+    subordinates_of: HashMap<UnitName, NameSet>,
     /// How many machines are in each state.
     in_state: HashMap<MachineState, usize>,
     relations: BTreeMap<String, RelationRecord>,
@@ -636,12 +636,42 @@ impl StatusDocument {
     }
 }
 
+/// A few unit names in order: the units on one machine, or under one
+/// principal. Most hold one name, so a sorted vector (one allocation of
+/// the names themselves) rather than a tree, whose smallest node holds
+/// room for eleven.
+#[derive(Default)]
+struct NameSet(Vec<UnitName>);
+
+impl NameSet {
+    fn insert(&mut self, name: UnitName) {
+        if let Err(at) = self.0.binary_search(&name) {
+            self.0.insert(at, name);
+        }
+    }
+
+    fn remove(&mut self, name: &UnitName) {
+        if let Ok(at) = self.0.binary_search(name) {
+            self.0.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a NameSet {
+    type Item = &'a UnitName;
+    type IntoIter = std::slice::Iter<'a, UnitName>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
 /// Takes `name` out of `key`'s set in `index`, and the set when empty.
-fn forget<K: std::hash::Hash + Eq>(
-    index: &mut HashMap<K, BTreeSet<UnitName>>,
-    key: &K,
-    name: &UnitName,
-) {
+fn forget<K: std::hash::Hash + Eq>(index: &mut HashMap<K, NameSet>, key: &K, name: &UnitName) {
     if let Some(names) = index.get_mut(key) {
         names.remove(name);
         if names.is_empty() {
