@@ -846,12 +846,15 @@ async fn a_prepared_status_is_rendered_at_the_head_and_follows_later_writes(stor
     assert_eq!(prepared.rendered_revision(), Some(store.revision()));
     assert_eq!(StatusCache::default().rendered_revision(), None);
     let fresh = StatusCache::default().get(&store, "sim").await.unwrap();
-    assert_eq!(prepared.get(&store, "sim").await.unwrap(), fresh);
+    assert_eq!(
+        prepared.get(&store, "sim").await.unwrap().to_vec(),
+        fresh.to_vec()
+    );
 
     // A write after it was prepared is in the next answer.
     store.deploy(ntp_on_jammy()).await.unwrap();
     let after: serde_json::Value =
-        serde_json::from_slice(&prepared.get(&store, "sim").await.unwrap()).unwrap();
+        serde_json::from_slice(&prepared.get(&store, "sim").await.unwrap().to_vec()).unwrap();
     assert_eq!(prepared.rendered_revision(), Some(store.revision()));
     assert_eq!(
         after,

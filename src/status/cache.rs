@@ -16,10 +16,13 @@
 //!   (the store's head when it arrives) is already rendered gets those
 //!   bytes at once, and requests that arrive while one renders wait for
 //!   that one instead of rendering again;
+//! - the rendering is kept in segments ([`crate::status::rendering`]): the
+//!   next revision's shares the segments that come out the same;
 //! - for clients that accept gzip, the rendering is compressed once per
-//!   revision ([`crate::status::gzip`], on every core) and kept beside it
+//!   revision (only its new segments, on every core) and kept beside it
 //!   the same way; once a client has asked for it, [`keep_fresh`]
-//!   compresses each quiet rendering too.
+//!   compresses each quiet rendering too, and one now and then during a
+//!   long burst of writes.
 //!
 //! # Guarantees
 //!
@@ -29,7 +32,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 
@@ -38,11 +41,16 @@ use crate::domain::machine::MachineState;
 use crate::status::document::StatusDocument;
 use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::gzip;
+use crate::status::rendering::Rendering;
 use crate::store::{blocking, Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
 /// refresh covers a burst of writes.
 const SETTLE: Duration = Duration::from_millis(100);
+
+/// How often, at most, [`keep_fresh`] renders and gzips the status while
+/// the log keeps growing (and never more than a tenth of the time).
+const BUSY_RENDER_EVERY: Duration = Duration::from_secs(1);
 
 /// The fewest changes after which the document is read whole again rather
 /// than entity by entity.
@@ -54,7 +62,7 @@ pub struct StatusCache {
     /// `None` until first read.
     document: Arc<Mutex<Option<StatusDocument>>>,
     /// The newest rendering and the revision it reflects.
-    latest: Mutex<Option<(i64, Bytes)>>,
+    latest: Mutex<Option<(i64, Arc<Rendering>)>>,
     /// Held by whoever is bringing the document forward or rendering it.
     updating: tokio::sync::Mutex<()>,
     /// The newest rendering gzipped, and the revision it reflects.
@@ -91,18 +99,23 @@ fn bring_forward(
     Ok(())
 }
 
-/// Brings `document` up to the store's head and renders it: the
-/// revision rendered and its JSON.
+/// Brings `document` up to the store's head and renders it, sharing the
+/// segments of `previous` that come out the same: the revision rendered
+/// and its rendering.
 fn bring_forward_and_render(
     document: &mut Option<StatusDocument>,
     store: &Store,
     cloud: &str,
-) -> Result<(i64, Bytes), StoreError> {
+    previous: Option<&Rendering>,
+) -> Result<(i64, Arc<Rendering>), StoreError> {
     bring_forward(document, store, cloud)?;
     let current = document
         .as_ref()
         .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-    Ok((current.revision(), Bytes::from(current.render())))
+    Ok((
+        current.revision(),
+        Arc::new(current.render_segments(previous)),
+    ))
 }
 
 impl StatusCache {
@@ -115,7 +128,7 @@ impl StatusCache {
     /// The store's error if the state cannot be read.
     pub fn prepared(store: &Store, cloud: &str) -> Result<StatusCache, StoreError> {
         let mut document = None;
-        let latest = bring_forward_and_render(&mut document, store, cloud)?;
+        let latest = bring_forward_and_render(&mut document, store, cloud, None)?;
         Ok(StatusCache {
             document: Arc::new(Mutex::new(document)),
             latest: Mutex::new(Some(latest)),
@@ -128,12 +141,12 @@ impl StatusCache {
         lock(&self.latest).as_ref().map(|(revision, _)| *revision)
     }
 
-    /// The status JSON as of the store's head (or later).
+    /// The status JSON as of the store's head (or later), in segments.
     ///
     /// # Errors
     ///
     /// The store's error if the state cannot be read.
-    pub async fn get(&self, store: &Store, cloud: &str) -> Result<Bytes, StoreError> {
+    pub async fn get(&self, store: &Store, cloud: &str) -> Result<Arc<Rendering>, StoreError> {
         Ok(self.rendered(store, cloud).await?.1)
     }
 
@@ -156,14 +169,18 @@ impl StatusCache {
         }
         // As with the rendering: an older member goes first.
         lock(&self.gzipped).take();
-        let member = blocking(move || Ok(Bytes::from(gzip::gzip(&body, gzip::threads())))).await?;
+        let member = blocking(move || Ok(Bytes::from(body.gzip(gzip::threads())))).await?;
         keep_newer(&self.gzipped, revision, &member);
         Ok(member)
     }
 
     /// The newest rendering, at the store's head or later: the one kept,
     /// or one made now (once, for every request waiting on it).
-    async fn rendered(&self, store: &Store, cloud: &str) -> Result<(i64, Bytes), StoreError> {
+    async fn rendered(
+        &self,
+        store: &Store,
+        cloud: &str,
+    ) -> Result<(i64, Arc<Rendering>), StoreError> {
         let wanted = store.revision();
         if let Some(kept) = kept_at_least(&self.latest, wanted) {
             return Ok(kept);
@@ -173,17 +190,18 @@ impl StatusCache {
         if let Some(kept) = kept_at_least(&self.latest, wanted) {
             return Ok(kept);
         }
-        // What is kept is older than any request from now on wants, so it
-        // goes before the new rendering is made rather than after: with
-        // 100,000 machines each is 60 MB. (Responses still sending it hold
-        // their own reference.)
-        lock(&self.latest).take();
+        // What is kept is older than any request from now on wants: the
+        // new rendering shares what of it comes out the same, and it goes
+        // once that is made. (Responses still sending it hold their own
+        // reference.)
+        let previous = lock(&self.latest).take().map(|(_, rendering)| rendering);
         let document = Arc::clone(&self.document);
         let store = store.clone();
         let cloud = cloud.to_string();
-        let (revision, body) =
-            blocking(move || bring_forward_and_render(&mut lock(&document), &store, &cloud))
-                .await?;
+        let (revision, body) = blocking(move || {
+            bring_forward_and_render(&mut lock(&document), &store, &cloud, previous.as_deref())
+        })
+        .await?;
         keep_newer(&self.latest, revision, &body);
         Ok((revision, body))
     }
@@ -270,7 +288,7 @@ impl StatusCache {
 }
 
 /// What `kept` holds if it reflects `revision` or a later one.
-fn kept_at_least(kept: &Mutex<Option<(i64, Bytes)>>, revision: i64) -> Option<(i64, Bytes)> {
+fn kept_at_least<T: Clone>(kept: &Mutex<Option<(i64, T)>>, revision: i64) -> Option<(i64, T)> {
     lock(kept)
         .as_ref()
         .filter(|(at, _)| *at >= revision)
@@ -278,7 +296,7 @@ fn kept_at_least(kept: &Mutex<Option<(i64, Bytes)>>, revision: i64) -> Option<(i
 }
 
 /// Keeps `body` of `revision` in `kept` unless it holds a later one.
-fn keep_newer(kept: &Mutex<Option<(i64, Bytes)>>, revision: i64, body: &Bytes) {
+fn keep_newer<T: Clone>(kept: &Mutex<Option<(i64, T)>>, revision: i64, body: &T) {
     let mut kept = lock(kept);
     if kept.as_ref().is_none_or(|(at, _)| *at < revision) {
         *kept = Some((revision, body.clone()));
@@ -304,12 +322,18 @@ pub struct Fresh<'a> {
 /// Keeps `shared`'s status document fresh: reads it at once, brings it
 /// forward a moment after the change log grows, and renders it (and
 /// gzips it, once a client has asked for that) once the log has been
-/// quiet for that moment, so that the next request finds it ready. `parts` says where in `shared` the cache, store and cloud are.
+/// quiet for that moment, so that the next request finds it ready. While
+/// the log keeps growing and clients take gzip, it also renders and gzips
+/// every [`BUSY_RENDER_EVERY`] or so, so that the rendering after a long
+/// burst shares most of its segments with one already compressed. `parts`
+/// says where in `shared` the cache, store and cloud are.
 /// Ends when the server has let go of `shared` or the store has stopped.
 pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
     let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {
         return;
     };
+    let mut rendered_at = Instant::now();
+    let mut render_took = Duration::ZERO;
     loop {
         let Some(current) = shared.upgrade() else {
             return;
@@ -321,18 +345,32 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
         } = parts(&current);
         cache.refresh(store, cloud).await;
         let quiet = tokio::time::timeout(SETTLE, head.changed()).await;
+        let gzip_wanted = cache.gzip_wanted.load(Ordering::Relaxed);
         match quiet {
             Ok(Err(_)) => return,
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                // A long burst of writes (a large deploy): a gzipped
+                // rendering now and then, so that the one after the burst
+                // compresses only what changed since, not the whole.
+                if gzip_wanted && rendered_at.elapsed() >= BUSY_RENDER_EVERY.max(render_took * 10) {
+                    let started = Instant::now();
+                    if let Err(e) = cache.get_gzip(store, cloud).await {
+                        log::warn!("cannot render the status: {e}");
+                    }
+                    rendered_at = Instant::now();
+                    render_took = rendered_at - started;
+                }
+            }
             Err(_) => {
-                let rendered = if cache.gzip_wanted.load(Ordering::Relaxed) {
-                    cache.get_gzip(store, cloud).await
+                let rendered = if gzip_wanted {
+                    cache.get_gzip(store, cloud).await.map(drop)
                 } else {
-                    cache.get(store, cloud).await
+                    cache.get(store, cloud).await.map(drop)
                 };
                 if let Err(e) = rendered {
                     log::warn!("cannot render the status: {e}");
                 }
+                rendered_at = Instant::now();
                 drop(current);
                 if head.changed().await.is_err() {
                     return;

@@ -27,6 +27,7 @@ use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
+use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
@@ -367,9 +368,27 @@ impl StatusDocument {
                 .map(|u| u.member.text.len() + 24)
                 .sum::<usize>();
         let mut out = Vec::with_capacity(pieces + 4096);
-        self.render_model(&mut out);
+        self.render_into(&mut out, &mut Whole);
+        out
+    }
+
+    /// The whole status as JSON in segments, sharing those that come out
+    /// the same with `previous` (see [`crate::status::rendering`]): the
+    /// memory of both is what they do not share, and a gzip of it
+    /// compresses only the new segments.
+    pub fn render_segments(&self, previous: Option<&Rendering>) -> Rendering {
+        let mut segmenter = Segmenter::after(previous);
+        let mut out = Vec::with_capacity(1 << 18);
+        self.render_into(&mut out, &mut segmenter);
+        segmenter.finish(&mut out)
+    }
+
+    /// Writes the whole status into `out`, telling `cuts` where segments
+    /// start.
+    fn render_into(&self, out: &mut Vec<u8>, cuts: &mut impl Cuts) {
+        self.render_model(out);
         out.extend_from_slice(b",\"machines\":");
-        render_machines(&self.machines, &mut out);
+        render_machines(&self.machines, out, cuts);
         out.extend_from_slice(b",\"applications\":");
         let shown_principal = |name: &UnitName| {
             self.applications.contains_key(name.application())
@@ -379,9 +398,14 @@ impl StatusDocument {
                     .is_some_and(|p| p.unit.principal.is_none())
         };
         let headers = self.headers();
-        self.render_applications(&mut out, headers.iter(), self.units.iter(), shown_principal);
+        self.render_applications(
+            out,
+            headers.iter(),
+            self.units.iter(),
+            shown_principal,
+            cuts,
+        );
         out.push(b'}');
-        out
     }
 
     /// The part of the status `filter` selects, as JSON of the same shape
@@ -432,7 +456,7 @@ impl StatusDocument {
         let mut out = Vec::with_capacity(4096);
         self.render_model(&mut out);
         out.extend_from_slice(b",\"machines\":");
-        render_machines(&machines, &mut out);
+        render_machines(&machines, &mut out, &mut Whole);
         out.extend_from_slice(b",\"applications\":");
         let shown_principal = |name: &UnitName| {
             self.applications.contains_key(name.application())
@@ -443,6 +467,7 @@ impl StatusDocument {
             headers,
             units.iter().map(|(name, piece)| (*name, *piece)),
             shown_principal,
+            &mut Whole,
         );
         out.push(b'}');
         Ok(out)
@@ -588,13 +613,15 @@ impl StatusDocument {
     /// Writes the applications `headers` (rendered, in name order) with
     /// `units` (in unit order) under them. A subordinate unit is written
     /// under its principal when `shown_principal` says that is written;
-    /// otherwise among its own application's units.
+    /// otherwise among its own application's units. `cuts` is told where
+    /// each application and each [`BLOCK`] of its units start.
     fn render_applications<'a>(
         &self,
         out: &mut Vec<u8>,
         headers: impl Iterator<Item = (&'a ApplicationName, &'a Box<str>)>,
         units: impl Iterator<Item = (&'a UnitName, &'a UnitPiece)>,
         shown_principal: impl Fn(&UnitName) -> bool,
+        cuts: &mut impl Cuts,
     ) {
         // Trees, not hash maps: a unit's name is compared with a few
         // others instead of hashed.
@@ -613,10 +640,19 @@ impl StatusDocument {
         let mut applications = Members::open(out);
         for (name, header) in headers {
             let units = by_application.get(name).map_or(&[][..], Vec::as_slice);
+            cuts.cut(applications.out, Label::Application(name.clone()));
             let out = applications.key(name.as_str());
             let nested = (!units.is_empty()).then_some(|out: &mut Vec<u8>| {
                 let mut members = Members::open(out);
+                let mut block = None;
                 for (unit, piece) in units {
+                    if block != Some(unit.number() / BLOCK) {
+                        block = Some(unit.number() / BLOCK);
+                        cuts.cut(
+                            members.out,
+                            Label::Units(name.clone(), unit.number() / BLOCK),
+                        );
+                    }
                     let subordinates = by_principal.get(unit).map_or(&[][..], Vec::as_slice);
                     let out = members.raw_key(piece.member.key());
                     let nested = (!subordinates.is_empty()).then_some(|out: &mut Vec<u8>| {
@@ -682,12 +718,22 @@ fn forget<K: std::hash::Hash + Eq>(index: &mut HashMap<K, NameSet>, key: &K, nam
 
 /// Writes `machines` (in id order, a host's containers after it) as the
 /// status's `machines` object: each container under its host when that is
-/// among them, otherwise at the top.
-fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, out: &mut Vec<u8>) {
+/// among them, otherwise at the top. `cuts` is told where each [`BLOCK`]
+/// of hosts starts.
+fn render_machines<M: Borrow<MachinePiece>>(
+    machines: &BTreeMap<MachineId, M>,
+    out: &mut Vec<u8>,
+    cuts: &mut impl Cuts,
+) {
     let mut members = Members::open(out);
+    let mut block = None;
     for (id, piece) in machines {
         if id.parent().is_some_and(|h| machines.contains_key(&h)) {
             continue; // under its host
+        }
+        if block != Some(id.host_number() / BLOCK) {
+            block = Some(id.host_number() / BLOCK);
+            cuts.cut(members.out, Label::Machines(id.host_number() / BLOCK));
         }
         let containers: Vec<(&MachineId, &M)> = if id.is_container() {
             Vec::new()
@@ -1272,6 +1318,7 @@ mod tests {
         for seed in 1..300 {
             let mut document = StatusDocument::of(&snapshot(seed), "sim");
             let mut previous = snapshot(seed);
+            let mut segments = document.render_segments(None);
             for step in 1..4 {
                 // Mostly the same entities, with other states and rows.
                 let next_seed = seed + 1000 * step;
@@ -1284,9 +1331,71 @@ mod tests {
                     "seed {seed} step {step}"
                 );
                 assert_eq!(document.revision(), next.revision);
+                // In segments after the last rendering, the same bytes.
+                segments = document.render_segments(Some(&segments));
+                assert_eq!(
+                    segments.to_vec(),
+                    document.render(),
+                    "seed {seed} step {step}"
+                );
                 previous = next;
             }
         }
+    }
+
+    /// A model of `n` machines, each with a unit of wordpress on it.
+    fn large(n: u64, revision: i64) -> StatusSnapshot {
+        let mut dice = Dice(5);
+        let mut model = snapshot(1);
+        model.revision = revision;
+        model.machines = (0..n)
+            .map(|i| {
+                let mut record = machine(MachineId::new(i), &mut dice);
+                record.machine.state = MachineState::Started;
+                record
+            })
+            .collect();
+        model.applications = vec![application("wordpress")];
+        model.relations = Vec::new();
+        model.units = (0..n)
+            .map(|i| {
+                let name = UnitName::new("wordpress".parse().unwrap(), i);
+                unit(name, Some(MachineId::new(i)), None, &mut dice)
+            })
+            .collect();
+        model
+    }
+
+    #[test]
+    fn a_rendering_after_a_small_change_shares_every_segment_it_does_not_touch() {
+        let n = 5 * BLOCK;
+        let before = large(n, 10);
+        let mut document = StatusDocument::of(&before, "sim");
+        let first = document.render_segments(None);
+        assert_eq!(first.to_vec(), document.render());
+
+        // One machine changes state, and its unit is blocked (which its
+        // application's status shows).
+        let mut after = before.clone();
+        after.revision += 1;
+        let changed = usize::try_from(3 * BLOCK + 7).unwrap();
+        after.machines[changed].machine.state = MachineState::Starting;
+        after.units[changed].workload_status = "blocked".into();
+        document.apply(delta(&before, &after));
+        let second = document.render_segments(Some(&first));
+        assert_eq!(second.to_vec(), document.render());
+        assert_eq!(
+            serde_json::from_slice::<Value>(&second.to_vec()).unwrap(),
+            viewed(&after)
+        );
+        // The model (its revision moved) and the blocks of machine and
+        // unit 1543 are new; the other 8 blocks and the header are shared.
+        let wordpress: ApplicationName = "wordpress".parse().unwrap();
+        assert_eq!(second.segments(), 12);
+        assert_eq!(
+            second.fresh_since(&first),
+            [Label::Head, Label::Machines(3), Label::Units(wordpress, 3)]
+        );
     }
 
     #[test]

@@ -35,38 +35,71 @@ pub fn gzip(data: &[u8], threads: usize) -> Vec<u8> {
 
 fn gzip_in_pieces(data: &[u8], threads: usize, piece_size: usize) -> Vec<u8> {
     let pieces: Vec<&[u8]> = data.chunks(piece_size.max(1)).collect();
+    let deflated = deflate_pieces(&pieces, threads);
+    let mut whole = crc32fast::Hasher::new();
+    whole.update(data);
+    member(deflated.iter().map(Vec::as_slice), whole)
+}
+
+/// Each of `pieces` deflated by a compressor of its own ending in a sync
+/// flush, on up to `threads` threads: pieces that join, in order, into one
+/// deflate stream (see [`member`]).
+pub fn deflate_pieces(pieces: &[&[u8]], threads: usize) -> Vec<Vec<u8>> {
     let threads = threads.clamp(1, pieces.len().max(1));
-    let per_thread = pieces.len().div_ceil(threads).max(1);
-    let deflated: Vec<Vec<u8>> = if threads == 1 {
-        pieces.iter().map(|piece| deflate_piece(piece)).collect()
-    } else {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = pieces
-                .chunks(per_thread)
-                .map(|share| {
-                    scope.spawn(move || share.iter().map(|p| deflate_piece(p)).collect::<Vec<_>>())
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|worker| {
-                    worker
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        })
-    };
-    let size: usize = deflated.iter().map(Vec::len).sum();
+    if threads == 1 {
+        return pieces.iter().map(|piece| deflate_piece(piece)).collect();
+    }
+    // Shares of about equal bytes, so that one thread does not get the
+    // large pieces.
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
+    let per_thread = total.div_ceil(threads).max(1);
+    let mut shares: Vec<&[&[u8]]> = Vec::with_capacity(threads);
+    let (mut from, mut bytes) = (0, 0);
+    for (i, piece) in pieces.iter().enumerate() {
+        bytes += piece.len();
+        if bytes >= per_thread {
+            shares.push(&pieces[from..=i]);
+            (from, bytes) = (i + 1, 0);
+        }
+    }
+    if from < pieces.len() {
+        shares.push(&pieces[from..]);
+    }
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                scope.spawn(move || share.iter().map(|p| deflate_piece(p)).collect::<Vec<_>>())
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// One gzip member of `deflated` pieces (each from [`deflate_pieces`], in
+/// the order of the data), whose data's CRC-32 and length `data` holds.
+pub fn member<'a>(
+    deflated: impl Iterator<Item = &'a [u8]> + Clone,
+    data: crc32fast::Hasher,
+) -> Vec<u8> {
+    let size: usize = deflated.clone().map(<[u8]>::len).sum();
     let mut out = Vec::with_capacity(HEADER.len() + size + EMPTY_FINAL_BLOCK.len() + 8);
     out.extend_from_slice(&HEADER);
-    for piece in &deflated {
+    for piece in deflated {
         out.extend_from_slice(piece);
     }
     out.extend_from_slice(&EMPTY_FINAL_BLOCK);
-    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    let length = data.total_len();
+    out.extend_from_slice(&data.finalize().to_le_bytes());
     // ISIZE is the length modulo 2^32, as RFC 1952 has it.
-    out.extend_from_slice(&((data.len() & 0xffff_ffff) as u32).to_le_bytes());
+    out.extend_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
     out
 }
 
@@ -77,7 +110,7 @@ pub fn threads() -> usize {
 
 /// `piece` deflated by a compressor of its own, ending in a sync flush
 /// (non-final blocks, byte-aligned), so that pieces join.
-fn deflate_piece(piece: &[u8]) -> Vec<u8> {
+pub fn deflate_piece(piece: &[u8]) -> Vec<u8> {
     let mut compressor = Compress::new(Compression::new(LEVEL), false);
     let mut out = Vec::with_capacity(piece.len() / 8 + 64);
     loop {

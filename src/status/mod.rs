@@ -14,6 +14,9 @@
 //! - [`cache`]: the document kept fresh in the background and its newest
 //!   rendering shared by concurrent requests (and the machine counts
 //!   `/metrics` shows), and its gzip for clients that accept it.
+//! - [`rendering`]: the whole status rendered in segments, which the next
+//!   rendering shares where they come out the same, so that a gzip of it
+//!   compresses only what changed.
 //! - [`gzip`]: a large document compressed on every core into one gzip
 //!   member.
 //! - [`text`]: the view as text: Juju's tables, JSON on one line, YAML.
@@ -26,6 +29,7 @@ pub mod cache;
 pub mod document;
 pub mod filter;
 pub mod gzip;
+pub mod rendering;
 pub mod snapshot;
 pub mod text;
 pub mod view;

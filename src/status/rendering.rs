@@ -1,0 +1,313 @@
+//! The whole status rendered in segments, so that the rendering of a new
+//! revision keeps (and shares) the segments that did not change, with their
+//! CRC-32 and their deflated bytes, and a gzip of it compresses only what
+//! changed.
+//!
+//! A rendering is cut where the document says it may be
+//! ([`Segmenter::cut`]): before each run of [`BLOCK`] machines, before each
+//! application, and before each run of [`BLOCK`] of an application's units;
+//! each cut names the segment it starts ([`Label`]). Making the next
+//! rendering, the document writes each segment into a scratch buffer, and
+//! the segmenter keeps the previous rendering's segment of the same label
+//! when its bytes are the same (compared whole, so a segment is reused only
+//! when it is exactly what would be written), or keeps the new bytes. So
+//! the memory of two renderings is what they do not share, and compressing
+//! costs what changed.
+//!
+//! # Guarantees
+//!
+//! - The segments joined are the document's rendering, byte for byte,
+//!   whatever the previous rendering was.
+//! - [`Rendering::gzip`] is one gzip member of those bytes: each segment is
+//!   deflated by a compressor of its own ending in a sync flush (see
+//!   [`crate::status::gzip`]), and the member's CRC-32 is the segments'
+//!   combined.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use actix_web::web::Bytes;
+
+use crate::domain::names::ApplicationName;
+use crate::status::gzip;
+
+/// How many machines (by host number) or units (by number) a segment
+/// holds at most: with 100,000 machines, segments of about 180 KB.
+pub const BLOCK: u64 = 512;
+
+/// Which part of the status a segment holds, so that the next rendering
+/// finds the segment to compare with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Label {
+    /// The model, up to the first machine.
+    Head,
+    /// Machines whose host numbers divided by [`BLOCK`] are this.
+    Machines(u64),
+    /// An application's header, up to its first unit.
+    Application(ApplicationName),
+    /// An application's units whose numbers divided by [`BLOCK`] are this.
+    Units(ApplicationName, u64),
+}
+
+/// A run of a rendering's bytes, with its CRC-32 and, once asked for, its
+/// deflated bytes.
+pub struct Segment {
+    plain: Bytes,
+    crc: u32,
+    deflated: OnceLock<Bytes>,
+}
+
+impl Segment {
+    fn of(plain: &[u8]) -> Segment {
+        Segment {
+            crc: crc32fast::hash(plain),
+            plain: Bytes::copy_from_slice(plain),
+            deflated: OnceLock::new(),
+        }
+    }
+
+    /// The CRC-32 and length of the bytes, to combine with others'.
+    fn hasher(&self) -> crc32fast::Hasher {
+        crc32fast::Hasher::new_with_initial_len(self.crc, self.plain.len() as u64)
+    }
+}
+
+/// The whole status at one revision, in segments.
+#[derive(Default)]
+pub struct Rendering {
+    segments: Vec<(Label, Arc<Segment>)>,
+}
+
+impl Rendering {
+    /// The length of the JSON.
+    pub fn len(&self) -> usize {
+        self.segments.iter().map(|(_, s)| s.plain.len()).sum()
+    }
+
+    /// Whether there is no JSON at all (a rendering not yet made).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The JSON in pieces, in order, each shared rather than copied.
+    pub fn pieces(&self) -> impl Iterator<Item = Bytes> + '_ {
+        self.segments.iter().map(|(_, s)| s.plain.clone())
+    }
+
+    /// The JSON joined into one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        for (_, segment) in &self.segments {
+            out.extend_from_slice(&segment.plain);
+        }
+        out
+    }
+
+    /// How many segments the rendering is in.
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The JSON as one gzip member: the segments not yet deflated are
+    /// deflated now, on up to `threads` threads, and kept for the
+    /// renderings that share them.
+    pub fn gzip(&self, threads: usize) -> Vec<u8> {
+        let missing: Vec<&Segment> = self
+            .segments
+            .iter()
+            .map(|(_, s)| s.as_ref())
+            .filter(|s| s.deflated.get().is_none())
+            .collect();
+        let plains: Vec<&[u8]> = missing.iter().map(|s| &s.plain[..]).collect();
+        for (segment, deflated) in missing.iter().zip(gzip::deflate_pieces(&plains, threads)) {
+            // Another compressor may have got there first; the bytes are
+            // the same either way.
+            let _ = segment.deflated.set(Bytes::from(deflated));
+        }
+        let mut whole = crc32fast::Hasher::new();
+        for (_, segment) in &self.segments {
+            whole.combine(&segment.hasher());
+        }
+        let deflated = self
+            .segments
+            .iter()
+            .map(|(_, s)| s.deflated.get().map_or(&[][..], |d| &d[..]));
+        gzip::member(deflated, whole)
+    }
+}
+
+/// Where a rendering may be cut, told by the document as it writes.
+pub trait Cuts {
+    /// A new segment, `next`, starts here: `out` holds what was written
+    /// since the last cut.
+    fn cut(&mut self, out: &mut Vec<u8>, next: Label);
+}
+
+/// No cuts: the rendering is written whole into its buffer.
+pub struct Whole;
+
+impl Cuts for Whole {
+    fn cut(&mut self, _out: &mut Vec<u8>, _next: Label) {}
+}
+
+/// Makes a [`Rendering`] from what the document writes, reusing the
+/// previous rendering's segments that come out the same.
+pub struct Segmenter {
+    previous: HashMap<Label, Arc<Segment>>,
+    label: Label,
+    segments: Vec<(Label, Arc<Segment>)>,
+}
+
+impl Segmenter {
+    /// A segmenter that compares with `previous`, if any.
+    pub fn after(previous: Option<&Rendering>) -> Segmenter {
+        Segmenter {
+            previous: previous
+                .map(|r| r.segments.iter().cloned().collect())
+                .unwrap_or_default(),
+            label: Label::Head,
+            segments: Vec::new(),
+        }
+    }
+
+    /// The rendering, once the document has written the last of it into
+    /// `out`.
+    pub fn finish(mut self, out: &mut Vec<u8>) -> Rendering {
+        self.close(out);
+        Rendering {
+            segments: self.segments,
+        }
+    }
+
+    /// Ends the current segment with what `out` holds, and empties it.
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if out.is_empty() {
+            return;
+        }
+        let same = self
+            .previous
+            .remove(&self.label)
+            .filter(|before| before.plain[..] == out[..]);
+        let segment = same.unwrap_or_else(|| Arc::new(Segment::of(out)));
+        self.segments.push((self.label.clone(), segment));
+        out.clear();
+    }
+}
+
+impl Cuts for Segmenter {
+    fn cut(&mut self, out: &mut Vec<u8>, next: Label) {
+        self.close(out);
+        self.label = next;
+    }
+}
+
+#[cfg(test)]
+impl Rendering {
+    /// The labels of the segments this rendering does not share with
+    /// `other`, in order.
+    pub fn fresh_since(&self, other: &Rendering) -> Vec<Label> {
+        self.segments
+            .iter()
+            .filter(|(_, mine)| {
+                !other
+                    .segments
+                    .iter()
+                    .any(|(_, theirs)| Arc::ptr_eq(mine, theirs))
+            })
+            .map(|(label, _)| label.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use flate2::read::GzDecoder;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn gunzip(member: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        GzDecoder::new(member)
+            .read_to_end(&mut out)
+            .expect("a valid gzip member");
+        out
+    }
+
+    /// A rendering of `parts` (label number and bytes), cut before each.
+    fn render(parts: &[(u64, Vec<u8>)], previous: Option<&Rendering>) -> Rendering {
+        let mut segmenter = Segmenter::after(previous);
+        let mut out = Vec::new();
+        for (label, bytes) in parts {
+            segmenter.cut(&mut out, Label::Machines(*label));
+            out.extend_from_slice(bytes);
+        }
+        segmenter.finish(&mut out)
+    }
+
+    fn joined(parts: &[(u64, Vec<u8>)]) -> Vec<u8> {
+        parts.iter().flat_map(|(_, b)| b.clone()).collect()
+    }
+
+    #[test]
+    fn a_segment_that_comes_out_the_same_is_shared_and_not_deflated_again() {
+        let before = vec![
+            (0, b"{\"a\":1,".to_vec()),
+            (1, b"\"b\":2,".to_vec()),
+            (2, b"\"c\":3}".to_vec()),
+        ];
+        let first = render(&before, None);
+        assert_eq!(gunzip(&first.gzip(2)), joined(&before));
+        let mut after = before.clone();
+        after[1].1 = b"\"b\":20,".to_vec();
+        let second = render(&after, Some(&first));
+        assert_eq!(second.to_vec(), joined(&after));
+        assert_eq!(second.fresh_since(&first), [Label::Machines(1)]);
+        // The shared segments are deflated already; the changed one is not.
+        let deflated: Vec<bool> = second
+            .segments
+            .iter()
+            .map(|(_, s)| s.deflated.get().is_some())
+            .collect();
+        assert_eq!(deflated, [true, false, true]);
+        assert_eq!(gunzip(&second.gzip(1)), joined(&after));
+    }
+
+    #[test]
+    fn same_bytes_under_another_label_are_not_taken_for_it() {
+        let first = render(&[(0, b"x".to_vec()), (1, b"y".to_vec())], None);
+        let second = render(&[(0, b"y".to_vec()), (1, b"x".to_vec())], Some(&first));
+        assert_eq!(second.fresh_since(&first).len(), 2);
+        assert_eq!(second.to_vec(), b"yx");
+    }
+
+    #[test]
+    fn an_empty_rendering_is_an_empty_member() {
+        let empty = render(&[], None);
+        assert!(empty.is_empty());
+        assert_eq!(gunzip(&empty.gzip(2)), b"");
+    }
+
+    proptest! {
+        /// Any run of renderings, each after the one before, joins and
+        /// gunzips to its own bytes.
+        #[test]
+        fn renderings_after_renderings_read_back_whole(
+            runs in proptest::collection::vec(
+                proptest::collection::vec((0u64..6, proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
+                1..5,
+            ),
+            threads in 1usize..4,
+        ) {
+            let mut previous: Option<Rendering> = None;
+            for parts in runs {
+                let rendering = render(&parts, previous.as_ref());
+                prop_assert_eq!(rendering.to_vec(), joined(&parts));
+                prop_assert_eq!(gunzip(&rendering.gzip(threads)), joined(&parts));
+                previous = Some(rendering);
+            }
+        }
+    }
+}
