@@ -106,16 +106,24 @@ fn bring_forward_and_render(
     document: &mut Option<StatusDocument>,
     store: &Store,
     cloud: &str,
-    previous: Option<&Rendering>,
+    previous: Option<Arc<Rendering>>,
 ) -> Result<(i64, Arc<Rendering>), StoreError> {
+    let started = Instant::now();
     bring_forward(document, store, cloud)?;
     let current = document
         .as_ref()
         .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
-    Ok((
+    let brought = started.elapsed();
+    let rendering = current.render_segments(previous);
+    log::debug!(
+        "status at revision {}: brought forward in {:.1} ms, rendered in {:.1} ms ({} of {} segments new)",
         current.revision(),
-        Arc::new(current.render_segments(previous)),
-    ))
+        brought.as_secs_f64() * 1e3,
+        (started.elapsed() - brought).as_secs_f64() * 1e3,
+        rendering.fresh(),
+        rendering.segments(),
+    );
+    Ok((current.revision(), Arc::new(rendering)))
 }
 
 impl StatusCache {
@@ -169,7 +177,16 @@ impl StatusCache {
         }
         // As with the rendering: an older member goes first.
         lock(&self.gzipped).take();
-        let member = blocking(move || Ok(Bytes::from(body.gzip(gzip::threads())))).await?;
+        let member = blocking(move || {
+            let started = Instant::now();
+            let member = body.gzip(gzip::threads());
+            log::debug!(
+                "status at revision {revision}: gzipped in {:.1} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+            Ok(Bytes::from(member))
+        })
+        .await?;
         keep_newer(&self.gzipped, revision, &member);
         Ok(member)
     }
@@ -199,7 +216,7 @@ impl StatusCache {
         let store = store.clone();
         let cloud = cloud.to_string();
         let (revision, body) = blocking(move || {
-            bring_forward_and_render(&mut lock(&document), &store, &cloud, previous.as_deref())
+            bring_forward_and_render(&mut lock(&document), &store, &cloud, previous)
         })
         .await?;
         keep_newer(&self.latest, revision, &body);

@@ -20,14 +20,15 @@
 
 use std::borrow::Borrow;
 use std::cell::{Ref, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
-use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
+use crate::status::rendering::{Block, Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
@@ -143,12 +144,53 @@ pub struct StatusDocument {
     subordinates_of: HashMap<UnitName, NameSet>,
     /// How many machines are in each state.
     in_state: HashMap<MachineState, usize>,
+    /// What every machine's instance costs an hour together, in millionths
+    /// of a dollar: kept as machines change, so that `/metrics` and the
+    /// model's view do not add up every machine.
+    hourly_cost: u64,
     relations: BTreeMap<String, RelationRecord>,
     /// Each application's view without units, rendered (see
     /// [`StatusDocument::headers`]), and which of them changes have made
     /// stale.
     headers: RefCell<BTreeMap<ApplicationName, Box<str>>>,
     stale_headers: RefCell<StaleHeaders>,
+    /// The blocks changes have touched since the rendering in segments
+    /// this document made last (see [`StatusDocument::render_segments`]).
+    touched: RefCell<Touched>,
+}
+
+/// Which blocks of machines and units ([`BLOCK`]s) changes have touched
+/// since the rendering `since` was made; a block not touched renders the
+/// same bytes as it did then.
+#[derive(Default)]
+struct Touched {
+    /// The [`Rendering::generation`] these are relative to; `None` when
+    /// no rendering in segments has been made, so that all are touched.
+    since: Option<u64>,
+    all: bool,
+    machines: HashSet<u64>,
+    units: HashSet<(ApplicationName, u64)>,
+}
+
+impl Touched {
+    fn machine(&mut self, id: MachineId) {
+        self.machines.insert(id.host_number() / BLOCK);
+    }
+
+    fn unit(&mut self, name: &UnitName) {
+        let block = (name.application().clone(), name.number() / BLOCK);
+        if !self.units.contains(&block) {
+            self.units.insert(block);
+        }
+    }
+
+    fn holds_machines(&self, block: u64) -> bool {
+        self.all || self.machines.contains(&block)
+    }
+
+    fn holds_units(&self, application: &ApplicationName, block: u64) -> bool {
+        self.all || self.units.contains(&(application.clone(), block))
+    }
 }
 
 /// The application headers to make again before the next rendering.
@@ -178,12 +220,14 @@ impl StatusDocument {
             units_on: HashMap::new(),
             subordinates_of: HashMap::new(),
             in_state: HashMap::new(),
+            hourly_cost: 0,
             relations: BTreeMap::new(),
             headers: RefCell::new(BTreeMap::new()),
             stale_headers: RefCell::new(StaleHeaders {
                 all: true,
                 applications: BTreeSet::new(),
             }),
+            touched: RefCell::new(Touched::default()),
         }
     }
 
@@ -211,7 +255,7 @@ impl StatusDocument {
 
     /// What every machine's instance costs an hour together.
     pub fn hourly_cost(&self) -> HourlyPrice {
-        self.machines.values().filter_map(|m| m.hourly_price).sum()
+        HourlyPrice::from_micro_usd(self.hourly_cost)
     }
 
     /// Whether the document holds no machine and no unit.
@@ -222,6 +266,7 @@ impl StatusDocument {
     /// Brings the document up to the delta's revision.
     pub fn apply(&mut self, delta: StatusDelta) {
         self.mark_stale_headers(&delta);
+        self.mark_touched(&delta);
         self.revision = self.revision.max(delta.revision);
         if let Some(model) = delta.model {
             self.model = model;
@@ -244,8 +289,15 @@ impl StatusDocument {
                 Some(machine) => self.machines.insert(id, MachinePiece::of(&machine)),
                 None => self.machines.remove(&id),
             };
+            let after = self.machines.get(&id);
+            let price = |m: Option<&MachinePiece>| {
+                m.and_then(|m| m.hourly_price)
+                    .map_or(0, HourlyPrice::micro_usd)
+            };
+            self.hourly_cost =
+                (self.hourly_cost + price(after)).saturating_sub(price(before.as_ref()));
             let before = before.map(|m| m.state);
-            let after = self.machines.get(&id).map(|m| m.state);
+            let after = after.map(|m| m.state);
             if before != after {
                 moved.push(id);
                 if let Some(state) = before {
@@ -260,11 +312,16 @@ impl StatusDocument {
         }
         // Units already here whose machine's state changed; units in the
         // delta are rendered below with their machine's new state.
+        let touched = self.touched.get_mut();
         for machine in moved {
             let state = self.machines.get(&machine).map(MachinePiece::seen);
             for name in self.units_on.get(&machine).into_iter().flatten() {
                 if let Some(piece) = self.units.get_mut(name) {
                     piece.render(state);
+                    touched.unit(name);
+                    if let Some(principal) = &piece.unit.principal {
+                        touched.unit(principal);
+                    }
                 }
             }
         }
@@ -347,6 +404,38 @@ impl StatusDocument {
         }
     }
 
+    /// Notes the blocks `delta` touches (before it is applied): each
+    /// machine's; each unit's, its principal's (before and after), under
+    /// which a subordinate is written, and its subordinates' (which are
+    /// written among their own application's units when it goes). A
+    /// change to an application or the model touches them all. The
+    /// units on machines whose state changes are noted as they are
+    /// rendered again.
+    fn mark_touched(&mut self, delta: &StatusDelta) {
+        let touched = self.touched.get_mut();
+        if touched.all {
+            return;
+        }
+        if !delta.applications.is_empty() {
+            touched.all = true;
+            return;
+        }
+        for (id, _) in &delta.machines {
+            touched.machine(*id);
+        }
+        for (name, unit) in &delta.units {
+            touched.unit(name);
+            let before = self.units.get(name).and_then(|p| p.unit.principal.as_ref());
+            let after = unit.as_ref().and_then(|u| u.principal.as_ref());
+            for principal in before.into_iter().chain(after) {
+                touched.unit(principal);
+            }
+            for subordinate in self.subordinates_of.get(name).into_iter().flatten() {
+                touched.unit(subordinate);
+            }
+        }
+    }
+
     fn unit_piece(&self, unit: UnitShown) -> UnitPiece {
         let state = unit
             .machine
@@ -368,27 +457,82 @@ impl StatusDocument {
                 .map(|u| u.member.text.len() + 24)
                 .sum::<usize>();
         let mut out = Vec::with_capacity(pieces + 4096);
-        self.render_into(&mut out, &mut Whole);
+        self.render_into(&mut out, &mut Whole, |_| false);
         out
     }
 
-    /// The whole status as JSON in segments, sharing those that come out
-    /// the same with `previous` (see [`crate::status::rendering`]): the
-    /// memory of both is what they do not share, and a gzip of it
-    /// compresses only the new segments.
-    pub fn render_segments(&self, previous: Option<&Rendering>) -> Rendering {
+    /// The whole status as JSON in segments, sharing with `previous` the
+    /// segments that come out the same (see [`crate::status::rendering`]):
+    /// the memory of both is what they do not share, and a gzip of it
+    /// compresses only the new segments. When `previous` is the last
+    /// rendering in segments this document made, the blocks no change has
+    /// touched since are taken from it without being written again, so
+    /// the rendering costs what changed.
+    pub fn render_segments(&self, previous: Option<Arc<Rendering>>) -> Rendering {
+        let touched = std::mem::take(&mut *self.touched.borrow_mut());
+        let trusted =
+            touched.since.is_some() && touched.since == previous.as_ref().map(|p| p.generation());
         let mut segmenter = Segmenter::after(previous);
         let mut out = Vec::with_capacity(1 << 18);
-        self.render_into(&mut out, &mut segmenter);
-        segmenter.finish(&mut out)
+        let skip = |block: &Block| {
+            trusted
+                && match block {
+                    Block::Machines(b) => !touched.holds_machines(*b),
+                    Block::Units(application, b) => !touched.holds_units(application, *b),
+                }
+        };
+        self.render_into(&mut out, &mut segmenter, skip);
+        let rendering = segmenter.finish(&mut out);
+        self.touched.borrow_mut().since = Some(rendering.generation());
+        rendering
     }
 
-    /// Writes the whole status into `out`, telling `cuts` where segments
-    /// start.
-    fn render_into(&self, out: &mut Vec<u8>, cuts: &mut impl Cuts) {
+    /// Writes the whole status into `out` block by block, telling `cuts`
+    /// where segments start and letting it supply the blocks `untouched`
+    /// says are as they were.
+    fn render_into(
+        &self,
+        out: &mut Vec<u8>,
+        cuts: &mut impl Cuts,
+        untouched: impl Fn(&Block) -> bool,
+    ) {
         self.render_model(out);
         out.extend_from_slice(b",\"machines\":");
-        render_machines(&self.machines, out, cuts);
+        // Hosts block by block, each with its containers; a container
+        // whose host is gone at the top, where its host would be.
+        let mut machines = Members::open(out);
+        let mut next = self.machines.keys().next().copied();
+        while let Some(first) = next {
+            let block = first.host_number() / BLOCK;
+            // The first host of the next block, if there can be one.
+            let end = block_end(block).map(MachineId::new);
+            let in_block = match end {
+                Some(end) => self.machines.range(first..end),
+                None => self.machines.range(first..),
+            };
+            next = end.and_then(|end| self.machines.range(end..).next().map(|(id, _)| *id));
+            let label = Label::Machines {
+                block,
+                first: machines.first,
+            };
+            if untouched(&Block::Machines(block)) && cuts.reuse(machines.out, &label) {
+                machines.first = false;
+                continue;
+            }
+            cuts.cut(machines.out, label);
+            for (id, piece) in in_block {
+                if id.parent().is_some_and(|h| self.machines.contains_key(&h)) {
+                    continue; // under its host
+                }
+                let containers = self
+                    .machines
+                    .range((Bound::Excluded(*id), Bound::Unbounded))
+                    .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id));
+                write_machine(&mut machines, piece, containers.map(|(_, c)| c));
+            }
+        }
+        cuts.cut(machines.out, Label::MachinesEnd);
+        machines.close();
         out.extend_from_slice(b",\"applications\":");
         let shown_principal = |name: &UnitName| {
             self.applications.contains_key(name.application())
@@ -398,13 +542,71 @@ impl StatusDocument {
                     .is_some_and(|p| p.unit.principal.is_none())
         };
         let headers = self.headers();
-        self.render_applications(
-            out,
-            headers.iter(),
-            self.units.iter(),
-            shown_principal,
-            cuts,
-        );
+        let mut applications = Members::open(out);
+        for (name, header) in headers.iter() {
+            cuts.cut(applications.out, Label::Application(name.clone()));
+            let out = applications.key(name.as_str());
+            // Its units, less the subordinates written under their
+            // principals.
+            let listed = |(_, piece): &(&UnitName, &UnitPiece)| {
+                !piece.unit.principal.as_ref().is_some_and(&shown_principal)
+            };
+            if !self.units_of(name).any(|unit| listed(&unit)) {
+                out.extend_from_slice(header.as_bytes());
+                continue;
+            }
+            write_extended(
+                out,
+                header,
+                "units",
+                Some(|out: &mut Vec<u8>| {
+                    let mut units = Members::open(out);
+                    let mut next = self.units_of(name).next().map(|(n, _)| n.number());
+                    while let Some(first) = next {
+                        let block = first / BLOCK;
+                        let from = UnitName::new(name.clone(), first);
+                        let end = block_end(block).map(|end| UnitName::new(name.clone(), end));
+                        let in_block = match &end {
+                            Some(end) => self.units.range(from..end.clone()),
+                            None => self.units.range(from..),
+                        };
+                        next = end.and_then(|end| {
+                            self.units
+                                .range(end..)
+                                .next()
+                                .filter(|(n, _)| n.application() == name)
+                                .map(|(n, _)| n.number())
+                        });
+                        let label = Label::Units {
+                            application: name.clone(),
+                            block,
+                            first: units.first,
+                        };
+                        if untouched(&Block::Units(name.clone(), block))
+                            && cuts.reuse(units.out, &label)
+                        {
+                            units.first = false;
+                            continue;
+                        }
+                        cuts.cut(units.out, label);
+                        for (unit, piece) in in_block.filter(|unit| listed(unit)) {
+                            let subordinates = self
+                                .subordinates_of
+                                .get(unit)
+                                .into_iter()
+                                .flatten()
+                                .filter(|_| shown_principal(unit))
+                                .filter_map(|s| self.units.get(s));
+                            write_unit(&mut units, piece, subordinates);
+                        }
+                    }
+                    cuts.cut(units.out, Label::UnitsEnd(name.clone()));
+                    units.close();
+                }),
+            );
+        }
+        cuts.cut(applications.out, Label::Tail);
+        applications.close();
         out.push(b'}');
     }
 
@@ -456,7 +658,7 @@ impl StatusDocument {
         let mut out = Vec::with_capacity(4096);
         self.render_model(&mut out);
         out.extend_from_slice(b",\"machines\":");
-        render_machines(&machines, &mut out, &mut Whole);
+        render_machines(&machines, &mut out);
         out.extend_from_slice(b",\"applications\":");
         let shown_principal = |name: &UnitName| {
             self.applications.contains_key(name.application())
@@ -467,7 +669,6 @@ impl StatusDocument {
             headers,
             units.iter().map(|(name, piece)| (*name, *piece)),
             shown_principal,
-            &mut Whole,
         );
         out.push(b'}');
         Ok(out)
@@ -613,15 +814,13 @@ impl StatusDocument {
     /// Writes the applications `headers` (rendered, in name order) with
     /// `units` (in unit order) under them. A subordinate unit is written
     /// under its principal when `shown_principal` says that is written;
-    /// otherwise among its own application's units. `cuts` is told where
-    /// each application and each [`BLOCK`] of its units start.
+    /// otherwise among its own application's units.
     fn render_applications<'a>(
         &self,
         out: &mut Vec<u8>,
         headers: impl Iterator<Item = (&'a ApplicationName, &'a Box<str>)>,
         units: impl Iterator<Item = (&'a UnitName, &'a UnitPiece)>,
         shown_principal: impl Fn(&UnitName) -> bool,
-        cuts: &mut impl Cuts,
     ) {
         // Trees, not hash maps: a unit's name is compared with a few
         // others instead of hashed.
@@ -640,29 +839,12 @@ impl StatusDocument {
         let mut applications = Members::open(out);
         for (name, header) in headers {
             let units = by_application.get(name).map_or(&[][..], Vec::as_slice);
-            cuts.cut(applications.out, Label::Application(name.clone()));
             let out = applications.key(name.as_str());
             let nested = (!units.is_empty()).then_some(|out: &mut Vec<u8>| {
                 let mut members = Members::open(out);
-                let mut block = None;
                 for (unit, piece) in units {
-                    if block != Some(unit.number() / BLOCK) {
-                        block = Some(unit.number() / BLOCK);
-                        cuts.cut(
-                            members.out,
-                            Label::Units(name.clone(), unit.number() / BLOCK),
-                        );
-                    }
                     let subordinates = by_principal.get(unit).map_or(&[][..], Vec::as_slice);
-                    let out = members.raw_key(piece.member.key());
-                    let nested = (!subordinates.is_empty()).then_some(|out: &mut Vec<u8>| {
-                        let mut members = Members::open(out);
-                        for piece in subordinates {
-                            members.push(&piece.member);
-                        }
-                        members.close();
-                    });
-                    write_extended(out, piece.member.value(), "subordinates", nested);
+                    write_unit(&mut members, piece, subordinates.iter().copied());
                 }
                 members.close();
             });
@@ -670,6 +852,49 @@ impl StatusDocument {
         }
         applications.close();
     }
+}
+
+/// The first number of the block after `block`, if numbers go that far.
+fn block_end(block: u64) -> Option<u64> {
+    block.checked_add(1)?.checked_mul(BLOCK)
+}
+
+/// Writes a machine's member with `containers` under it.
+fn write_machine<'a>(
+    members: &mut Members<'_>,
+    piece: &MachinePiece,
+    containers: impl Iterator<Item = &'a MachinePiece>,
+) {
+    let mut containers = containers.peekable();
+    let any = containers.peek().is_some();
+    let out = members.raw_key(piece.member.key());
+    let nested = any.then_some(|out: &mut Vec<u8>| {
+        let mut members = Members::open(out);
+        for container in containers {
+            members.push(&container.member);
+        }
+        members.close();
+    });
+    write_extended(out, piece.member.value(), "containers", nested);
+}
+
+/// Writes a unit's member with `subordinates` under it.
+fn write_unit<'a>(
+    members: &mut Members<'_>,
+    piece: &UnitPiece,
+    subordinates: impl Iterator<Item = &'a UnitPiece>,
+) {
+    let mut subordinates = subordinates.peekable();
+    let any = subordinates.peek().is_some();
+    let out = members.raw_key(piece.member.key());
+    let nested = any.then_some(|out: &mut Vec<u8>| {
+        let mut members = Members::open(out);
+        for subordinate in subordinates {
+            members.push(&subordinate.member);
+        }
+        members.close();
+    });
+    write_extended(out, piece.member.value(), "subordinates", nested);
 }
 
 /// A few unit names in order: the units on one machine, or under one
@@ -718,41 +943,18 @@ fn forget<K: std::hash::Hash + Eq>(index: &mut HashMap<K, NameSet>, key: &K, nam
 
 /// Writes `machines` (in id order, a host's containers after it) as the
 /// status's `machines` object: each container under its host when that is
-/// among them, otherwise at the top. `cuts` is told where each [`BLOCK`]
-/// of hosts starts.
-fn render_machines<M: Borrow<MachinePiece>>(
-    machines: &BTreeMap<MachineId, M>,
-    out: &mut Vec<u8>,
-    cuts: &mut impl Cuts,
-) {
+/// among them, otherwise at the top.
+fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, out: &mut Vec<u8>) {
     let mut members = Members::open(out);
-    let mut block = None;
     for (id, piece) in machines {
         if id.parent().is_some_and(|h| machines.contains_key(&h)) {
             continue; // under its host
         }
-        if block != Some(id.host_number() / BLOCK) {
-            block = Some(id.host_number() / BLOCK);
-            cuts.cut(members.out, Label::Machines(id.host_number() / BLOCK));
-        }
-        let containers: Vec<(&MachineId, &M)> = if id.is_container() {
-            Vec::new()
-        } else {
-            machines
-                .range((Bound::Excluded(*id), Bound::Unbounded))
-                .take_while(|(c, _)| c.parent() == Some(*id))
-                .collect()
-        };
-        let piece = piece.borrow();
-        let out = members.raw_key(piece.member.key());
-        let nested = (!containers.is_empty()).then_some(|out: &mut Vec<u8>| {
-            let mut members = Members::open(out);
-            for (_, piece) in containers {
-                members.push(&piece.borrow().member);
-            }
-            members.close();
-        });
-        write_extended(out, piece.member.value(), "containers", nested);
+        let containers = machines
+            .range((Bound::Excluded(*id), Bound::Unbounded))
+            .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id))
+            .map(|(_, c)| c.borrow());
+        write_machine(&mut members, piece.borrow(), containers);
     }
     members.close();
 }
@@ -1318,7 +1520,7 @@ mod tests {
         for seed in 1..300 {
             let mut document = StatusDocument::of(&snapshot(seed), "sim");
             let mut previous = snapshot(seed);
-            let mut segments = document.render_segments(None);
+            let mut segments = Arc::new(document.render_segments(None));
             for step in 1..4 {
                 // Mostly the same entities, with other states and rows.
                 let next_seed = seed + 1000 * step;
@@ -1331,8 +1533,14 @@ mod tests {
                     "seed {seed} step {step}"
                 );
                 assert_eq!(document.revision(), next.revision);
+                let cost: HourlyPrice = document
+                    .machines
+                    .values()
+                    .filter_map(|m| m.hourly_price)
+                    .sum();
+                assert_eq!(document.hourly_cost(), cost, "seed {seed} step {step}");
                 // In segments after the last rendering, the same bytes.
-                segments = document.render_segments(Some(&segments));
+                segments = Arc::new(document.render_segments(Some(segments)));
                 assert_eq!(
                     segments.to_vec(),
                     document.render(),
@@ -1341,6 +1549,107 @@ mod tests {
                 previous = next;
             }
         }
+    }
+
+    /// `snapshot` with its host and unit numbers multiplied by `by`, so
+    /// that its machines and units fall in several blocks.
+    fn spread(mut snapshot: StatusSnapshot, by: u64) -> StatusSnapshot {
+        let machine = |id: MachineId| -> MachineId {
+            match id.container_number() {
+                None => MachineId::new(id.host_number() * by),
+                Some(c) => format!("{}/lxd/{c}", id.host_number() * by)
+                    .parse()
+                    .unwrap(),
+            }
+        };
+        let unit = |name: &UnitName| UnitName::new(name.application().clone(), name.number() * by);
+        for record in &mut snapshot.machines {
+            record.id = machine(record.id);
+        }
+        for record in &mut snapshot.units {
+            record.name = unit(&record.name);
+            record.machine = record.machine.map(machine);
+            record.principal = record.principal.as_ref().map(unit);
+        }
+        snapshot.machines.sort_by_key(|m| m.id);
+        snapshot.units.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot
+    }
+
+    /// Mostly `a`, with some of `b`'s entities in place of, beside or
+    /// instead of `a`'s: a small change of any kind.
+    fn mix(a: &StatusSnapshot, b: &StatusSnapshot, dice: &mut Dice) -> StatusSnapshot {
+        fn pick<K: Ord + Clone, R: Clone>(
+            a: &[R],
+            b: &[R],
+            key: impl Fn(&R) -> K,
+            dice: &mut Dice,
+            change: u64,
+        ) -> Vec<R> {
+            let mut out: BTreeMap<K, R> = a.iter().map(|r| (key(r), r.clone())).collect();
+            for record in b {
+                if dice.roll(change) == 0 {
+                    out.insert(key(record), record.clone());
+                }
+            }
+            let keys: Vec<K> = out.keys().cloned().collect();
+            for k in keys {
+                if dice.roll(change * 2) == 0 {
+                    out.remove(&k);
+                }
+            }
+            out.into_values().collect()
+        }
+        let mut next = a.clone();
+        next.revision = a.revision + 1;
+        next.machines = pick(&a.machines, &b.machines, |m| m.id, dice, 6);
+        next.units = pick(&a.units, &b.units, |u| u.name.clone(), dice, 6);
+        next.applications = pick(
+            &a.applications,
+            &b.applications,
+            |x| x.name.clone(),
+            dice,
+            20,
+        );
+        next.relations = pick(&a.relations, &b.relations, |r| r.key.clone(), dice, 20);
+        next
+    }
+
+    #[test]
+    fn renderings_in_segments_after_small_changes_are_the_whole_status() {
+        for seed in 1..200 {
+            let mut dice = Dice(seed);
+            let mut previous = spread(snapshot(seed), 150);
+            let mut document = StatusDocument::of(&previous, "sim");
+            let mut segments = Arc::new(document.render_segments(None));
+            for step in 1..6 {
+                let other = spread(snapshot(seed + 1000 * step), 150);
+                let next = mix(&previous, &other, &mut dice);
+                document.apply(delta(&previous, &next));
+                let whole = document.render();
+                assert_eq!(
+                    serde_json::from_slice::<Value>(&whole).unwrap(),
+                    viewed(&next),
+                    "seed {seed} step {step}"
+                );
+                segments = Arc::new(document.render_segments(Some(segments)));
+                assert!(segments.to_vec() == whole, "seed {seed} step {step}");
+                previous = next;
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_numbers_there_are_render_in_blocks_of_their_own() {
+        let mut model = large(3, 10);
+        let last = MachineId::new(u64::MAX);
+        model.machines.push(machine(last, &mut Dice(9)));
+        let name = UnitName::new("wordpress".parse().unwrap(), u64::MAX);
+        model.units.push(unit(name, Some(last), None, &mut Dice(4)));
+        let document = StatusDocument::of(&model, "sim");
+        let segments = document.render_segments(None);
+        assert!(segments.to_vec() == document.render());
+        assert_eq!(rendered(&document), viewed(&model));
     }
 
     /// A model of `n` machines, each with a unit of wordpress on it.
@@ -1371,7 +1680,7 @@ mod tests {
         let n = 5 * BLOCK;
         let before = large(n, 10);
         let mut document = StatusDocument::of(&before, "sim");
-        let first = document.render_segments(None);
+        let first = Arc::new(document.render_segments(None));
         assert_eq!(first.to_vec(), document.render());
 
         // One machine changes state, and its unit is blocked (which its
@@ -1382,19 +1691,31 @@ mod tests {
         after.machines[changed].machine.state = MachineState::Starting;
         after.units[changed].workload_status = "blocked".into();
         document.apply(delta(&before, &after));
-        let second = document.render_segments(Some(&first));
+        let second = document.render_segments(Some(Arc::clone(&first)));
         assert_eq!(second.to_vec(), document.render());
         assert_eq!(
             serde_json::from_slice::<Value>(&second.to_vec()).unwrap(),
             viewed(&after)
         );
         // The model (its revision moved) and the blocks of machine and
-        // unit 1543 are new; the other 8 blocks and the header are shared.
+        // unit 1543 are new; the other 8 blocks, the header and the glue
+        // between are shared.
         let wordpress: ApplicationName = "wordpress".parse().unwrap();
-        assert_eq!(second.segments(), 12);
+        assert_eq!(second.segments(), 15);
         assert_eq!(
             second.fresh_since(&first),
-            [Label::Head, Label::Machines(3), Label::Units(wordpress, 3)]
+            [
+                Label::Head,
+                Label::Machines {
+                    block: 3,
+                    first: false
+                },
+                Label::Units {
+                    application: wordpress,
+                    block: 3,
+                    first: false
+                },
+            ]
         );
     }
 

@@ -24,6 +24,7 @@
 //!   combined.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use actix_web::web::Bytes;
@@ -36,18 +37,43 @@ use crate::status::gzip;
 pub const BLOCK: u64 = 512;
 
 /// Which part of the status a segment holds, so that the next rendering
-/// finds the segment to compare with.
+/// finds the segment to compare with (or, for a block no change has
+/// touched, to take as it is).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Label {
     /// The model, up to the first machine.
     Head,
-    /// Machines whose host numbers divided by [`BLOCK`] are this.
-    Machines(u64),
+    /// Machines whose host numbers divided by [`BLOCK`] are `block`;
+    /// `first` when they open the object (no comma before them).
+    Machines { block: u64, first: bool },
+    /// After the last machine, up to the first application.
+    MachinesEnd,
     /// An application's header, up to its first unit.
     Application(ApplicationName),
-    /// An application's units whose numbers divided by [`BLOCK`] are this.
+    /// An application's units whose numbers divided by [`BLOCK`] are
+    /// `block`, with their subordinates; `first` as for machines.
+    Units {
+        application: ApplicationName,
+        block: u64,
+        first: bool,
+    },
+    /// After an application's last unit.
+    UnitsEnd(ApplicationName),
+    /// After the last application.
+    Tail,
+}
+
+/// A block of machines or of an application's units, as changes touch
+/// them (see [`Label`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Block {
+    Machines(u64),
     Units(ApplicationName, u64),
 }
+
+/// Numbers each rendering in segments, so that a document knows whether a
+/// rendering it is given is the last one it made.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// A run of a rendering's bytes, with its CRC-32 and, once asked for, its
 /// deflated bytes.
@@ -76,6 +102,10 @@ impl Segment {
 #[derive(Default)]
 pub struct Rendering {
     segments: Vec<(Label, Arc<Segment>)>,
+    /// How many of them were new, not shared with the rendering before.
+    fresh: usize,
+    /// This rendering's number, unique in the process (0 for none).
+    generation: u64,
 }
 
 impl Rendering {
@@ -106,6 +136,16 @@ impl Rendering {
     /// How many segments the rendering is in.
     pub fn segments(&self) -> usize {
         self.segments.len()
+    }
+
+    /// How many of its segments were new when it was made.
+    pub fn fresh(&self) -> usize {
+        self.fresh
+    }
+
+    /// This rendering's number, unique in the process.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The JSON as one gzip member: the segments not yet deflated are
@@ -141,6 +181,13 @@ pub trait Cuts {
     /// A new segment, `next`, starts here: `out` holds what was written
     /// since the last cut.
     fn cut(&mut self, out: &mut Vec<u8>, next: Label);
+
+    /// Takes the previous rendering's segment `label` as the next one
+    /// instead of it being written, if there is one: the document asks
+    /// only for blocks no change has touched. `out` holds what was
+    /// written since the last cut. After `true`, the document cuts
+    /// (or reuses) again before it writes.
+    fn reuse(&mut self, out: &mut Vec<u8>, label: &Label) -> bool;
 }
 
 /// No cuts: the rendering is written whole into its buffer.
@@ -148,25 +195,38 @@ pub struct Whole;
 
 impl Cuts for Whole {
     fn cut(&mut self, _out: &mut Vec<u8>, _next: Label) {}
+
+    fn reuse(&mut self, _out: &mut Vec<u8>, _label: &Label) -> bool {
+        false
+    }
 }
 
 /// Makes a [`Rendering`] from what the document writes, reusing the
 /// previous rendering's segments that come out the same.
 pub struct Segmenter {
+    /// The previous rendering's segments not yet compared with.
     previous: HashMap<Label, Arc<Segment>>,
     label: Label,
     segments: Vec<(Label, Arc<Segment>)>,
+    fresh: usize,
 }
 
 impl Segmenter {
-    /// A segmenter that compares with `previous`, if any.
-    pub fn after(previous: Option<&Rendering>) -> Segmenter {
+    /// A segmenter that compares with `previous`, if any. Each of its
+    /// segments is let go of once compared (unless something else holds
+    /// it), so that making a rendering that shares little with the last
+    /// one does not hold both whole.
+    pub fn after(previous: Option<Arc<Rendering>>) -> Segmenter {
+        let previous = match previous.map(Arc::try_unwrap) {
+            None => Vec::new(),
+            Some(Ok(only)) => only.segments,
+            Some(Err(shared)) => shared.segments.clone(),
+        };
         Segmenter {
-            previous: previous
-                .map(|r| r.segments.iter().cloned().collect())
-                .unwrap_or_default(),
+            previous: previous.into_iter().collect(),
             label: Label::Head,
             segments: Vec::new(),
+            fresh: 0,
         }
     }
 
@@ -176,6 +236,8 @@ impl Segmenter {
         self.close(out);
         Rendering {
             segments: self.segments,
+            fresh: self.fresh,
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -188,7 +250,10 @@ impl Segmenter {
             .previous
             .remove(&self.label)
             .filter(|before| before.plain[..] == out[..]);
-        let segment = same.unwrap_or_else(|| Arc::new(Segment::of(out)));
+        let segment = same.unwrap_or_else(|| {
+            self.fresh += 1;
+            Arc::new(Segment::of(out))
+        });
         self.segments.push((self.label.clone(), segment));
         out.clear();
     }
@@ -198,6 +263,15 @@ impl Cuts for Segmenter {
     fn cut(&mut self, out: &mut Vec<u8>, next: Label) {
         self.close(out);
         self.label = next;
+    }
+
+    fn reuse(&mut self, out: &mut Vec<u8>, label: &Label) -> bool {
+        let Some(before) = self.previous.remove(label) else {
+            return false;
+        };
+        self.close(out);
+        self.segments.push((label.clone(), before));
+        true
     }
 }
 
@@ -237,14 +311,20 @@ mod tests {
     }
 
     /// A rendering of `parts` (label number and bytes), cut before each.
-    fn render(parts: &[(u64, Vec<u8>)], previous: Option<&Rendering>) -> Rendering {
-        let mut segmenter = Segmenter::after(previous);
+    fn render(parts: &[(u64, Vec<u8>)], previous: Option<&Arc<Rendering>>) -> Arc<Rendering> {
+        let mut segmenter = Segmenter::after(previous.cloned());
         let mut out = Vec::new();
         for (label, bytes) in parts {
-            segmenter.cut(&mut out, Label::Machines(*label));
+            segmenter.cut(
+                &mut out,
+                Label::Machines {
+                    block: *label,
+                    first: false,
+                },
+            );
             out.extend_from_slice(bytes);
         }
-        segmenter.finish(&mut out)
+        Arc::new(segmenter.finish(&mut out))
     }
 
     fn joined(parts: &[(u64, Vec<u8>)]) -> Vec<u8> {
@@ -264,7 +344,13 @@ mod tests {
         after[1].1 = b"\"b\":20,".to_vec();
         let second = render(&after, Some(&first));
         assert_eq!(second.to_vec(), joined(&after));
-        assert_eq!(second.fresh_since(&first), [Label::Machines(1)]);
+        assert_eq!(
+            second.fresh_since(&first),
+            [Label::Machines {
+                block: 1,
+                first: false
+            }]
+        );
         // The shared segments are deflated already; the changed one is not.
         let deflated: Vec<bool> = second
             .segments
@@ -301,7 +387,7 @@ mod tests {
             ),
             threads in 1usize..4,
         ) {
-            let mut previous: Option<Rendering> = None;
+            let mut previous: Option<Arc<Rendering>> = None;
             for parts in runs {
                 let rendering = render(&parts, previous.as_ref());
                 prop_assert_eq!(rendering.to_vec(), joined(&parts));
