@@ -31,8 +31,7 @@ use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
 use crate::status::rendering::{Block, Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
-    application_headers, fold_application_cost, fold_application_status, machine_view, model_view,
-    unit_view, MachineSeen, StatusInfo,
+    application_headers, machine_view, model_view, severity, unit_view, MachineSeen, StatusInfo,
 };
 use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
@@ -779,22 +778,26 @@ impl StatusDocument {
             if !stale.all {
                 views.retain(|name, _| stale.applications.contains(name));
             }
-            let names: Vec<ApplicationName> = views.keys().cloned().collect();
-            let units = || names.iter().flat_map(|name| self.units_of(name));
-            fold_application_status(
-                &mut views,
-                units().map(|(name, piece)| (name.application(), &piece.workload)),
-            );
-            fold_application_cost(
-                &mut views,
-                units()
-                    .filter(|(_, piece)| piece.unit.principal.is_none())
-                    .filter_map(|(name, piece)| {
-                        let machine = piece.unit.machine?;
-                        let price = self.machines.get(&machine).and_then(|m| m.hourly_price);
-                        Some((name.application(), machine, price))
-                    }),
-            );
+            // Each stale application's units in one pass: the most severe
+            // workload status (the last of equals), and the price of each
+            // machine its principal units are on, once per machine (the
+            // same as `fold_application_status` and
+            // `fold_application_cost`, without a set of every machine).
+            for (name, view) in &mut views {
+                let mut worst: Option<(usize, &StatusInfo)> = None;
+                for (unit, piece) in self.units_of(name) {
+                    let rank = severity(&piece.workload.current);
+                    if worst.is_none_or(|(most, _)| rank >= most) {
+                        worst = Some((rank, &piece.workload));
+                    }
+                    if let Some(price) = self.first_principal_price(unit, piece) {
+                        view.hourly_cost = view.hourly_cost + price;
+                    }
+                }
+                if let Some((_, workload)) = worst {
+                    view.application_status = workload.clone();
+                }
+            }
             let mut headers = self.headers.borrow_mut();
             if stale.all {
                 headers.clear();
@@ -809,6 +812,28 @@ impl StatusDocument {
             );
         }
         self.headers.borrow()
+    }
+
+    /// The price of `unit`'s machine if `unit` is a principal unit and the
+    /// first of its application's principal units on that machine (so
+    /// that an application pays for each machine once).
+    fn first_principal_price(&self, unit: &UnitName, piece: &UnitPiece) -> Option<HourlyPrice> {
+        if piece.unit.principal.is_some() {
+            return None;
+        }
+        let machine = piece.unit.machine?;
+        let first = self.units_on.get(&machine)?.into_iter().find(|on| {
+            on.application() == unit.application()
+                && (*on == unit
+                    || self
+                        .units
+                        .get(*on)
+                        .is_some_and(|p| p.unit.principal.is_none()))
+        })?;
+        if first != unit {
+            return None;
+        }
+        self.machines.get(&machine)?.hourly_price
     }
 
     /// Writes the applications `headers` (rendered, in name order) with

@@ -385,7 +385,9 @@ const WORKLOAD_SEVERITY: [&str; 7] = [
     "error",
 ];
 
-fn severity(status: &str) -> usize {
+/// Where a workload status ranks among [`WORKLOAD_SEVERITY`]: an
+/// application shows the most severe of its units'.
+pub fn severity(status: &str) -> usize {
     WORKLOAD_SEVERITY
         .iter()
         .position(|s| *s == status)
