@@ -450,20 +450,26 @@ mod tests {
     use super::*;
     use crate::store::{ChangeKind, Entity, Origin};
 
-    #[actix_web::test]
-    async fn a_body_in_slices_is_handed_over_whole_in_bounded_pieces() {
-        let body: Vec<u8> = (0..SLICE * 2 + 100).map(|i| (i % 251) as u8).collect();
-        let mut slices = InSlices::new(Bytes::from(body.clone()));
-        assert_eq!(slices.size(), BodySize::Sized(body.len() as u64));
+    /// The slices `slices` hands over, their lengths and bytes.
+    async fn drain(slices: &mut InSlices) -> (Vec<usize>, Vec<u8>) {
         let mut seen = Vec::new();
         let mut lengths = Vec::new();
         while let Some(piece) =
-            std::future::poll_fn(|cx| std::pin::Pin::new(&mut slices).poll_next(cx)).await
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut *slices).poll_next(cx)).await
         {
             let piece = piece.unwrap();
             lengths.push(piece.len());
             seen.extend_from_slice(&piece);
         }
+        (lengths, seen)
+    }
+
+    #[actix_web::test]
+    async fn a_body_in_slices_is_handed_over_whole_in_bounded_pieces() {
+        let body: Vec<u8> = (0..SLICE * 2 + 100).map(|i| (i % 251) as u8).collect();
+        let mut slices = InSlices::new(Bytes::from(body.clone()));
+        assert_eq!(slices.size(), BodySize::Sized(body.len() as u64));
+        let (lengths, seen) = drain(&mut slices).await;
         assert_eq!(lengths, vec![SLICE, SLICE, 100]);
         assert_eq!(seen, body);
 
@@ -482,15 +488,7 @@ mod tests {
         ];
         let mut slices = InSlices::of(pieces);
         assert_eq!(slices.size(), BodySize::Sized(body.len() as u64));
-        let mut seen = Vec::new();
-        let mut lengths = Vec::new();
-        while let Some(piece) =
-            std::future::poll_fn(|cx| std::pin::Pin::new(&mut slices).poll_next(cx)).await
-        {
-            let piece = piece.unwrap();
-            lengths.push(piece.len());
-            seen.extend_from_slice(&piece);
-        }
+        let (lengths, seen) = drain(&mut slices).await;
         assert_eq!(lengths, vec![10, SLICE, 10, SLICE, 80]);
         assert_eq!(seen, body);
     }

@@ -527,7 +527,8 @@ impl StatusDocument {
                     .machines
                     .range((Bound::Excluded(*id), Bound::Unbounded))
                     .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id));
-                write_machine(&mut machines, piece, containers.map(|(_, c)| c));
+                let containers = containers.map(|(_, c)| &c.member);
+                write_with_nested(&mut machines, &piece.member, "containers", containers);
             }
         }
         cuts.cut(machines.out, Label::MachinesEnd);
@@ -596,7 +597,13 @@ impl StatusDocument {
                                 .flatten()
                                 .filter(|_| shown_principal(unit))
                                 .filter_map(|s| self.units.get(s));
-                            write_unit(&mut units, piece, subordinates);
+                            let subordinates = subordinates.map(|s| &s.member);
+                            write_with_nested(
+                                &mut units,
+                                &piece.member,
+                                "subordinates",
+                                subordinates,
+                            );
                         }
                     }
                     cuts.cut(units.out, Label::UnitsEnd(name.clone()));
@@ -869,7 +876,8 @@ impl StatusDocument {
                 let mut members = Members::open(out);
                 for (unit, piece) in units {
                     let subordinates = by_principal.get(unit).map_or(&[][..], Vec::as_slice);
-                    write_unit(&mut members, piece, subordinates.iter().copied());
+                    let subordinates = subordinates.iter().map(|s| &s.member);
+                    write_with_nested(&mut members, &piece.member, "subordinates", subordinates);
                 }
                 members.close();
             });
@@ -884,42 +892,25 @@ fn block_end(block: u64) -> Option<u64> {
     block.checked_add(1)?.checked_mul(BLOCK)
 }
 
-/// Writes a machine's member with `containers` under it.
-fn write_machine<'a>(
+/// Writes `member` with the `nested` members under it as `key` (left out
+/// when there are none).
+fn write_with_nested<'a>(
     members: &mut Members<'_>,
-    piece: &MachinePiece,
-    containers: impl Iterator<Item = &'a MachinePiece>,
+    member: &Member,
+    key: &str,
+    nested: impl Iterator<Item = &'a Member>,
 ) {
-    let mut containers = containers.peekable();
-    let any = containers.peek().is_some();
-    let out = members.raw_key(piece.member.key());
-    let nested = any.then_some(|out: &mut Vec<u8>| {
-        let mut members = Members::open(out);
-        for container in containers {
-            members.push(&container.member);
+    let mut nested = nested.peekable();
+    let any = nested.peek().is_some();
+    let out = members.raw_key(member.key());
+    let write_nested = any.then_some(|out: &mut Vec<u8>| {
+        let mut inner = Members::open(out);
+        for one in nested {
+            inner.push(one);
         }
-        members.close();
+        inner.close();
     });
-    write_extended(out, piece.member.value(), "containers", nested);
-}
-
-/// Writes a unit's member with `subordinates` under it.
-fn write_unit<'a>(
-    members: &mut Members<'_>,
-    piece: &UnitPiece,
-    subordinates: impl Iterator<Item = &'a UnitPiece>,
-) {
-    let mut subordinates = subordinates.peekable();
-    let any = subordinates.peek().is_some();
-    let out = members.raw_key(piece.member.key());
-    let nested = any.then_some(|out: &mut Vec<u8>| {
-        let mut members = Members::open(out);
-        for subordinate in subordinates {
-            members.push(&subordinate.member);
-        }
-        members.close();
-    });
-    write_extended(out, piece.member.value(), "subordinates", nested);
+    write_extended(out, member.value(), key, write_nested);
 }
 
 /// A few unit names in order: the units on one machine, or under one
@@ -978,8 +969,13 @@ fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, o
         let containers = machines
             .range((Bound::Excluded(*id), Bound::Unbounded))
             .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id))
-            .map(|(_, c)| c.borrow());
-        write_machine(&mut members, piece.borrow(), containers);
+            .map(|(_, c)| &c.borrow().member);
+        write_with_nested(
+            &mut members,
+            &piece.borrow().member,
+            "containers",
+            containers,
+        );
     }
     members.close();
 }
