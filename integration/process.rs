@@ -405,6 +405,19 @@ fn two_controllers_with_the_simulated_cloud_on_one_postgres_share_one_cloud() {
             .unwrap();
         if !out.status.success() {
             show_logs();
+            // What each controller shows, to tell a machine that did not
+            // start from one controller's view that did not follow.
+            for (name, url) in [("first", &first_url), ("second", &second_url)] {
+                let shown = berth_command()
+                    .args(["status", "--url", url, "--token", token])
+                    .output()
+                    .unwrap();
+                eprintln!(
+                    "---- status from the {name} controller\n{}{}",
+                    String::from_utf8_lossy(&shown.stdout),
+                    String::from_utf8_lossy(&shown.stderr)
+                );
+            }
             panic!("berth {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         }
         String::from_utf8_lossy(&out.stdout).into_owned()
