@@ -2,20 +2,17 @@
 //! machines the JSON is about 60 MB, and four readers copying that over a
 //! connection each cost more than rendering it; gzipped it is about 4 MB.
 //!
-//! The document is cut into [`CHUNK`]-byte pieces that are deflated at
-//! once on every core, each by a compressor of its own ending in a sync
-//! flush, so that each piece's output ends on a byte boundary and the
-//! pieces join into one deflate stream. One gzip member wraps them: a
+//! The document comes in pieces (a rendering's segments, see
+//! [`crate::status::rendering`]) that are deflated at once on every core,
+//! each by a compressor of its own ending in a sync flush, so that each
+//! piece's output ends on a byte boundary and the pieces join into one
+//! deflate stream. One gzip member wraps them: a
 //! header, the pieces, an empty final block, and the CRC-32 and length of
 //! the whole. Any gzip decoder reads it as one member (a piece does not
 //! refer back into the piece before it, which deflate allows but does not
 //! require).
 
 use flate2::{Compress, Compression, FlushCompress, Status};
-
-/// The bytes each compressor takes: large enough that the pieces compress
-/// nearly as well as the whole, small enough to share out among cores.
-pub const CHUNK: usize = 1 << 20;
 
 /// zlib's level 2: with 100,000 machines, two-thirds of the size of level
 /// 1 for a tenth more time.
@@ -27,19 +24,6 @@ const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
 
 /// A final deflate block of fixed codes holding nothing but its end.
 const EMPTY_FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
-
-/// `data` as one gzip member, deflated on up to `threads` threads.
-pub fn gzip(data: &[u8], threads: usize) -> Vec<u8> {
-    gzip_in_pieces(data, threads, CHUNK)
-}
-
-fn gzip_in_pieces(data: &[u8], threads: usize, piece_size: usize) -> Vec<u8> {
-    let pieces: Vec<&[u8]> = data.chunks(piece_size.max(1)).collect();
-    let deflated = deflate_pieces(&pieces, threads);
-    let mut whole = crc32fast::Hasher::new();
-    whole.update(data);
-    member(deflated.iter().map(Vec::as_slice), whole)
-}
 
 /// Each of `pieces` deflated by a compressor of its own ending in a sync
 /// flush, on up to `threads` threads: pieces that join, in order, into one
@@ -103,7 +87,7 @@ pub fn member<'a>(
     out
 }
 
-/// The threads [`gzip`] is worth giving: one per core.
+/// The threads [`deflate_pieces`] is worth giving: one per core.
 pub fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -146,6 +130,25 @@ mod tests {
         decoder.into_inner().read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty(), "{} bytes after the member", rest.len());
         out
+    }
+
+    /// Pieces of a mebibyte: large enough that they compress nearly as
+    /// well as the whole, small enough to share out among cores.
+    const CHUNK: usize = 1 << 20;
+
+    /// `data` as one gzip member, deflated on up to `threads` threads.
+    fn gzip(data: &[u8], threads: usize) -> Vec<u8> {
+        gzip_in_pieces(data, threads, CHUNK)
+    }
+
+    /// `data` cut into pieces of `piece_size` bytes and gzipped as the
+    /// pieces of a rendering are.
+    fn gzip_in_pieces(data: &[u8], threads: usize, piece_size: usize) -> Vec<u8> {
+        let pieces: Vec<&[u8]> = data.chunks(piece_size.max(1)).collect();
+        let deflated = deflate_pieces(&pieces, threads);
+        let mut whole = crc32fast::Hasher::new();
+        whole.update(data);
+        member(deflated.iter().map(Vec::as_slice), whole)
     }
 
     /// A status-like document of `machines` entries.
