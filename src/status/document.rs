@@ -28,7 +28,7 @@ use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
-use crate::status::rendering::{Block, Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
+use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, machine_view, model_view, severity, unit_view, MachineSeen, StatusInfo,
@@ -177,10 +177,8 @@ impl Touched {
     }
 
     fn unit(&mut self, name: &UnitName) {
-        let block = (name.application().clone(), name.number() / BLOCK);
-        if !self.units.contains(&block) {
-            self.units.insert(block);
-        }
+        self.units
+            .insert((name.application().clone(), name.number() / BLOCK));
     }
 
     fn holds_machines(&self, block: u64) -> bool {
@@ -473,11 +471,14 @@ impl StatusDocument {
             touched.since.is_some() && touched.since == previous.as_ref().map(|p| p.generation());
         let mut segmenter = Segmenter::after(previous);
         let mut out = Vec::with_capacity(1 << 18);
-        let skip = |block: &Block| {
+        let skip = |label: &Label| {
             trusted
-                && match block {
-                    Block::Machines(b) => !touched.holds_machines(*b),
-                    Block::Units(application, b) => !touched.holds_units(application, *b),
+                && match label {
+                    Label::Machines { block, .. } => !touched.holds_machines(*block),
+                    Label::Units {
+                        application, block, ..
+                    } => !touched.holds_units(application, *block),
+                    _ => false,
                 }
         };
         self.render_into(&mut out, &mut segmenter, skip);
@@ -493,7 +494,7 @@ impl StatusDocument {
         &self,
         out: &mut Vec<u8>,
         cuts: &mut impl Cuts,
-        untouched: impl Fn(&Block) -> bool,
+        untouched: impl Fn(&Label) -> bool,
     ) {
         self.render_model(out);
         out.extend_from_slice(b",\"machines\":");
@@ -514,7 +515,7 @@ impl StatusDocument {
                 block,
                 first: machines.first,
             };
-            if untouched(&Block::Machines(block)) && cuts.reuse(machines.out, &label) {
+            if untouched(&label) && cuts.reuse(machines.out, &label) {
                 machines.first = false;
                 continue;
             }
@@ -582,9 +583,7 @@ impl StatusDocument {
                             block,
                             first: units.first,
                         };
-                        if untouched(&Block::Units(name.clone(), block))
-                            && cuts.reuse(units.out, &label)
-                        {
+                        if untouched(&label) && cuts.reuse(units.out, &label) {
                             units.first = false;
                             continue;
                         }

@@ -63,14 +63,6 @@ pub enum Label {
     Tail,
 }
 
-/// A block of machines or of an application's units, as changes touch
-/// them (see [`Label`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Block {
-    Machines(u64),
-    Units(ApplicationName, u64),
-}
-
 /// Numbers each rendering in segments, so that a document knows whether a
 /// rendering it is given is the last one it made.
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
