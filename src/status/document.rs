@@ -520,17 +520,7 @@ impl StatusDocument {
                 continue;
             }
             cuts.cut(machines.out, label);
-            for (id, piece) in in_block {
-                if id.parent().is_some_and(|h| self.machines.contains_key(&h)) {
-                    continue; // under its host
-                }
-                let containers = self
-                    .machines
-                    .range((Bound::Excluded(*id), Bound::Unbounded))
-                    .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id));
-                let containers = containers.map(|(_, c)| &c.member);
-                write_with_nested(&mut machines, &piece.member, "containers", containers);
-            }
+            write_hosts(&mut machines, &self.machines, in_block);
         }
         cuts.cut(machines.out, Label::MachinesEnd);
         machines.close();
@@ -961,7 +951,19 @@ fn forget<K: std::hash::Hash + Eq>(index: &mut HashMap<K, NameSet>, key: &K, nam
 /// among them, otherwise at the top.
 fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, out: &mut Vec<u8>) {
     let mut members = Members::open(out);
-    for (id, piece) in machines {
+    write_hosts(&mut members, machines, machines.iter());
+    members.close();
+}
+
+/// Writes the machines of `run` (in id order, from `machines`), each with
+/// its containers under it; a container whose host is among `machines` is
+/// left to its host.
+fn write_hosts<'a, M: Borrow<MachinePiece> + 'a>(
+    members: &mut Members<'_>,
+    machines: &'a BTreeMap<MachineId, M>,
+    run: impl Iterator<Item = (&'a MachineId, &'a M)>,
+) {
+    for (id, piece) in run {
         if id.parent().is_some_and(|h| machines.contains_key(&h)) {
             continue; // under its host
         }
@@ -969,14 +971,8 @@ fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, o
             .range((Bound::Excluded(*id), Bound::Unbounded))
             .take_while(|(c, _)| !id.is_container() && c.parent() == Some(*id))
             .map(|(_, c)| &c.borrow().member);
-        write_with_nested(
-            &mut members,
-            &piece.borrow().member,
-            "containers",
-            containers,
-        );
+        write_with_nested(members, &piece.borrow().member, "containers", containers);
     }
-    members.close();
 }
 
 /// Writes a JSON object's members one by one.
