@@ -434,6 +434,75 @@ async fn a_failed_operation_leaves_no_partial_write(store: Store) {
     assert_eq!(store.revision(), before);
 }
 
+/// Operations that fail after writing (one refused by the database, one
+/// that gives up by itself), queued among operations that succeed, so the
+/// writer commits them in the same batches.
+async fn failed_operations_in_a_batch_undo_only_their_own_writes(store: Store) {
+    use diesel::RunQueryDsl;
+    add_machine(&store, AddMachines::default()).await;
+    let before = store.revision();
+    let mut tasks = Vec::new();
+    for i in 0..90 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            match i % 3 {
+                0 => store.add_machines(AddMachines::default()).await.map(|_| ()),
+                1 => {
+                    store
+                        .write(|tx| {
+                            diesel::sql_query("UPDATE model SET next_machine = next_machine + 1000")
+                                .execute(tx.conn)?;
+                            // Machine 0 exists: the database refuses this.
+                            diesel::sql_query(
+                                "INSERT INTO machines (id, host_number, base, role, state, created_at_ms, updated_at_ms) \
+                                 VALUES ('0', 0, 'ubuntu@24.04', 'workload', 'pending', 0, 0)",
+                            )
+                            .execute(tx.conn)?;
+                            Ok(())
+                        })
+                        .await
+                }
+                _ => {
+                    store
+                        .write(|tx| {
+                            diesel::sql_query("UPDATE model SET next_machine = next_machine + 1000")
+                                .execute(tx.conn)?;
+                            Err::<(), _>(StoreError::Conflict("given up".into()))
+                        })
+                        .await
+                }
+            }
+        }));
+    }
+    let mut refused_by_database = 0;
+    let mut given_up = 0;
+    for (i, task) in tasks.into_iter().enumerate() {
+        match (i % 3, task.await.unwrap()) {
+            (0, Ok(())) => {}
+            (1, Err(StoreError::Conflict(m))) if m == "given up" => given_up += 1,
+            (1, Err(_)) => refused_by_database += 1,
+            (2, Err(StoreError::Conflict(m))) if m == "given up" => given_up += 1,
+            (kind, outcome) => panic!("operation {i} (kind {kind}): {outcome:?}"),
+        }
+    }
+    assert_eq!((refused_by_database, given_up), (30, 30));
+    // Only the thirty machines added, numbered on from machine 0: no
+    // failed operation's counter bump stayed.
+    let ids: Vec<String> = store
+        .machines()
+        .unwrap()
+        .iter()
+        .map(|m| m.id.to_string())
+        .collect();
+    let expected: Vec<String> = (0..=30).map(|n| n.to_string()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_by_key(|id| id.parse::<u64>().unwrap());
+    assert_eq!(sorted, expected);
+    assert_eq!(store.revision(), before + 30);
+    add_machine(&store, AddMachines::default()).await;
+    assert!(store.machine(&machine("31")).is_ok());
+}
+
 async fn state_survives_closing_and_reopening_the_store(store: Store) {
     store
         .set_model_constraints(constraints("cores=4"))
@@ -1028,6 +1097,7 @@ on_both_backends!(
     the_change_log_records_every_change_in_order,
     concurrent_writers_leave_no_gap_or_reorder_in_the_change_log,
     a_failed_operation_leaves_no_partial_write,
+    failed_operations_in_a_batch_undo_only_their_own_writes,
     state_survives_closing_and_reopening_the_store,
     a_retrying_machine_keeps_its_attempts_failed_zones_and_message,
 );

@@ -356,34 +356,56 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
     conn.is_broken() || conn.ping().is_err()
 }
 
+/// The savepoint each operation of a batch runs in. One name serves every
+/// operation: between two operations a single round trip releases the last
+/// one's savepoint and opens the next (`RELEASE ...; SAVEPOINT ...`), and
+/// a failed operation's `ROLLBACK TO` leaves the savepoint open for the
+/// next. diesel's own savepoint per operation took two round trips.
+const OPERATION_SAVEPOINT: &str = "berth_operation";
+
 /// Runs every job of the batch in one transaction and appends their
 /// change-log entries. Returns the new head revision if the log grew.
 fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
+    use diesel::connection::SimpleConnection;
     let now = now_ms();
     conn.transaction::<_, StoreError, _>(|conn| {
-        if let Conn::Postgres(c) = conn {
+        let open = format!("SAVEPOINT {OPERATION_SAVEPOINT}");
+        let next = format!("RELEASE SAVEPOINT {OPERATION_SAVEPOINT}; {open}");
+        let undo = format!("ROLLBACK TO SAVEPOINT {OPERATION_SAVEPOINT}");
+        match conn {
             // Several controllers' writers take their turns before touching
             // any row. Without it, two batches that both touch a machine
-            // (a check-in through one controller, a save by its holder)
-            // and then both need `log_head` deadlock; PostgreSQL breaks
-            // each deadlock by failing one operation, and the two batches
-            // went on failing each other's operations for minutes.
-            diesel::sql_query(format!("SELECT pg_advisory_xact_lock({WRITERS_LOCK})"))
-                .execute(c)?;
+            // (a check-in through one, a save by its holder) and then both
+            // need `log_head` deadlock; PostgreSQL breaks each deadlock by
+            // failing one operation, and the two batches went on failing
+            // each other's operations for minutes. The lock also makes the
+            // zone census one controller's at a time.
+            Conn::Postgres(c) => {
+                c.batch_execute(&format!(
+                    "SELECT pg_advisory_xact_lock({WRITERS_LOCK}); {open}"
+                ))?;
+            }
+            Conn::Sqlite(c) => c.batch_execute(&open)?,
         }
         let mut pending = Vec::new();
+        let mut savepoint_used = false;
         for job in batch.iter_mut() {
+            if savepoint_used {
+                conn.batch_execute(&next)?;
+            }
             let mark = pending.len();
-            let ran = conn.transaction::<_, StoreError, _>(|conn| {
-                job.run(&mut Tx {
-                    conn,
-                    now_ms: now,
-                    changes: &mut pending,
-                    origin: Origin::User,
-                })
+            let ran = job.run(&mut Tx {
+                conn,
+                now_ms: now,
+                changes: &mut pending,
+                origin: Origin::User,
             });
+            savepoint_used = ran.is_ok();
             if ran.is_err() {
                 pending.truncate(mark);
+                // Undoes the operation's writes and keeps the savepoint
+                // open for the next one.
+                conn.batch_execute(&undo)?;
             }
         }
         append_changes(conn, now, pending)
