@@ -10,11 +10,12 @@
 //! counts it. Whenever a save clears a machine's zone, or the machine is
 //! removed, its count is let go in the same transaction ([`release`]).
 //!
-//! On PostgreSQL every change of the census first takes one transaction-
-//! scoped advisory lock, so two controllers never choose from the same
-//! census: the second reads the first's choice. (SQLite has one writer.)
-//! Each controller rebuilds the census from the machines when it starts
-//! ([`Store::rebuild_zone_census`]), under the same lock.
+//! Every change of the census is a writer operation, and on PostgreSQL
+//! every writer batch holds the writers' advisory lock from its first
+//! statement to its commit (see [`crate::store::writer`]), so two
+//! controllers never choose from the same census: the second reads the
+//! first's choice. (SQLite has one writer.) Each controller rebuilds the
+//! census from the machines when it starts ([`Store::rebuild_zone_census`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -24,25 +25,14 @@ use crate::domain::constraints::Setting;
 use crate::domain::machine::{Event, Machine, MachineRole};
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
-use crate::store::db::Conn;
+use crate::store::db::per_backend;
 use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
 use crate::store::schema::{machines, units, zone_census};
 use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError};
 
-/// The advisory lock every census change takes on PostgreSQL ("berthzone").
-const CENSUS_LOCK: i64 = 0x0062_6572_7468_7a6e;
-
 /// Machine ids per statement, under SQLite's bound-parameter limit.
 const IDS_PER_STATEMENT: usize = 500;
-
-/// Takes the census lock until the end of the transaction (PostgreSQL).
-fn lock(tx: &mut Tx<'_>) -> Result<(), StoreError> {
-    if let Conn::Postgres(conn) = tx.conn {
-        diesel::sql_query(format!("SELECT pg_advisory_xact_lock({CENSUS_LOCK})")).execute(conn)?;
-    }
-    Ok(())
-}
 
 /// The census as stored.
 pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
@@ -58,25 +48,48 @@ pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
     Ok(census)
 }
 
-/// Counts machine `id`, of kind `kind`, in `zone`.
-fn count(tx: &mut Tx<'_>, id: &str, kind: &str, zone: &str) -> Result<(), StoreError> {
-    let bumped = diesel::update(zone_census::table.find((kind, zone)))
-        .set(zone_census::machines.eq(zone_census::machines + 1))
-        .execute(tx.conn)?;
-    if bumped == 0 {
-        diesel::insert_into(zone_census::table)
-            .values((
-                zone_census::kind.eq(kind),
-                zone_census::zone.eq(zone),
-                zone_census::machines.eq(1_i64),
-            ))
-            .execute(tx.conn)?;
-    }
-    diesel::update(machines::table.find(id))
-        .set(machines::spread_kind.eq(kind))
-        .execute(tx.conn)?;
+/// Counts one more machine of kind `kind` in `zone` (the machine itself
+/// remembers its kind through its save, [`MachineUpdate::spread_kind`]).
+fn count(tx: &mut Tx<'_>, kind: &str, zone: &str) -> Result<(), StoreError> {
+    per_backend!(tx.conn, c => CountInZone { kind, zone }.execute(c)?);
     Ok(())
 }
+
+/// The census's count of one more machine, as one statement of one shape,
+/// so the connection prepares it once and keeps it (diesel does not keep
+/// its own `UPDATE`s or upserts prepared).
+struct CountInZone<'a> {
+    kind: &'a str,
+    zone: &'a str,
+}
+
+impl diesel::query_builder::QueryId for CountInZone<'_> {
+    type QueryId = CountInZone<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<DB> diesel::query_builder::QueryFragment<DB> for CountInZone<'_>
+where
+    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<diesel::sql_types::Text>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::Text;
+        out.push_sql("INSERT INTO zone_census (kind, zone, machines) VALUES (");
+        out.push_bind_param::<Text, _>(self.kind)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(self.zone)?;
+        out.push_sql(
+            ", 1) ON CONFLICT (kind, zone) DO UPDATE SET machines = zone_census.machines + 1",
+        );
+        Ok(())
+    }
+}
+
+impl<Conn> RunQueryDsl<Conn> for CountInZone<'_> {}
 
 /// Lets go of machine `id`'s count, if it is counted: called before a save
 /// that clears its zone and before its removal, in their transaction.
@@ -89,7 +102,6 @@ pub(crate) fn release(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
     let Some((Some(kind), zone)) = counted else {
         return Ok(());
     };
-    lock(tx)?;
     if let Some(zone) = zone {
         diesel::update(zone_census::table.find((&kind, &zone)))
             .set(zone_census::machines.eq(zone_census::machines - 1))
@@ -153,9 +165,9 @@ impl Store {
         let holder = self.holder().to_string();
         self.write(move |tx| {
             tx.set_origin(Origin::Engine);
-            lock(tx)?;
             let census = read(tx)?;
             let group = choice.occupant.group();
+            let kind = choice.occupant.key();
             let order = order_zones(&ZoneRequest {
                 zones: &choice.zones,
                 census: &census,
@@ -182,6 +194,7 @@ impl Store {
             let request = MachineEvent {
                 update: MachineUpdate {
                     clear_retry_at: choice.clear_retry_at,
+                    spread_kind: Some(kind.clone()),
                     ..MachineUpdate::default()
                 },
                 ..MachineEvent::new(choice.id, Event::ZoneChosen { zone: zone.clone() })
@@ -194,7 +207,7 @@ impl Store {
                 &policy,
                 Some(&holder),
             )?;
-            count(tx, &choice.id.to_string(), &choice.occupant.key(), &zone)?;
+            count(tx, &kind, &zone)?;
             Ok(ZoneChosen::Chosen(applied))
         })
         .await
@@ -208,7 +221,6 @@ impl Store {
     /// [`StoreError::Database`] and the writer's errors.
     pub async fn rebuild_zone_census(&self) -> Result<(), StoreError> {
         self.write(|tx| {
-            lock(tx)?;
             diesel::delete(zone_census::table).execute(tx.conn)?;
             diesel::update(machines::table.filter(machines::spread_kind.is_not_null()))
                 .set(machines::spread_kind.eq(None::<String>))

@@ -645,6 +645,9 @@ pub struct MachineUpdate {
     pub credential_hash: Option<String>,
     /// When the agent was last heard from, if it was just now.
     pub heartbeat_ms: Option<i64>,
+    /// The zone census's kind the machine is now counted as (its zone
+    /// was just chosen; see [`crate::store::census`]).
+    pub spread_kind: Option<String>,
 }
 
 /// The machine save: one `UPDATE` of one shape whatever it changes, so the
@@ -678,6 +681,7 @@ struct SaveMachine<'a> {
     retry_at_ms: Kept<i64>,
     credential_hash: Option<&'a str>,
     last_heartbeat_ms: Option<i64>,
+    spread_kind: Option<&'a str>,
     /// Whether the save is not fenced by a lease; when it is, `holder`
     /// must hold the machine's lease, live at `now_ms`.
     unfenced: bool,
@@ -791,7 +795,9 @@ where
         out.push_bind_param::<Nullable<Text>, _>(&self.credential_hash)?;
         out.push_sql(", credential_hash), last_heartbeat_ms = COALESCE(");
         out.push_bind_param::<Nullable<BigInt>, _>(&self.last_heartbeat_ms)?;
-        out.push_sql(", last_heartbeat_ms) WHERE id = ");
+        out.push_sql(", last_heartbeat_ms), spread_kind = COALESCE(");
+        out.push_bind_param::<Nullable<Text>, _>(&self.spread_kind)?;
+        out.push_sql(", spread_kind) WHERE id = ");
         out.push_bind_param::<Text, _>(self.id)?;
         out.push_sql(" AND state = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
@@ -892,6 +898,7 @@ fn save_machine(
         ),
         credential_hash: update.credential_hash.as_deref(),
         last_heartbeat_ms: update.heartbeat_ms,
+        spread_kind: update.spread_kind.as_deref(),
         unfenced: fence.is_none(),
         holder: fence.unwrap_or_default(),
         now_ms: tx.now_ms,
