@@ -11,6 +11,7 @@ use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
 use crate::domain::names::{ApplicationName, ContainerType, MachineId};
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
+use crate::store::db::per_backend;
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
@@ -50,18 +51,20 @@ pub(crate) enum NewMachine<'a> {
     Container { host: MachineId },
 }
 
-/// Takes the next top-level machine number. The update comes first so that
-/// its row lock orders concurrent writers (several controllers sharing one
-/// PostgreSQL database never hand out one number twice).
-fn next_machine_number(tx: &mut Tx<'_>) -> Result<u64, StoreError> {
+/// Takes the next `count` top-level machine numbers and returns the first.
+/// The update comes first so that its row lock orders concurrent writers
+/// (several controllers sharing one PostgreSQL database never hand out one
+/// number twice).
+fn reserve_machine_numbers(tx: &mut Tx<'_>, count: u32) -> Result<u64, StoreError> {
     diesel::update(model::table.find(1))
-        .set(model::next_machine.eq(model::next_machine + 1))
+        .set(model::next_machine.eq(model::next_machine + i64::from(count)))
         .execute(tx.conn)?;
     let next: i64 = model::table
         .find(1)
         .select(model::next_machine)
         .get_result(tx.conn)?;
-    u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next machine {next}")))
+    u64::try_from(next - i64::from(count))
+        .map_err(|_| StoreError::Invariant(format!("next machine {next}")))
 }
 
 fn next_container_number(tx: &mut Tx<'_>, host: &MachineId) -> Result<u64, StoreError> {
@@ -176,6 +179,62 @@ fn check_not_enlisted(tx: &mut Tx<'_>, target: &SshTarget) -> Result<(), StoreEr
     Ok(())
 }
 
+/// The row of a new machine, pending.
+fn new_machine_row(
+    id: MachineId,
+    parent: Option<String>,
+    placement: Option<String>,
+    base: &Base,
+    constraints: &Constraints,
+    role: MachineRole,
+    now_ms: i64,
+) -> Result<NewMachineRow, StoreError> {
+    Ok((
+        machines::id.eq(id.to_string()),
+        machines::host_number.eq(to_i64(id.host_number())?),
+        machines::container_number.eq(id.container_number().map(to_i64).transpose()?),
+        machines::parent_id.eq(parent),
+        machines::container_type.eq(id.is_container().then(|| ContainerType::Lxd.to_string())),
+        machines::base.eq(base.to_string()),
+        machines::constraints.eq(constraints.to_string()),
+        machines::placement.eq(placement),
+        machines::role.eq(role.as_str()),
+        machines::state.eq(MachineState::Pending.as_str()),
+        machines::created_at_ms.eq(now_ms),
+        machines::updated_at_ms.eq(now_ms),
+    ))
+}
+
+/// What [`new_machine_row`] makes.
+type NewMachineRow = (
+    diesel::dsl::Eq<machines::id, String>,
+    diesel::dsl::Eq<machines::host_number, i64>,
+    diesel::dsl::Eq<machines::container_number, Option<i64>>,
+    diesel::dsl::Eq<machines::parent_id, Option<String>>,
+    diesel::dsl::Eq<machines::container_type, Option<String>>,
+    diesel::dsl::Eq<machines::base, String>,
+    diesel::dsl::Eq<machines::constraints, String>,
+    diesel::dsl::Eq<machines::placement, Option<String>>,
+    diesel::dsl::Eq<machines::role, &'static str>,
+    diesel::dsl::Eq<machines::state, &'static str>,
+    diesel::dsl::Eq<machines::created_at_ms, i64>,
+    diesel::dsl::Eq<machines::updated_at_ms, i64>,
+);
+
+/// Rows per multi-row insert: well under both backends' limits on bound
+/// parameters (SQLite 32,766, PostgreSQL 65,535) at a dozen columns.
+pub(crate) const ROWS_PER_INSERT: usize = 1000;
+
+/// Records a new machine in the change log.
+pub(crate) fn record_new_machine(tx: &mut Tx<'_>, id: &MachineId) {
+    tx.record(
+        Entity::Machine,
+        id.to_string(),
+        ChangeKind::Created,
+        "state=pending",
+    );
+}
+
 /// Inserts one new machine, pending, and records it in the change log.
 pub(crate) fn create_machine(
     tx: &mut Tx<'_>,
@@ -186,7 +245,7 @@ pub(crate) fn create_machine(
 ) -> Result<MachineId, StoreError> {
     let (id, parent, placement) = match kind {
         NewMachine::TopLevel { placement } => (
-            MachineId::new(next_machine_number(tx)?),
+            MachineId::new(reserve_machine_numbers(tx, 1)?),
             None,
             placement.map(ToString::to_string),
         ),
@@ -200,28 +259,47 @@ pub(crate) fn create_machine(
         }
     };
     diesel::insert_into(machines::table)
-        .values((
-            machines::id.eq(id.to_string()),
-            machines::host_number.eq(to_i64(id.host_number())?),
-            machines::container_number.eq(id.container_number().map(to_i64).transpose()?),
-            machines::parent_id.eq(parent),
-            machines::container_type.eq(id.is_container().then(|| ContainerType::Lxd.to_string())),
-            machines::base.eq(base.to_string()),
-            machines::constraints.eq(constraints.to_string()),
-            machines::placement.eq(placement),
-            machines::role.eq(role.as_str()),
-            machines::state.eq(MachineState::Pending.as_str()),
-            machines::created_at_ms.eq(tx.now_ms),
-            machines::updated_at_ms.eq(tx.now_ms),
-        ))
+        .values(new_machine_row(
+            id,
+            parent,
+            placement,
+            base,
+            constraints,
+            role,
+            tx.now_ms,
+        )?)
         .execute(tx.conn)?;
-    tx.record(
-        Entity::Machine,
-        id.to_string(),
-        ChangeKind::Created,
-        "state=pending",
-    );
+    record_new_machine(tx, &id);
     Ok(id)
+}
+
+/// Inserts `count` new top-level machines with no placement, pending, in
+/// a few multi-row statements, and returns their ids in order. The caller
+/// records each in the change log ([`record_new_machine`]), in the order
+/// it wants them there.
+pub(crate) fn insert_unplaced_machines(
+    tx: &mut Tx<'_>,
+    count: u32,
+    base: &Base,
+    constraints: &Constraints,
+    role: MachineRole,
+) -> Result<Vec<MachineId>, StoreError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let first = reserve_machine_numbers(tx, count)?;
+    let ids: Vec<MachineId> = (first..first + u64::from(count))
+        .map(MachineId::new)
+        .collect();
+    let rows = ids
+        .iter()
+        .map(|id| new_machine_row(*id, None, None, base, constraints, role, tx.now_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let insert = diesel::insert_into(machines::table).values(chunk);
+        per_backend!(tx.conn, c => insert.execute(c)?);
+    }
+    Ok(ids)
 }
 
 /// Creates the machine a placement asks for: a container on a named host,
@@ -327,6 +405,13 @@ fn add_machines_tx(tx: &mut Tx<'_>, request: &AddMachines) -> Result<Vec<Machine
     let constraints = merge(&model_constraints_tx(tx)?, &request.constraints);
     let base = request.base.unwrap_or_default();
     let role = request.role.unwrap_or(MachineRole::Workload);
+    if request.placement.is_none() {
+        let added = insert_unplaced_machines(tx, request.count, &base, &constraints, role)?;
+        for id in &added {
+            record_new_machine(tx, id);
+        }
+        return Ok(added);
+    }
     let mut added = Vec::new();
     for _ in 0..request.count {
         let id = create_placed_machine(tx, request.placement.as_ref(), &base, &constraints, role)?;

@@ -8,8 +8,12 @@ use crate::domain::constraints::{merge, Constraints};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
+use crate::store::db::per_backend;
 use crate::store::lifecycle::load_machine;
-use crate::store::machines::{create_placed_machine, delete_unit_rows};
+use crate::store::machines::{
+    create_placed_machine, delete_unit_rows, insert_unplaced_machines, record_new_machine,
+    ROWS_PER_INSERT,
+};
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow, UnitRecord, UnitRow};
 use crate::store::schema::{applications, relations, units};
 use crate::store::writer::Tx;
@@ -35,15 +39,71 @@ pub(crate) fn load_application(
         .try_into()
 }
 
-fn next_unit_number(tx: &mut Tx<'_>, application: &ApplicationName) -> Result<u64, StoreError> {
+/// Takes the next `count` unit numbers of `application` and returns the
+/// first.
+fn reserve_unit_numbers(
+    tx: &mut Tx<'_>,
+    application: &ApplicationName,
+    count: u32,
+) -> Result<u64, StoreError> {
     diesel::update(applications::table.find(application.as_str()))
-        .set(applications::next_unit.eq(applications::next_unit + 1))
+        .set(applications::next_unit.eq(applications::next_unit + i64::from(count)))
         .execute(tx.conn)?;
     let next: i64 = applications::table
         .find(application.as_str())
         .select(applications::next_unit)
         .get_result(tx.conn)?;
-    u64::try_from(next - 1).map_err(|_| StoreError::Invariant(format!("next unit {next}")))
+    u64::try_from(next - i64::from(count))
+        .map_err(|_| StoreError::Invariant(format!("next unit {next}")))
+}
+
+/// What [`new_unit_row`] makes.
+type NewUnitRow = (
+    diesel::dsl::Eq<units::name, String>,
+    diesel::dsl::Eq<units::application, String>,
+    diesel::dsl::Eq<units::number, i64>,
+    diesel::dsl::Eq<units::base, String>,
+    diesel::dsl::Eq<units::constraints, String>,
+    diesel::dsl::Eq<units::machine_id, String>,
+    diesel::dsl::Eq<units::principal, Option<String>>,
+    diesel::dsl::Eq<units::life, &'static str>,
+    diesel::dsl::Eq<units::agent_status, &'static str>,
+    diesel::dsl::Eq<units::workload_status, &'static str>,
+    diesel::dsl::Eq<units::created_at_ms, i64>,
+);
+
+/// The row of a new unit, allocating.
+fn new_unit_row(
+    name: &UnitName,
+    base: &Base,
+    constraints: &Constraints,
+    machine: &MachineId,
+    principal: Option<&UnitName>,
+    now_ms: i64,
+) -> Result<NewUnitRow, StoreError> {
+    Ok((
+        units::name.eq(name.to_string()),
+        units::application.eq(name.application().as_str().to_string()),
+        units::number.eq(crate::store::records::to_i64(name.number())?),
+        units::base.eq(base.to_string()),
+        units::constraints.eq(constraints.to_string()),
+        units::machine_id.eq(machine.to_string()),
+        units::principal.eq(principal.map(ToString::to_string)),
+        units::life.eq("alive"),
+        units::agent_status.eq("allocating"),
+        units::workload_status.eq("waiting"),
+        units::created_at_ms.eq(now_ms),
+    ))
+}
+
+/// Records a new unit, on `machine`, in the change log.
+fn record_new_unit(tx: &mut Tx<'_>, name: &UnitName, machine: &MachineId) {
+    tx.record(
+        Entity::Unit,
+        name.to_string(),
+        ChangeKind::Created,
+        format!("machine={machine}"),
+    );
 }
 
 fn insert_unit(
@@ -54,29 +114,50 @@ fn insert_unit(
     machine: &MachineId,
     principal: Option<&UnitName>,
 ) -> Result<UnitName, StoreError> {
-    let name = application.unit(next_unit_number(tx, application)?);
+    let name = application.unit(reserve_unit_numbers(tx, application, 1)?);
     diesel::insert_into(units::table)
-        .values((
-            units::name.eq(name.to_string()),
-            units::application.eq(application.as_str()),
-            units::number.eq(crate::store::records::to_i64(name.number())?),
-            units::base.eq(base.to_string()),
-            units::constraints.eq(constraints.to_string()),
-            units::machine_id.eq(machine.to_string()),
-            units::principal.eq(principal.map(ToString::to_string)),
-            units::life.eq("alive"),
-            units::agent_status.eq("allocating"),
-            units::workload_status.eq("waiting"),
-            units::created_at_ms.eq(tx.now_ms),
-        ))
+        .values(new_unit_row(
+            &name,
+            base,
+            constraints,
+            machine,
+            principal,
+            tx.now_ms,
+        )?)
         .execute(tx.conn)?;
-    tx.record(
-        Entity::Unit,
-        name.to_string(),
-        ChangeKind::Created,
-        format!("machine={machine}"),
-    );
+    record_new_unit(tx, &name, machine);
     Ok(name)
+}
+
+/// Inserts one principal unit of `application` on each of `machines`, in a
+/// few multi-row statements, and returns their names in order. The caller
+/// records each in the change log ([`record_new_unit`]).
+fn insert_principal_units(
+    tx: &mut Tx<'_>,
+    application: &ApplicationName,
+    base: &Base,
+    constraints: &Constraints,
+    machines: &[MachineId],
+) -> Result<Vec<UnitName>, StoreError> {
+    let count = u32::try_from(machines.len())
+        .map_err(|_| StoreError::Invalid(format!("{} units at once", machines.len())))?;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let first = reserve_unit_numbers(tx, application, count)?;
+    let names: Vec<UnitName> = (first..first + u64::from(count))
+        .map(|n| application.unit(n))
+        .collect();
+    let rows = names
+        .iter()
+        .zip(machines)
+        .map(|(name, machine)| new_unit_row(name, base, constraints, machine, None, tx.now_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let insert = diesel::insert_into(units::table).values(chunk);
+        per_backend!(tx.conn, c => insert.execute(c)?);
+    }
+    Ok(names)
 }
 
 /// Resolves where one new unit goes, creating its machine if need be.
@@ -220,18 +301,47 @@ pub(crate) fn add_units_tx(
     let subordinates = subordinates_of(tx, application)?;
     let followers = followers_of(tx, application)?;
     let mut placed = Vec::new();
+    if placements.is_empty() {
+        // Each unit on a new machine of its own: the machines and the
+        // units are written a thousand rows to a statement, and the log
+        // has them in the order the loop below would have made them.
+        let machines =
+            insert_unplaced_machines(tx, count, &app.base, &constraints, MachineRole::Workload)?;
+        let units = insert_principal_units(tx, application, &app.base, &constraints, &machines)?;
+        for (machine, unit) in machines.into_iter().zip(units) {
+            record_new_machine(tx, &machine);
+            record_new_unit(tx, &unit, &machine);
+            beside_new_unit(tx, &subordinates, &followers, &model, &unit, &machine)?;
+            placed.push(PlacedUnit { unit, machine });
+        }
+        return Ok(placed);
+    }
     for i in 0..count as usize {
         let machine = machine_for_unit(tx, &app.base, &constraints, placements.get(i))?;
         let unit = insert_unit(tx, application, &app.base, &constraints, &machine, None)?;
-        for subordinate in &subordinates {
-            ensure_subordinate_unit(tx, subordinate, &unit, &machine)?;
-        }
-        for follower in &followers {
-            follow_unit(tx, follower, &model, &unit, &machine)?;
-        }
+        beside_new_unit(tx, &subordinates, &followers, &model, &unit, &machine)?;
         placed.push(PlacedUnit { unit, machine });
     }
     Ok(placed)
+}
+
+/// The subordinate units and the units that scale with a new principal
+/// `unit` on `machine`.
+fn beside_new_unit(
+    tx: &mut Tx<'_>,
+    subordinates: &[ApplicationRecord],
+    followers: &[ApplicationRecord],
+    model: &Constraints,
+    unit: &UnitName,
+    machine: &MachineId,
+) -> Result<(), StoreError> {
+    for subordinate in subordinates {
+        ensure_subordinate_unit(tx, subordinate, unit, machine)?;
+    }
+    for follower in followers {
+        follow_unit(tx, follower, model, unit, machine)?;
+    }
+    Ok(())
 }
 
 /// The live applications deployed to scale with `leader`.
