@@ -22,7 +22,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::domain::constraints::{Amount, Arch, Constraints, ListItem, Setting};
 use crate::domain::machine::MachineRole;
@@ -305,6 +305,56 @@ pub struct Catalogue {
     /// Position in `types` by name, so a named `instance-type` is found
     /// without a scan.
     by_name: HashMap<String, usize>,
+    /// What [`select`] chose for the requirements it was asked about.
+    chosen: Choices,
+}
+
+/// The most choices a catalogue remembers; when full it forgets them all
+/// (so requirements that vary without end cost a scan each, as before).
+const CHOICES_REMEMBERED: usize = 4096;
+
+/// [`select`]'s choices by requirements. A catalogue never changes once
+/// built, so neither does a choice, and an engine launching thousands of
+/// machines with the same constraints asks the same question each time: a
+/// scan of the whole catalogue, otherwise. A remembered choice is not part
+/// of the catalogue's value: a clone starts with none, and any two are
+/// equal.
+#[derive(Default)]
+struct Choices(Mutex<HashMap<Requirements, Result<usize, SelectError>>>);
+
+impl Choices {
+    fn get(&self, requirements: &Requirements) -> Option<Result<usize, SelectError>> {
+        self.0.lock().ok()?.get(requirements).cloned()
+    }
+
+    fn remember(&self, requirements: &Requirements, choice: &Result<usize, SelectError>) {
+        if let Ok(mut choices) = self.0.lock() {
+            if choices.len() >= CHOICES_REMEMBERED {
+                choices.clear();
+            }
+            choices.insert(requirements.clone(), choice.clone());
+        }
+    }
+}
+
+impl Clone for Choices {
+    fn clone(&self) -> Self {
+        Choices::default()
+    }
+}
+
+impl PartialEq for Choices {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Choices {}
+
+impl fmt::Debug for Choices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Choices")
+    }
 }
 
 /// The columns of a catalogue CSV, in the order berth writes them.
@@ -379,7 +429,11 @@ impl Catalogue {
                 return Err(CatalogueError::DuplicateName(t.name.clone()));
             }
         }
-        Ok(Catalogue { types, by_name })
+        Ok(Catalogue {
+            types,
+            by_name,
+            chosen: Choices::default(),
+        })
     }
 
     /// Parses a catalogue in the format of
@@ -823,7 +877,8 @@ pub enum SelectError {
 ///    the fewest vCPUs, then the name (so the choice is deterministic).
 ///
 /// Runs in one pass over the catalogue without allocating, except to build
-/// an error.
+/// an error, the first time it is asked about a set of requirements; the
+/// catalogue remembers the choice and answers it again without a scan.
 ///
 /// # Errors
 /// [`SelectError::InvalidInstanceType`] if the named type is not in the
@@ -832,7 +887,15 @@ pub fn select<'c>(
     requirements: &Requirements,
     catalogue: &'c Catalogue,
 ) -> Result<&'c InstanceType, SelectError> {
-    select_among(requirements, catalogue, |_| true)
+    let choice = match catalogue.chosen.get(requirements) {
+        Some(choice) => choice,
+        None => {
+            let choice = select_index_among(requirements, catalogue, |_| true);
+            catalogue.chosen.remember(requirements, &choice);
+            choice
+        }
+    };
+    choice.map(|i| &catalogue.types[i])
 }
 
 /// [`select`] among the catalogue's types that `offered` accepts (the
@@ -842,6 +905,15 @@ fn select_among<'c>(
     catalogue: &'c Catalogue,
     offered: impl Fn(&InstanceType) -> bool,
 ) -> Result<&'c InstanceType, SelectError> {
+    select_index_among(requirements, catalogue, offered).map(|i| &catalogue.types[i])
+}
+
+/// [`select_among`], as the chosen type's position in the catalogue.
+fn select_index_among(
+    requirements: &Requirements,
+    catalogue: &Catalogue,
+    offered: impl Fn(&InstanceType) -> bool,
+) -> Result<usize, SelectError> {
     let named = match &requirements.instance_type {
         Some(name) => match catalogue.by_name.get(name) {
             Some(&i) => Some(i),
@@ -869,7 +941,7 @@ fn select_among<'c>(
             }
         }
     }
-    best.map(|(_, t)| t).ok_or_else(|| SelectError::NoMatch {
+    best.map(|(i, _)| i).ok_or_else(|| SelectError::NoMatch {
         constraints: requirements.to_string(),
     })
 }
@@ -1200,6 +1272,24 @@ mod tests {
             with_storage(amd("m1.large", 2, 7680, 175_000), 840),
             with_storage(amd("m1.xlarge", 4, 15360, 350_000), 1680),
         ])
+    }
+
+    #[test]
+    fn a_catalogue_asked_more_questions_than_it_remembers_still_answers_each_right() {
+        let cat = m1_catalogue();
+        let clone = cat.clone();
+        for round in 0..2 {
+            for mib in 0..(CHOICES_REMEMBERED as u64 + 100) {
+                let cons = Constraints::parse(&format!("mem={mib}M")).unwrap();
+                let req = workload(&cons);
+                let scanned = select_index_among(&req, &cat, |_| true).map(|i| &cat.types[i]);
+                assert_eq!(select(&req, &cat), scanned, "mem={mib}M, round {round}");
+            }
+        }
+        assert!(cat.chosen.0.lock().unwrap().len() <= CHOICES_REMEMBERED);
+        // A clone made before remembers nothing, and equals the original.
+        assert!(clone.chosen.0.lock().unwrap().is_empty());
+        assert_eq!(clone, cat);
     }
 
     fn workload(cons: &Constraints) -> Requirements {
@@ -2506,6 +2596,22 @@ mod tests {
                                 < (chosen.price, chosen.mem_mib, chosen.cpu_power, chosen.vcpus, &chosen.name);
                             prop_assert!(!better, "{} beats {} for {req}", t.name, chosen.name);
                         }
+                    }
+                }
+            }
+
+            #[test]
+            fn a_remembered_choice_is_the_one_a_scan_makes(
+                cat in arb_catalogue(),
+                asked in proptest::collection::vec((arb_constraints(), arb_role()), 1..6),
+            ) {
+                // Each question twice, interleaved, of one catalogue.
+                for _ in 0..2 {
+                    for (cons, role) in &asked {
+                        let req = Requirements::resolve(cons, *role);
+                        let scanned = select_index_among(&req, &cat, |_| true)
+                            .map(|i| cat.types()[i].name.clone());
+                        prop_assert_eq!(select(&req, &cat).map(|t| t.name.clone()), scanned);
                     }
                 }
             }
