@@ -900,9 +900,14 @@ async fn two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over
         MachineState::Allocating
     );
 
-    // Released, a machine is anyone's; lapsed, likewise.
-    store.release_machines(vec![ids[1]]).await.unwrap();
+    // Released, a machine is anyone's; lapsed, likewise. A controller lets
+    // go only of its own: machine 2 stays the other's.
+    store.release_machines(vec![ids[1], ids[2]]).await.unwrap();
     assert_eq!(store.machine(&ids[1]).unwrap().lease, None);
+    assert_eq!(
+        store.machine(&ids[2]).unwrap().lease.map(|l| l.holder),
+        Some(other.holder().to_string())
+    );
     let brief = std::time::Duration::from_millis(1);
     other.claim_machines(vec![ids[2]], brief).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -60,6 +60,11 @@ pub struct JobLease {
     pub expires_ms: i64,
 }
 
+diesel::define_sql_function! {
+    /// SQL's `coalesce` of a nullable text and a text.
+    fn coalesce(value: diesel::sql_types::Nullable<diesel::sql_types::Text>, otherwise: diesel::sql_types::Text) -> diesel::sql_types::Text;
+}
+
 fn ids_of(rows: Vec<String>) -> Result<Vec<MachineId>, StoreError> {
     rows.iter().map(|id| stored("machine id", id)).collect()
 }
@@ -158,10 +163,15 @@ impl Store {
         self.write(move |tx| {
             let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
             for chunk in keys.chunks(IDS_PER_STATEMENT) {
+                // The holder is compared through `coalesce`, which no
+                // index serves: on the bare column SQLite took the index on
+                // `lease_holder` and walked every machine this controller
+                // holds, thousands, for each chunk, instead of looking up
+                // the chunk's ids.
                 diesel::update(
                     machines::table
                         .filter(machines::id.eq_any(chunk))
-                        .filter(machines::lease_holder.eq(&holder)),
+                        .filter(coalesce(machines::lease_holder, "").eq(&holder)),
                 )
                 .set((
                     machines::lease_holder.eq(None::<String>),
