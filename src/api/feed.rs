@@ -28,7 +28,7 @@ use std::time::Duration;
 use actix_web::web::{Bytes, BytesMut};
 use tokio::sync::{watch, Semaphore};
 
-use crate::api::observe::sse_frame;
+use crate::api::observe::write_sse_frame;
 use crate::store::{blocking, Change, Store, StoreError};
 
 /// How many change-log entries the follower reads at a time.
@@ -142,17 +142,16 @@ impl ChangeFeed {
     /// Appends `changes` (oldest first, each newer than [`Self::newest`]),
     /// trims the tail to its capacity and wakes the streams.
     pub fn append(&self, changes: &[Change]) {
-        let Some(last) = changes.last().map(|c| c.revision) else {
+        self.append_rendered(Rendered::of(changes));
+    }
+
+    /// [`Self::append`] of changes already rendered.
+    pub fn append_rendered(&self, rendered: Rendered) {
+        let Some(last) = rendered.ends.last().map(|(revision, _)| *revision) else {
             return;
         };
         {
-            let mut rendered = BytesMut::new();
-            let mut ends = Vec::with_capacity(changes.len());
-            for change in changes {
-                rendered.extend_from_slice(&sse_frame(change));
-                ends.push((change.revision, rendered.len()));
-            }
-            let block = rendered.freeze();
+            let Rendered { block, ends } = rendered;
             let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
             let mut start = 0;
             for (revision, end) in ends {
@@ -239,14 +238,33 @@ impl ChangeFeed {
         let Some(last) = changes.last().map(|c| c.revision) else {
             return Ok(Next::Waiting);
         };
-        let mut body = BytesMut::new();
-        for change in &changes {
-            body.extend_from_slice(&sse_frame(change));
-        }
         Ok(Next::Frames {
-            body: body.freeze(),
+            body: Rendered::of(&changes).block,
             last,
         })
+    }
+}
+
+/// Changes rendered as event-stream frames into one buffer, each frame's
+/// revision and where it ends.
+pub struct Rendered {
+    block: Bytes,
+    ends: Vec<(i64, usize)>,
+}
+
+impl Rendered {
+    /// `changes`' frames, oldest first.
+    pub fn of(changes: &[Change]) -> Rendered {
+        let mut rendered = BytesMut::new();
+        let mut ends = Vec::with_capacity(changes.len());
+        for change in changes {
+            write_sse_frame(&mut rendered, change);
+            ends.push((change.revision, rendered.len()));
+        }
+        Rendered {
+            block: rendered.freeze(),
+            ends,
+        }
     }
 }
 
@@ -274,9 +292,16 @@ pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) 
         head.borrow_and_update();
         let since = feed.newest();
         let reader = store.clone();
-        match blocking(move || reader.changes_since(since, FOLLOW_BATCH)).await {
-            Ok(changes) if !changes.is_empty() => {
-                feed.append(&changes);
+        // Rendered where it is read, on the blocking pool, and not on the
+        // thread that runs the server's and the engine's actors.
+        let read = blocking(move || {
+            reader
+                .changes_since(since, FOLLOW_BATCH)
+                .map(|changes| Rendered::of(&changes))
+        });
+        match read.await {
+            Ok(rendered) if !rendered.ends.is_empty() => {
+                feed.append_rendered(rendered);
                 continue;
             }
             Ok(_) => {}
@@ -299,6 +324,7 @@ pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::observe::sse_frame;
     use crate::store::{ChangeKind, Entity, Origin};
 
     fn change(revision: i64) -> Change {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::web::Bytes;
+use actix_web::web::{Bytes, BytesMut};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
@@ -301,12 +301,50 @@ pub struct EventsQuery {
 
 /// One event, in the `text/event-stream` format.
 pub fn sse_frame(change: &Change) -> Bytes {
+    let mut frame = BytesMut::new();
+    write_sse_frame(&mut frame, change);
+    frame.freeze()
+}
+
+/// Appends [`sse_frame`]'s frame of `change` to `out`, without a buffer of
+/// its own.
+pub fn write_sse_frame(out: &mut BytesMut, change: &Change) {
+    use actix_web::web::BufMut;
+    use std::fmt::Write;
+    // Writing to a `BytesMut` cannot fail.
+    let _ = write!(out, "id: {}\nevent: change\ndata: ", change.revision);
     // serde_json writes no newlines, so the data is one `data:` line.
-    let data = serde_json::to_string(&ChangeEvent::from(change)).unwrap_or_else(|_| "{}".into());
-    Bytes::from(format!(
-        "id: {}\nevent: change\ndata: {data}\n\n",
-        change.revision
-    ))
+    let mut writer = out.writer();
+    if serde_json::to_writer(&mut writer, &ChangeEventRef::from(change)).is_err() {
+        writer.get_mut().extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+/// [`ChangeEvent`] borrowed from the change, to render without copying.
+#[derive(Serialize)]
+struct ChangeEventRef<'a> {
+    revision: i64,
+    entity: &'a str,
+    id: &'a str,
+    change: &'a str,
+    detail: &'a str,
+    origin: &'a str,
+    at_ms: i64,
+}
+
+impl<'a> From<&'a Change> for ChangeEventRef<'a> {
+    fn from(change: &'a Change) -> Self {
+        ChangeEventRef {
+            revision: change.revision,
+            entity: change.entity.as_str(),
+            id: &change.id,
+            change: change.change.as_str(),
+            detail: &change.detail,
+            origin: change.origin.as_str(),
+            at_ms: change.at_ms,
+        }
+    }
 }
 
 /// The comment an idle stream sends.
@@ -462,6 +500,33 @@ mod tests {
             seen.extend_from_slice(&piece);
         }
         (lengths, seen)
+    }
+
+    #[test]
+    fn an_event_frame_carries_its_revision_and_the_documented_change_event() {
+        let change = Change {
+            revision: 42,
+            entity: Entity::Machine,
+            id: "7".into(),
+            change: ChangeKind::Updated,
+            detail: "state=started zone=\"a\"\n\u{e9}".into(),
+            origin: Origin::Engine,
+            at_ms: 1_700_000_000_000,
+        };
+        let frame = sse_frame(&change);
+        let text = std::str::from_utf8(&frame).unwrap();
+        let data = text
+            .strip_prefix("id: 42\nevent: change\ndata: ")
+            .and_then(|rest| rest.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("not one event frame: {text:?}"));
+        assert!(!data.contains('\n'), "{data:?}");
+        let event: ChangeEvent = serde_json::from_str(data).unwrap();
+        assert_eq!(event, ChangeEvent::from(&change));
+        // Appended to a buffer, the same bytes after what was there.
+        let mut out = BytesMut::from(&b"before"[..]);
+        write_sse_frame(&mut out, &change);
+        assert_eq!(&out[..6], b"before");
+        assert_eq!(&out[6..], &frame[..]);
     }
 
     #[actix_web::test]
