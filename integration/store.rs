@@ -1059,6 +1059,92 @@ async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store
     assert_eq!(store.zone_census().unwrap(), census);
 }
 
+/// Zone choices sent all at once, so the writer takes many in one batch,
+/// with a launch failure among them that lets its zone go: each choice
+/// sees the ones before it, and the census stays what the machines say.
+async fn zone_choices_in_one_batch_see_each_other(store: Store) {
+    use berth::domain::zones::{Occupant, Zone};
+    use berth::store::census::{ZoneChoice, ZoneChosen};
+    let ids = add_machines(&store, 31).await;
+    let ttl = std::time::Duration::from_secs(30);
+    store.claim_machines(ids.clone(), ttl).await.unwrap();
+    let zones = vec![
+        Zone::available("a"),
+        Zone::available("b"),
+        Zone::available("c"),
+    ];
+    let (first, rest) = ids.split_first().unwrap();
+    // The first machine takes zone a before the rest start.
+    let mut allocating = Vec::new();
+    for id in &ids {
+        let pending = store.machine(id).unwrap().machine;
+        let decided = store
+            .decide(&pending, MachineEvent::new(*id, Event::StartInstance))
+            .unwrap();
+        allocating.push((*id, store.commit(decided).await.unwrap().next));
+    }
+    let choice = |id: MachineId| ZoneChoice {
+        id,
+        occupant: Occupant::workload(Vec::<String>::new()),
+        zones: zones.clone(),
+        failed: BTreeSet::new(),
+        zones_constraint: Default::default(),
+        placement_zone: None,
+        clear_retry_at: false,
+    };
+    let zone_of = |chosen: ZoneChosen| match chosen {
+        ZoneChosen::Chosen(applied) => applied.next.lifecycle.zone.unwrap(),
+        ZoneChosen::NoZone { reason, .. } => panic!("{reason}"),
+    };
+    let chosen = store
+        .choose_zone(allocating[0].1.clone(), choice(*first))
+        .await
+        .unwrap();
+    assert_eq!(zone_of(chosen), "a");
+    let starting = store.machine(first).unwrap().machine;
+    let mut tasks = Vec::new();
+    for (i, (id, machine)) in allocating.into_iter().skip(1).enumerate() {
+        let store = store.clone();
+        let choice = choice(id);
+        let starting = starting.clone();
+        let first = *first;
+        tasks.push(tokio::spawn(async move {
+            if i == 15 {
+                // Midway, the first machine's launch fails and its zone is
+                // let go.
+                let failed = MachineEvent::new(
+                    first,
+                    Event::InstanceFailed {
+                        kind: FailureKind::Transient,
+                        message: "throttled".into(),
+                    },
+                );
+                let decided = store.decide(&starting, failed).unwrap();
+                store.commit(decided).await.unwrap();
+            }
+            store.choose_zone(machine, choice).await.unwrap()
+        }));
+    }
+    let mut per_zone = std::collections::BTreeMap::new();
+    for task in tasks {
+        *per_zone.entry(zone_of(task.await.unwrap())).or_insert(0) += 1;
+    }
+    assert_eq!(per_zone.values().sum::<i64>(), rest.len() as i64);
+    // Thirty machines over three zones: ten each, whichever batch the
+    // failure fell in.
+    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), [10, 10, 10]);
+    let census = store.zone_census().unwrap();
+    for zone in ["a", "b", "c"] {
+        assert_eq!(
+            census.get(&("workload:".into(), zone.into())),
+            Some(&10),
+            "{zone}"
+        );
+    }
+    store.rebuild_zone_census().await.unwrap();
+    assert_eq!(store.zone_census().unwrap(), census);
+}
+
 on_both_backends!(
     two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over,
     a_job_lease_has_one_holder_until_it_lapses,
@@ -1066,6 +1152,7 @@ on_both_backends!(
     a_store_that_kept_only_the_tokens_hash_takes_the_token_that_matches_it,
     a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token,
     the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
+    zone_choices_in_one_batch_see_each_other,
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
     the_writer_applies_the_configured_policy,

@@ -14,8 +14,12 @@
 //! every writer batch holds the writers' advisory lock from its first
 //! statement to its commit (see [`crate::store::writer`]), so two
 //! controllers never choose from the same census: the second reads the
-//! first's choice. (SQLite has one writer.) Each controller rebuilds the
-//! census from the machines when it starts ([`Store::rebuild_zone_census`]).
+//! first's choice. (SQLite has one writer.) For the same reason a batch
+//! reads the census once and keeps its copy up with its own counts
+//! ([`Tx::census`]); a release, a rebuild or an undone operation drops the
+//! copy, and the next choice reads the table again. Each controller
+//! rebuilds the census from the machines when it starts
+//! ([`Store::rebuild_zone_census`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -34,8 +38,11 @@ use crate::store::{Origin, Store, StoreError};
 /// Machine ids per statement, under SQLite's bound-parameter limit.
 const IDS_PER_STATEMENT: usize = 500;
 
-/// The census as stored.
+/// The census as stored (or as this batch last read or counted it).
 pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
+    if let Some(census) = tx.census() {
+        return Ok(census.clone());
+    }
     let rows: Vec<(String, String, i64)> = zone_census::table
         .select((zone_census::kind, zone_census::zone, zone_census::machines))
         .load(tx.conn)?;
@@ -45,13 +52,17 @@ pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {
             .ok_or_else(|| StoreError::Invariant(format!("zone census kind {kind:?}")))?;
         census.add_many(&zone, &occupant, usize::try_from(count).unwrap_or(0));
     }
+    *tx.census() = Some(census.clone());
     Ok(census)
 }
 
 /// Counts one more machine of kind `kind` in `zone` (the machine itself
 /// remembers its kind through its save, [`MachineUpdate::spread_kind`]).
-fn count(tx: &mut Tx<'_>, kind: &str, zone: &str) -> Result<(), StoreError> {
+fn count(tx: &mut Tx<'_>, occupant: &Occupant, kind: &str, zone: &str) -> Result<(), StoreError> {
     per_backend!(tx.conn, c => CountInZone { kind, zone }.execute(c)?);
+    if let Some(census) = tx.census() {
+        census.add_many(zone, occupant, 1);
+    }
     Ok(())
 }
 
@@ -102,6 +113,7 @@ pub(crate) fn release(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
     let Some((Some(kind), zone)) = counted else {
         return Ok(());
     };
+    *tx.census() = None;
     if let Some(zone) = zone {
         diesel::update(zone_census::table.find((&kind, &zone)))
             .set(zone_census::machines.eq(zone_census::machines - 1))
@@ -207,7 +219,7 @@ impl Store {
                 &policy,
                 Some(&holder),
             )?;
-            count(tx, &kind, &zone)?;
+            count(tx, &choice.occupant, &kind, &zone)?;
             Ok(ZoneChosen::Chosen(applied))
         })
         .await
@@ -221,6 +233,7 @@ impl Store {
     /// [`StoreError::Database`] and the writer's errors.
     pub async fn rebuild_zone_census(&self) -> Result<(), StoreError> {
         self.write(|tx| {
+            *tx.census() = None;
             diesel::delete(zone_census::table).execute(tx.conn)?;
             diesel::update(machines::table.filter(machines::spread_kind.is_not_null()))
                 .set(machines::spread_kind.eq(None::<String>))

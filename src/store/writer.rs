@@ -28,6 +28,7 @@ use std::thread;
 use diesel::prelude::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::domain::zones::ZoneCensus;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::{per_backend, Conn, Manager};
 use crate::store::error::StoreError;
@@ -68,9 +69,19 @@ pub struct Tx<'a> {
     changes: &'a mut Vec<PendingChange>,
     /// Who the operation acts for; stamped on its change-log entries.
     origin: Origin,
+    /// The zone census as this batch last read or counted it (see
+    /// [`crate::store::census`]): no other writer can change it until the
+    /// batch commits. `None` until it is read, and again after anything
+    /// that may have changed it otherwise, or undone a count.
+    census: &'a mut Option<ZoneCensus>,
 }
 
 impl Tx<'_> {
+    /// The batch's copy of the zone census (see the field).
+    pub(crate) fn census(&mut self) -> &mut Option<ZoneCensus> {
+        self.census
+    }
+
     /// Stamps this operation's later change-log entries as made by `origin`
     /// (the default is [`Origin::User`]).
     pub fn set_origin(&mut self, origin: Origin) {
@@ -137,6 +148,7 @@ impl Tx<'_> {
             now_ms,
             changes,
             origin,
+            census,
         } = self;
         let mark = changes.len();
         let mut outcome = None;
@@ -147,6 +159,7 @@ impl Tx<'_> {
                 now_ms: *now_ms,
                 changes,
                 origin: *origin,
+                census,
             };
             let value = op(&mut inner)?;
             let recorded: Vec<Recorded> = inner.changes[mark..]
@@ -170,6 +183,8 @@ impl Tx<'_> {
         });
         if !kept {
             changes.truncate(mark);
+            // What the trial counted is undone with it.
+            **census = None;
         }
         match (ran, outcome) {
             (Ok(()), Some(outcome)) => Ok(outcome),
@@ -388,6 +403,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
             Conn::Sqlite(c) => c.batch_execute(&open)?,
         }
         let mut pending = Vec::new();
+        let mut census = None;
         let mut savepoint_used = false;
         for job in batch.iter_mut() {
             if savepoint_used {
@@ -399,10 +415,12 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
                 now_ms: now,
                 changes: &mut pending,
                 origin: Origin::User,
+                census: &mut census,
             });
             savepoint_used = ran.is_ok();
             if ran.is_err() {
                 pending.truncate(mark);
+                census = None;
                 // Undoes the operation's writes and keeps the savepoint
                 // open for the next one.
                 conn.batch_execute(&undo)?;
