@@ -40,6 +40,16 @@ async fn add_machines(store: &Store, count: u32) -> Vec<MachineId> {
     .await
 }
 
+/// Every machine's id, in the store's order.
+fn machine_ids(store: &Store) -> Vec<String> {
+    store
+        .machines()
+        .unwrap()
+        .iter()
+        .map(|m| m.id.to_string())
+        .collect()
+}
+
 async fn add_machine(store: &Store, request: AddMachines) -> Vec<MachineId> {
     store.add_machines(request).await.unwrap()
 }
@@ -144,13 +154,7 @@ async fn lxd_alone_makes_a_new_machine_with_a_container(store: Store) {
     };
     let ids = store.add_machines(request).await.unwrap();
     assert_eq!(ids, vec![machine("0/lxd/0")]);
-    let all: Vec<String> = store
-        .machines()
-        .unwrap()
-        .iter()
-        .map(|m| m.id.to_string())
-        .collect();
-    assert_eq!(all, vec!["0", "0/lxd/0"]);
+    assert_eq!(machine_ids(&store), vec!["0", "0/lxd/0"]);
 }
 
 async fn a_container_on_a_missing_machine_is_refused_and_changes_nothing(store: Store) {
@@ -488,16 +492,10 @@ async fn failed_operations_in_a_batch_undo_only_their_own_writes(store: Store) {
     assert_eq!((refused_by_database, given_up), (30, 30));
     // Only the thirty machines added, numbered on from machine 0: no
     // failed operation's counter bump stayed.
-    let ids: Vec<String> = store
-        .machines()
-        .unwrap()
-        .iter()
-        .map(|m| m.id.to_string())
-        .collect();
+    let mut ids = machine_ids(&store);
+    ids.sort_by_key(|id| id.parse::<u64>().unwrap());
     let expected: Vec<String> = (0..=30).map(|n| n.to_string()).collect();
-    let mut sorted = ids.clone();
-    sorted.sort_by_key(|id| id.parse::<u64>().unwrap());
-    assert_eq!(sorted, expected);
+    assert_eq!(ids, expected);
     assert_eq!(store.revision(), before + 30);
     add_machine(&store, AddMachines::default()).await;
     assert!(store.machine(&machine("31")).is_ok());
@@ -1003,30 +1001,43 @@ async fn a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_toke
     ));
 }
 
+/// Machine `id`, pending, taken to allocating as the engine would.
+async fn allocating(store: &Store, id: MachineId) -> Machine {
+    let pending = store.machine(&id).unwrap().machine;
+    let decided = store
+        .decide(&pending, MachineEvent::new(id, Event::StartInstance))
+        .unwrap();
+    store.commit(decided).await.unwrap().next
+}
+
+/// The zone choice of machine `id`, which has no units (the kind a
+/// census rebuild finds too), among `zones`.
+fn unit_less_choice(
+    id: MachineId,
+    zones: &[berth::domain::zones::Zone],
+) -> berth::store::census::ZoneChoice {
+    berth::store::census::ZoneChoice {
+        id,
+        occupant: berth::domain::zones::Occupant::workload(Vec::<String>::new()),
+        zones: zones.to_vec(),
+        failed: BTreeSet::new(),
+        zones_constraint: Default::default(),
+        placement_zone: None,
+        clear_retry_at: false,
+    }
+}
+
 async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store: Store) {
-    use berth::domain::zones::{Occupant, Zone};
-    use berth::store::census::{ZoneChoice, ZoneChosen};
+    use berth::domain::zones::Zone;
+    use berth::store::census::ZoneChosen;
     let ids = add_machines(&store, 2).await;
     let ttl = std::time::Duration::from_secs(30);
     store.claim_machines(ids.clone(), ttl).await.unwrap();
     let zones = vec![Zone::available("a"), Zone::available("b")];
     let mut chosen = Vec::new();
     for id in &ids {
-        let pending = store.machine(id).unwrap().machine;
-        let decided = store
-            .decide(&pending, MachineEvent::new(*id, Event::StartInstance))
-            .unwrap();
-        let allocating = store.commit(decided).await.unwrap().next;
-        let choice = ZoneChoice {
-            id: *id,
-            // Machines without units: the kind a rebuild finds too.
-            occupant: Occupant::workload(Vec::<String>::new()),
-            zones: zones.clone(),
-            failed: BTreeSet::new(),
-            zones_constraint: Default::default(),
-            placement_zone: None,
-            clear_retry_at: false,
-        };
+        let allocating = allocating(&store, *id).await;
+        let choice = unit_less_choice(*id, &zones);
         match store.choose_zone(allocating, choice).await.unwrap() {
             ZoneChosen::Chosen(applied) => {
                 assert_eq!(applied.next.state, MachineState::Starting);
@@ -1063,8 +1074,8 @@ async fn the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone(store
 /// with a launch failure among them that lets its zone go: each choice
 /// sees the ones before it, and the census stays what the machines say.
 async fn zone_choices_in_one_batch_see_each_other(store: Store) {
-    use berth::domain::zones::{Occupant, Zone};
-    use berth::store::census::{ZoneChoice, ZoneChosen};
+    use berth::domain::zones::Zone;
+    use berth::store::census::ZoneChosen;
     let ids = add_machines(&store, 31).await;
     let ttl = std::time::Duration::from_secs(30);
     store.claim_machines(ids.clone(), ttl).await.unwrap();
@@ -1075,35 +1086,23 @@ async fn zone_choices_in_one_batch_see_each_other(store: Store) {
     ];
     let (first, rest) = ids.split_first().unwrap();
     // The first machine takes zone a before the rest start.
-    let mut allocating = Vec::new();
+    let mut started = Vec::new();
     for id in &ids {
-        let pending = store.machine(id).unwrap().machine;
-        let decided = store
-            .decide(&pending, MachineEvent::new(*id, Event::StartInstance))
-            .unwrap();
-        allocating.push((*id, store.commit(decided).await.unwrap().next));
+        started.push((*id, allocating(&store, *id).await));
     }
-    let choice = |id: MachineId| ZoneChoice {
-        id,
-        occupant: Occupant::workload(Vec::<String>::new()),
-        zones: zones.clone(),
-        failed: BTreeSet::new(),
-        zones_constraint: Default::default(),
-        placement_zone: None,
-        clear_retry_at: false,
-    };
+    let choice = |id: MachineId| unit_less_choice(id, &zones);
     let zone_of = |chosen: ZoneChosen| match chosen {
         ZoneChosen::Chosen(applied) => applied.next.lifecycle.zone.unwrap(),
         ZoneChosen::NoZone { reason, .. } => panic!("{reason}"),
     };
     let chosen = store
-        .choose_zone(allocating[0].1.clone(), choice(*first))
+        .choose_zone(started[0].1.clone(), choice(*first))
         .await
         .unwrap();
     assert_eq!(zone_of(chosen), "a");
     let starting = store.machine(first).unwrap().machine;
     let mut tasks = Vec::new();
-    for (i, (id, machine)) in allocating.into_iter().skip(1).enumerate() {
+    for (i, (id, machine)) in started.into_iter().skip(1).enumerate() {
         let store = store.clone();
         let choice = choice(id);
         let starting = starting.clone();
