@@ -796,8 +796,11 @@ async fn launch_batch(
 ) {
     let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
     let count = requests.len();
-    let sent = requests.clone();
     let fence = Fence::Machines(requests.iter().map(|r| r.machine).collect());
+    // Each attempt of the call takes a copy; the requests themselves are
+    // kept for one call each if the batch fails as a whole.
+    let requests = Arc::new(requests);
+    let sent = Arc::clone(&requests);
     let result = gate
         .clone()
         .call(
@@ -808,7 +811,7 @@ async fn launch_batch(
             },
             Some(fence),
             move |provider| {
-                let requests = sent.clone();
+                let requests = Vec::clone(&sent);
                 async move { provider.launch(requests).await }
             },
             |results: &Vec<Result<Instance, ProviderError>>| {
@@ -824,6 +827,7 @@ async fn launch_batch(
             log::warn!(
                 "a batch of {count} launches failed as a whole ({e}); trying each on its own"
             );
+            let requests = Arc::try_unwrap(requests).unwrap_or_else(|shared| (*shared).clone());
             let singles = requests.into_iter().zip(replies).map(|(request, reply)| {
                 let gate = gate.clone();
                 async move { Box::pin(launch_batch(gate, vec![(request, reply)])).await }
