@@ -511,16 +511,10 @@ impl StatusDocument {
                 None => self.machines.range(first..),
             };
             next = end.and_then(|end| self.machines.range(end..).next().map(|(id, _)| *id));
-            let label = Label::Machines {
-                block,
-                first: machines.first,
-            };
-            if untouched(&label) && cuts.reuse(machines.out, &label) {
-                machines.first = false;
-                continue;
+            let label = |first| Label::Machines { block, first };
+            if machines.open_block(cuts, &untouched, label) {
+                write_hosts(&mut machines, &self.machines, in_block);
             }
-            cuts.cut(machines.out, label);
-            write_hosts(&mut machines, &self.machines, in_block);
         }
         cuts.cut(machines.out, Label::MachinesEnd);
         machines.close();
@@ -568,16 +562,14 @@ impl StatusDocument {
                                 .filter(|(n, _)| n.application() == name)
                                 .map(|(n, _)| n.number())
                         });
-                        let label = Label::Units {
+                        let label = |first| Label::Units {
                             application: name.clone(),
                             block,
-                            first: units.first,
+                            first,
                         };
-                        if untouched(&label) && cuts.reuse(units.out, &label) {
-                            units.first = false;
+                        if !units.open_block(cuts, &untouched, label) {
                             continue;
                         }
-                        cuts.cut(units.out, label);
                         for (unit, piece) in in_block.filter(|unit| listed(unit)) {
                             let subordinates = self
                                 .subordinates_of
@@ -1010,6 +1002,25 @@ impl<'a> Members<'a> {
 
     fn close(self) {
         self.out.push(b'}');
+    }
+
+    /// Starts the block of members that `label` names, given whether it
+    /// comes first: when `untouched` says it is as it was and `cuts` takes
+    /// it from the last rendering, `false` (the block is there, nothing to
+    /// write); otherwise a cut before it and `true` (the caller writes it).
+    fn open_block(
+        &mut self,
+        cuts: &mut impl Cuts,
+        untouched: &impl Fn(&Label) -> bool,
+        label: impl FnOnce(bool) -> Label,
+    ) -> bool {
+        let label = label(self.first);
+        if untouched(&label) && cuts.reuse(self.out, &label) {
+            self.first = false;
+            return false;
+        }
+        cuts.cut(self.out, label);
+        true
     }
 }
 
