@@ -31,7 +31,7 @@ use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
 use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
-    application_headers, machine_view, model_view, severity, unit_view, MachineSeen, StatusInfo,
+    application_headers, machine_view, model_view, unit_view, MachineSeen, MostSevere, StatusInfo,
 };
 use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
@@ -767,22 +767,19 @@ impl StatusDocument {
                 views.retain(|name, _| stale.applications.contains(name));
             }
             // Each stale application's units in one pass: the most severe
-            // workload status (the last of equals), and the price of each
-            // machine its principal units are on, once per machine (the
-            // same as `fold_application_status` and
-            // `fold_application_cost`, without a set of every machine).
+            // workload status (the rule `fold_application_status` also
+            // follows), and the price of each machine its principal units
+            // are on, once per machine (as `fold_application_cost` counts,
+            // without a set of every machine).
             for (name, view) in &mut views {
-                let mut worst: Option<(usize, &StatusInfo)> = None;
+                let mut worst = MostSevere::default();
                 for (unit, piece) in self.units_of(name) {
-                    let rank = severity(&piece.workload.current);
-                    if worst.is_none_or(|(most, _)| rank >= most) {
-                        worst = Some((rank, &piece.workload));
-                    }
+                    worst.see(&piece.workload);
                     if let Some(price) = self.first_principal_price(unit, piece) {
                         view.hourly_cost = view.hourly_cost + price;
                     }
                 }
-                if let Some((_, workload)) = worst {
+                if let Some(workload) = worst.status() {
                     view.application_status = workload.clone();
                 }
             }

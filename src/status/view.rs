@@ -387,7 +387,7 @@ const WORKLOAD_SEVERITY: [&str; 7] = [
 
 /// Where a workload status ranks among [`WORKLOAD_SEVERITY`]: an
 /// application shows the most severe of its units'.
-pub fn severity(status: &str) -> usize {
+fn severity(status: &str) -> usize {
     WORKLOAD_SEVERITY
         .iter()
         .position(|s| *s == status)
@@ -548,18 +548,33 @@ pub fn fold_application_status<'a>(
 ) {
     // Few applications, many units: a tree of names compares a short
     // string where a hash map would hash it for every unit.
-    let mut worst: BTreeMap<&ApplicationName, (usize, &StatusInfo)> = BTreeMap::new();
+    let mut worst: BTreeMap<&ApplicationName, MostSevere> = BTreeMap::new();
     for (application, workload) in workloads {
-        let rank = severity(&workload.current);
-        let entry = worst.entry(application).or_insert((rank, workload));
-        if rank >= entry.0 {
-            *entry = (rank, workload);
-        }
+        worst.entry(application).or_default().see(workload);
     }
-    for (name, (_, workload)) in worst {
-        if let Some(view) = views.get_mut(name) {
+    for (name, worst) in worst {
+        if let (Some(view), Some(workload)) = (views.get_mut(name), worst.status()) {
             view.application_status = workload.clone();
         }
+    }
+}
+
+/// The most severe of the workload statuses seen, in unit order, the
+/// later of equals: the application's status.
+#[derive(Default)]
+pub struct MostSevere<'a>(Option<(usize, &'a StatusInfo)>);
+
+impl<'a> MostSevere<'a> {
+    pub fn see(&mut self, workload: &'a StatusInfo) {
+        let rank = severity(&workload.current);
+        if self.0.is_none_or(|(most, _)| rank >= most) {
+            self.0 = Some((rank, workload));
+        }
+    }
+
+    /// `None` when no status was seen.
+    pub fn status(&self) -> Option<&'a StatusInfo> {
+        self.0.map(|(_, workload)| workload)
     }
 }
 
