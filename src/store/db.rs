@@ -26,6 +26,10 @@ pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 /// berth's transactions send their statements back to back.
 pub const POSTGRES_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 
+/// Rows per multi-row insert: well under both backends' limits on bound
+/// parameters (SQLite 32,766, PostgreSQL 65,535) at a dozen columns.
+pub(crate) const ROWS_PER_INSERT: usize = 1000;
+
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 

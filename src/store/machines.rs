@@ -11,7 +11,7 @@ use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
 use crate::domain::names::{ApplicationName, ContainerType, MachineId};
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
-use crate::store::db::per_backend;
+use crate::store::db::{per_backend, ROWS_PER_INSERT};
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
@@ -220,10 +220,6 @@ type NewMachineRow = (
     diesel::dsl::Eq<machines::created_at_ms, i64>,
     diesel::dsl::Eq<machines::updated_at_ms, i64>,
 );
-
-/// Rows per multi-row insert: well under both backends' limits on bound
-/// parameters (SQLite 32,766, PostgreSQL 65,535) at a dozen columns.
-pub(crate) const ROWS_PER_INSERT: usize = 1000;
 
 /// Records a new machine in the change log.
 pub(crate) fn record_new_machine(tx: &mut Tx<'_>, id: &MachineId) {

@@ -8,11 +8,10 @@ use crate::domain::constraints::{merge, Constraints};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::domain::placement::Placement;
-use crate::store::db::per_backend;
+use crate::store::db::{per_backend, ROWS_PER_INSERT};
 use crate::store::lifecycle::load_machine;
 use crate::store::machines::{
     create_placed_machine, delete_unit_rows, insert_unplaced_machines, record_new_machine,
-    ROWS_PER_INSERT,
 };
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow, UnitRecord, UnitRow};
 use crate::store::schema::{applications, relations, units};

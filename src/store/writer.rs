@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::domain::zones::ZoneCensus;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
-use crate::store::db::{per_backend, Conn, Manager};
+use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
 use crate::store::error::StoreError;
 use crate::store::schema::{changes, log_head};
 
@@ -465,7 +465,7 @@ fn append_changes(
         .collect();
     // Chunked so no statement exceeds SQLite's bound-parameter limit.
     // Multi-row inserts are backend-specific in diesel, hence the match.
-    for chunk in rows.chunks(1000) {
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
         let insert = diesel::insert_into(changes::table).values(chunk);
         per_backend!(conn, c => insert.execute(c)?);
     }
