@@ -139,14 +139,10 @@ impl ChangeFeed {
         self.newest.subscribe()
     }
 
-    /// Appends `changes` (oldest first, each newer than [`Self::newest`]),
-    /// trims the tail to its capacity and wakes the streams.
-    pub fn append(&self, changes: &[Change]) {
-        self.append_rendered(Rendered::of(changes));
-    }
-
-    /// [`Self::append`] of changes already rendered.
-    pub fn append_rendered(&self, rendered: Rendered) {
+    /// Appends the frames of changes `rendered` (oldest first, each newer
+    /// than [`Self::newest`]), trims the tail to its capacity and wakes
+    /// the streams.
+    pub fn append(&self, rendered: Rendered) {
         let Some(last) = rendered.ends.last().map(|(revision, _)| *revision) else {
             return;
         };
@@ -301,7 +297,7 @@ pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) 
         });
         match read.await {
             Ok(rendered) if !rendered.ends.is_empty() => {
-                feed.append_rendered(rendered);
+                feed.append(rendered);
                 continue;
             }
             Ok(_) => {}
@@ -351,7 +347,7 @@ mod tests {
     fn a_stream_gets_every_frame_after_its_cursor_in_order() {
         let feed = ChangeFeed::new(10);
         assert_eq!(feed.after(10), Next::Waiting);
-        feed.append(&(11..=15).map(change).collect::<Vec<_>>());
+        feed.append(Rendered::of(&(11..=15).map(change).collect::<Vec<_>>()));
         assert_eq!(feed.newest(), 15);
         let Next::Frames { body, last } = feed.after(12) else {
             panic!("expected frames");
@@ -371,7 +367,7 @@ mod tests {
     fn the_tail_is_trimmed_to_its_capacity_and_says_what_it_no_longer_holds() {
         let frame = sse_frame(&change(10)).len();
         let feed = ChangeFeed::with_capacity(0, frame * 3);
-        feed.append(&(1..=10).map(change).collect::<Vec<_>>());
+        feed.append(Rendered::of(&(1..=10).map(change).collect::<Vec<_>>()));
         // Revisions 8, 9 and 10 (and frames of similar size) remain.
         assert_eq!(feed.after(6), Next::Behind);
         let Next::Frames { body, .. } = feed.after(7) else {
@@ -384,7 +380,7 @@ mod tests {
     fn a_piece_is_bounded_but_never_empty() {
         let feed = ChangeFeed::new(0);
         let n = 2000;
-        feed.append(&(1..=n).map(change).collect::<Vec<_>>());
+        feed.append(Rendered::of(&(1..=n).map(change).collect::<Vec<_>>()));
         let mut since = 0;
         let mut seen = Vec::new();
         while let Next::Frames { body, last } = feed.after(since) {
@@ -398,7 +394,7 @@ mod tests {
     #[test]
     fn streams_share_the_rendered_frames_and_small_appends_are_joined() {
         let feed = ChangeFeed::new(0);
-        feed.append(&(1..=5).map(change).collect::<Vec<_>>());
+        feed.append(Rendered::of(&(1..=5).map(change).collect::<Vec<_>>()));
         let piece = |since| match feed.after(since) {
             Next::Frames { body, last } => (body, last),
             other => panic!("expected frames, got {other:?}"),
@@ -413,7 +409,7 @@ mod tests {
         assert_eq!(rest.as_ptr(), one[one.len() - rest.len()..].as_ptr());
         // Reads of one change each are joined into one piece.
         for revision in 6..=9 {
-            feed.append(&[change(revision)]);
+            feed.append(Rendered::of(&[change(revision)]));
         }
         let (joined, last) = piece(5);
         assert_eq!((revisions(&joined), last), (vec![6, 7, 8, 9], 9));
@@ -424,9 +420,9 @@ mod tests {
         let feed = ChangeFeed::new(0);
         let mut rx = feed.subscribe();
         assert!(!rx.has_changed().unwrap());
-        feed.append(&[]);
+        feed.append(Rendered::of(&[]));
         assert!(!rx.has_changed().unwrap());
-        feed.append(&[change(1)]);
+        feed.append(Rendered::of(&[change(1)]));
         assert!(rx.has_changed().unwrap());
         assert_eq!(*rx.borrow_and_update(), 1);
     }
