@@ -299,15 +299,17 @@ pub struct EventsQuery {
     pub since: Option<u64>,
 }
 
-/// One event, in the `text/event-stream` format.
-pub fn sse_frame(change: &Change) -> Bytes {
+/// One event, in the `text/event-stream` format, in a buffer of its own
+/// (the feed writes frames into one buffer with [`write_sse_frame`]).
+#[cfg(test)]
+pub(crate) fn sse_frame(change: &Change) -> Bytes {
     let mut frame = BytesMut::new();
     write_sse_frame(&mut frame, change);
     frame.freeze()
 }
 
-/// Appends [`sse_frame`]'s frame of `change` to `out`, without a buffer of
-/// its own.
+/// Appends the event of `change`, in the `text/event-stream` format, to
+/// `out`.
 pub fn write_sse_frame(out: &mut BytesMut, change: &Change) {
     use actix_web::web::BufMut;
     use std::fmt::Write;
