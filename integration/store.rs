@@ -1144,6 +1144,167 @@ async fn zone_choices_in_one_batch_see_each_other(store: Store) {
     assert_eq!(store.zone_census().unwrap(), census);
 }
 
+/// What a save leaves of a machine, without what names it (its id, its
+/// instance's id, the jittered retry time in its message).
+fn saved_shape(store: &Store, id: &MachineId) -> String {
+    let r = store.machine(id).unwrap();
+    let life = &r.machine.lifecycle;
+    format!(
+        "{} zone={:?} attempts={} refusals={} instance={} message={} timeouts={} \
+         stop_failures={} type={:?} price={:?} hardware={:?} addresses={:?} retry_at={} \
+         awaiting={} heartbeat={}",
+        r.state(),
+        life.zone,
+        life.attempts_used,
+        life.zones_failed.len(),
+        life.instance_id.is_some(),
+        life.last_error.is_some(),
+        life.bootstrap_timeouts,
+        life.stop_failures,
+        r.instance_type,
+        r.hourly_price.map(|p| p.to_string()),
+        r.hardware,
+        r.addresses,
+        r.retry_at_ms.is_some(),
+        r.awaiting_check_in,
+        r.last_heartbeat_ms.is_some(),
+    )
+}
+
+/// Engine saves committed at once (on PostgreSQL the writer writes them
+/// together, in one statement) leave each machine as the same save on
+/// its own does, column by column; and those whose machine moved, is
+/// another controller's or has gone are each refused with their own
+/// reason and write nothing, whatever else is in their batch.
+async fn engine_saves_at_once_leave_what_each_alone_would(store: Store) {
+    const PAIRS: usize = 12;
+    let ids = add_machines(&store, 2 * PAIRS as u32 + 3).await;
+    let (together, alone) = ids[..2 * PAIRS].split_at(PAIRS);
+    let (stale, theirs, gone) = (ids[2 * PAIRS], ids[2 * PAIRS + 1], ids[2 * PAIRS + 2]);
+    let ttl = std::time::Duration::from_secs(30);
+    let other = another_controller(&store).await;
+    other.claim_machines(vec![theirs], ttl).await.unwrap();
+    store.claim_machines(ids.clone(), ttl).await.unwrap();
+    store.remove_machine(gone, false).await.unwrap();
+    let credential = berth::contracts::secrets::hash_secret("credential");
+    let step = |k: usize, id: MachineId| -> (Event, MachineUpdate) {
+        match k {
+            0 => (Event::StartInstance, MachineUpdate::default()),
+            1 => (
+                Event::NoZoneAvailable {
+                    reason: "every zone is down".into(),
+                    permanent: false,
+                },
+                MachineUpdate::default(),
+            ),
+            2 => (
+                Event::RetryDue,
+                MachineUpdate {
+                    clear_retry_at: true,
+                    ..MachineUpdate::default()
+                },
+            ),
+            3 => (
+                Event::ZoneChosen { zone: "b".into() },
+                MachineUpdate {
+                    spread_kind: Some("workload:".into()),
+                    ..MachineUpdate::default()
+                },
+            ),
+            4 => (
+                Event::InstanceStarted {
+                    instance_id: format!("i-{id}"),
+                },
+                MachineUpdate {
+                    instance_type: Some("t3a.small".into()),
+                    hourly_price: Some("0.0188".parse().unwrap()),
+                    hardware: Some("arch=amd64 cores=2".into()),
+                    addresses: Some(vec!["127.0.0.9".into()]),
+                    ..MachineUpdate::default()
+                },
+            ),
+            5 => (
+                Event::AgentConnected,
+                MachineUpdate {
+                    credential_hash: Some(credential.clone()),
+                    heartbeat_ms: Some(berth::store::now_ms()),
+                    ..MachineUpdate::default()
+                },
+            ),
+            _ => (Event::AgentLost, MachineUpdate::default()),
+        }
+    };
+    for k in 0..7 {
+        let before = store.revision();
+        let mut commits = Vec::new();
+        for &id in together {
+            let (event, update) = step(k, id);
+            let current = store.machine(&id).unwrap().machine;
+            let request = MachineEvent {
+                update,
+                ..MachineEvent::new(id, event)
+            };
+            let decided = store.decide(&current, request).unwrap();
+            let store = store.clone();
+            commits.push(tokio::spawn(async move { store.commit(decided).await }));
+        }
+        let mut refused = Vec::new();
+        if k == 0 {
+            let pending = store.machine(&stale).unwrap().machine;
+            let believed = Machine {
+                state: MachineState::Allocating,
+                ..pending.clone()
+            };
+            let zone = Event::ZoneChosen { zone: "a".into() };
+            for (id, current, event) in [
+                (stale, believed, zone),
+                (theirs, pending.clone(), Event::StartInstance),
+                (gone, pending, Event::StartInstance),
+            ] {
+                let decided = store
+                    .decide(&current, MachineEvent::new(id, event))
+                    .unwrap();
+                let store = store.clone();
+                refused.push(tokio::spawn(async move { store.commit(decided).await }));
+            }
+        }
+        for (commit, id) in commits.into_iter().zip(together) {
+            let applied = commit.await.unwrap().unwrap();
+            assert_eq!(store.machine(id).unwrap().machine, applied.next, "step {k}");
+        }
+        let refusals: Vec<String> = futures_util::future::join_all(refused)
+            .await
+            .into_iter()
+            .map(|r| match r.unwrap() {
+                Err(e) => e.to_string(),
+                Ok(applied) => panic!("step {k}: written: {applied:?}"),
+            })
+            .collect();
+        if k == 0 {
+            assert_eq!(
+                refusals,
+                [
+                    format!("machine {stale} is pending, not allocating: it changed meanwhile"),
+                    format!("machine {theirs} is held by controller {}", other.holder()),
+                    format!("machine {gone} not found"),
+                ],
+            );
+            for id in [stale, theirs] {
+                assert_eq!(store.machine(&id).unwrap().state(), MachineState::Pending);
+            }
+        }
+        // One change per save written, none for those refused.
+        assert_eq!(store.revision() - before, PAIRS as i64, "step {k}");
+        for &id in alone {
+            let (event, update) = step(k, id);
+            engine_steps::apply(&store, id, event, update).await;
+        }
+        for (a, b) in together.iter().zip(alone) {
+            assert_eq!(saved_shape(&store, a), saved_shape(&store, b), "step {k}");
+        }
+    }
+}
+
 on_both_backends!(
     two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over,
     a_job_lease_has_one_holder_until_it_lapses,
@@ -1152,6 +1313,7 @@ on_both_backends!(
     a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token,
     the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
     zone_choices_in_one_batch_see_each_other,
+    engine_saves_at_once_leave_what_each_alone_would,
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
     the_writer_applies_the_configured_policy,

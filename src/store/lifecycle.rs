@@ -37,9 +37,9 @@ use crate::domain::machine::{
 use crate::domain::names::MachineId;
 use crate::store::census;
 use crate::store::db::per_backend;
-use crate::store::records::{
-    stored, stored_zone_refusals, MachineLease, MachineRecord, MachineRow,
-};
+use crate::store::db::Conn;
+use crate::store::machine_save::{SaveMachines, SaveRow};
+use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
 use crate::store::writer::Tx;
 use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
@@ -225,6 +225,108 @@ fn decide(
         update,
         unchanged,
     })
+}
+
+/// A machine actor's decided event, fenced by its controller's lease,
+/// queued as data rather than as a closure, so that the writer can save
+/// a batch's worth in one statement ([`save_together`]).
+pub(crate) struct EngineSave {
+    id: MachineId,
+    expected: MachineState,
+    decision: Decision,
+    fence: String,
+}
+
+impl EngineSave {
+    /// The machine it saves.
+    pub(crate) fn machine_id(&self) -> MachineId {
+        self.id
+    }
+
+    /// Whether it is a plain save, which [`save_together`] may write with
+    /// others: not a removal, not a save that takes the machine out of the
+    /// zone census, and something changes.
+    pub(crate) fn joins_others(&self) -> bool {
+        let next = &self.decision.applied.next;
+        next.state != MachineState::Dead
+            && !self.decision.unchanged
+            && !releases_zone(Some(self.expected), next)
+    }
+
+    /// Writes it on its own, as [`Store::commit`] did before the writer
+    /// learned to save many at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::commit`].
+    pub(crate) fn write(&self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        tx.set_origin(Origin::Engine);
+        write(
+            tx,
+            self.id,
+            Some(self.expected),
+            &self.decision,
+            Some(&self.fence),
+        )
+    }
+
+    /// What the engine is told once it is committed.
+    pub(crate) fn into_applied(self) -> Applied {
+        self.decision.applied
+    }
+}
+
+/// Writes plain engine saves (see [`EngineSave::joins_others`]) of
+/// distinct machines in one statement, on PostgreSQL, and logs each one
+/// written. Returns, for each save, whether it was written: one that was
+/// not wrote nothing, and [`EngineSave::write`] on its own tells why.
+///
+/// # Errors
+///
+/// The database's; on SQLite, which binds no arrays, an invariant error.
+pub(crate) fn save_together(
+    tx: &mut Tx<'_>,
+    saves: &[&EngineSave],
+) -> Result<Vec<bool>, StoreError> {
+    let Conn::Postgres(conn) = &mut *tx.conn else {
+        return Err(StoreError::Invariant(
+            "machine saves are written together only on PostgreSQL".into(),
+        ));
+    };
+    let now = tx.now_ms;
+    let rows: Vec<SaveRow> = saves
+        .iter()
+        .map(|s| SaveRow::of(&s.id, &s.decision.applied.next, &s.decision.update))
+        .collect();
+    let statements: Vec<_> = rows
+        .iter()
+        .zip(saves)
+        .map(|(row, s)| {
+            row.save(
+                Some(s.expected),
+                &s.decision.applied.next,
+                &s.decision.update,
+                Some(&s.fence),
+                now,
+            )
+        })
+        .collect();
+    let written: std::collections::HashSet<String> = SaveMachines::of(&statements, now)
+        .run(conn)?
+        .into_iter()
+        .collect();
+    tx.set_origin(Origin::Engine);
+    Ok(rows
+        .iter()
+        .zip(saves)
+        .map(|(row, s)| {
+            let saved = written.contains(row.key());
+            if saved {
+                record_save(tx, row.key(), &s.decision.applied.next);
+            }
+            saved
+        })
+        .collect())
 }
 
 /// Writes a decision: the machine, or its removal when it is dead. With
@@ -472,12 +574,25 @@ impl Store {
             expected,
             decision,
         } = decided;
-        self.write(move |tx| {
-            tx.set_origin(Origin::Engine);
-            write(tx, id, Some(expected), &decision, fence.as_deref())?;
-            Ok(decision.applied)
-        })
-        .await
+        match (fence, self.guard.is_some()) {
+            (Some(fence), false) => {
+                let save = EngineSave {
+                    id,
+                    expected,
+                    decision,
+                    fence,
+                };
+                self.writer.save(save).await
+            }
+            (fence, _) => {
+                self.write(move |tx| {
+                    tx.set_origin(Origin::Engine);
+                    write(tx, id, Some(expected), &decision, fence.as_deref())?;
+                    Ok(decision.applied)
+                })
+                .await
+            }
+        }
     }
 
     /// Sets the message `status` shows for a machine without changing its
@@ -650,176 +765,6 @@ pub struct MachineUpdate {
     pub spread_kind: Option<String>,
 }
 
-/// The machine save: one `UPDATE` of one shape whatever it changes, so the
-/// connection prepares it once and keeps it. diesel's own `UPDATE`s are
-/// never kept in its statement cache (their `SET` lists vary), and
-/// preparing the save again for every transition was most of its cost.
-///
-/// Columns every save writes are bound as they are. The others come in
-/// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
-/// the value (which may be `NULL`, to clear it). `expected_state`, when
-/// given, is the state the machine must still be in.
-struct SaveMachine<'a> {
-    id: &'a str,
-    expected_state: Option<&'a str>,
-    state: &'a str,
-    instance_id: Option<&'a str>,
-    zone: Option<&'a str>,
-    status_message: &'a str,
-    attempts: i32,
-    zones_failed: &'a str,
-    bootstrap_attempts: i32,
-    stop_failures: i32,
-    updated_at_ms: i64,
-    constraints: Option<&'a str>,
-    base: Option<&'a str>,
-    instance_type: Kept<&'a str>,
-    hourly_price: Kept<&'a str>,
-    hardware: Kept<&'a str>,
-    addresses: Kept<&'a str>,
-    otp_hash: Kept<&'a str>,
-    retry_at_ms: Kept<i64>,
-    credential_hash: Option<&'a str>,
-    last_heartbeat_ms: Option<i64>,
-    spread_kind: Option<&'a str>,
-    /// Whether the save is not fenced by a lease; when it is, `holder`
-    /// must hold the machine's lease, live at `now_ms`.
-    unfenced: bool,
-    holder: &'a str,
-    now_ms: i64,
-}
-
-/// A nullable column a save may leave alone (`keep`) or set (`value`,
-/// `None` clearing it).
-struct Kept<T> {
-    keep: bool,
-    value: Option<T>,
-}
-
-impl<T> Kept<T> {
-    /// `None` keeps the column; `Some(value)` sets it.
-    fn from(change: Option<Option<T>>) -> Self {
-        match change {
-            None => Kept {
-                keep: true,
-                value: None,
-            },
-            Some(value) => Kept { keep: false, value },
-        }
-    }
-}
-
-impl diesel::query_builder::QueryId for SaveMachine<'_> {
-    type QueryId = SaveMachine<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<DB> diesel::query_builder::QueryFragment<DB> for SaveMachine<'_>
-where
-    DB: diesel::backend::Backend
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Integer>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Bool>,
-    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
-    i32: diesel::serialize::ToSql<diesel::sql_types::Integer, DB>,
-    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
-    bool: diesel::serialize::ToSql<diesel::sql_types::Bool, DB>,
-    for<'x> Option<&'x str>:
-        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Text>, DB>,
-    Option<i64>:
-        diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, DB>,
-{
-    fn walk_ast<'b>(
-        &'b self,
-        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
-    ) -> QueryResult<()> {
-        use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
-        out.push_sql("UPDATE machines SET state = ");
-        out.push_bind_param::<Text, _>(self.state)?;
-        out.push_sql(", instance_id = ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
-        out.push_sql(", zone = ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.zone)?;
-        out.push_sql(", status_message = ");
-        out.push_bind_param::<Text, _>(self.status_message)?;
-        out.push_sql(", attempts = ");
-        out.push_bind_param::<Integer, _>(&self.attempts)?;
-        out.push_sql(", zones_failed = ");
-        out.push_bind_param::<Text, _>(self.zones_failed)?;
-        out.push_sql(", bootstrap_attempts = ");
-        out.push_bind_param::<Integer, _>(&self.bootstrap_attempts)?;
-        out.push_sql(", stop_failures = ");
-        out.push_bind_param::<Integer, _>(&self.stop_failures)?;
-        out.push_sql(", updated_at_ms = ");
-        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
-        // Every right-hand side reads the row as it was, so `state` here
-        // is the state before this save: the time moves only when the
-        // state does.
-        out.push_sql(", status_since_ms = CASE WHEN state = ");
-        out.push_bind_param::<Text, _>(self.state)?;
-        out.push_sql(" THEN status_since_ms ELSE ");
-        out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
-        out.push_sql(" END");
-        out.push_sql(", constraints = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.constraints)?;
-        out.push_sql(", constraints), base = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.base)?;
-        out.push_sql(", base)");
-        for (column, kept) in [
-            ("instance_type", &self.instance_type),
-            ("hourly_price", &self.hourly_price),
-            ("hardware", &self.hardware),
-            ("otp_hash", &self.otp_hash),
-        ] {
-            out.push_sql(", ");
-            out.push_sql(column);
-            out.push_sql(" = CASE WHEN ");
-            out.push_bind_param::<Bool, _>(&kept.keep)?;
-            out.push_sql(" THEN ");
-            out.push_sql(column);
-            out.push_sql(" ELSE ");
-            out.push_bind_param::<Nullable<Text>, _>(&kept.value)?;
-            out.push_sql(" END");
-        }
-        out.push_sql(", addresses = CASE WHEN ");
-        out.push_bind_param::<Bool, _>(&self.addresses.keep)?;
-        out.push_sql(" THEN addresses ELSE ");
-        out.push_bind_param::<Text, _>(self.addresses.value.unwrap_or_default())?;
-        out.push_sql(" END");
-        out.push_sql(", retry_at_ms = CASE WHEN ");
-        out.push_bind_param::<Bool, _>(&self.retry_at_ms.keep)?;
-        out.push_sql(" THEN retry_at_ms ELSE ");
-        out.push_bind_param::<Nullable<BigInt>, _>(&self.retry_at_ms.value)?;
-        out.push_sql(" END, credential_hash = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.credential_hash)?;
-        out.push_sql(", credential_hash), last_heartbeat_ms = COALESCE(");
-        out.push_bind_param::<Nullable<BigInt>, _>(&self.last_heartbeat_ms)?;
-        out.push_sql(", last_heartbeat_ms), spread_kind = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.spread_kind)?;
-        out.push_sql(", spread_kind) WHERE id = ");
-        out.push_bind_param::<Text, _>(self.id)?;
-        out.push_sql(" AND state = COALESCE(");
-        out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
-        out.push_sql(", state)");
-        // One shape fenced or not, so one prepared statement serves both.
-        out.push_sql(" AND (");
-        out.push_bind_param::<Bool, _>(&self.unfenced)?;
-        out.push_sql(" OR (lease_holder = ");
-        out.push_bind_param::<Text, _>(self.holder)?;
-        out.push_sql(" AND lease_expires_ms >= ");
-        out.push_bind_param::<BigInt, _>(&self.now_ms)?;
-        out.push_sql("))");
-        Ok(())
-    }
-}
-
-impl<Conn> RunQueryDsl<Conn> for SaveMachine<'_> {}
-
-fn saturating_i32(value: u32) -> i32 {
-    i32::try_from(value).unwrap_or(i32::MAX)
-}
-
 /// Writes a machine's lifecycle (and any extra fields) in one statement
 /// and logs the change, if the machine is still in `expected` (when given): the check is the UPDATE's own `WHERE`, so a save costs one
 /// statement, and only a save that changed nothing looks at why.
@@ -836,97 +781,68 @@ fn save_machine(
     update: &MachineUpdate,
     fence: Option<&str>,
 ) -> Result<(), StoreError> {
-    let life = &machine.lifecycle;
-    let key = id.to_string();
-    // A machine that loses its zone no longer counts in it. (Pending and
-    // allocating machines never hold one.)
+    if releases_zone(expected, machine) {
+        census::release(tx, &id.to_string())?;
+    }
+    let row = SaveRow::of(id, machine, update);
+    let save = row.save(expected, machine, update, fence, tx.now_ms);
+    let found = per_backend!(tx.conn, conn => save.execute(conn)?);
+    if found == 0 {
+        return Err(why_not_saved(tx, id, expected, fence)?);
+    }
+    record_save(tx, row.key(), machine);
+    Ok(())
+}
+
+/// Whether a save of `machine`, stored in `expected`, takes it out of the
+/// zone census: it loses its zone. (Pending and allocating machines never
+/// hold one.)
+fn releases_zone(expected: Option<MachineState>, machine: &Machine) -> bool {
     let may_hold_zone = !matches!(
         expected,
         Some(MachineState::Pending | MachineState::Allocating)
     );
-    if life.zone.is_none() && may_hold_zone {
-        census::release(tx, &key)?;
-    }
-    let has_instance = life.instance_id.is_some();
-    let zones_failed = stored_zone_refusals(&life.zones_failed);
-    let constraints = update.constraints.as_ref().map(ToString::to_string);
-    let addresses = update.addresses.as_ref().map(|a| a.join(","));
-    let base = update.base.as_ref().map(ToString::to_string);
-    let hourly_price = update.hourly_price.as_ref().map(ToString::to_string);
-    let save = SaveMachine {
-        id: &key,
-        expected_state: expected.map(MachineState::as_str),
-        state: machine.state.as_str(),
-        instance_id: life.instance_id.as_deref(),
-        zone: life.zone.as_deref(),
-        status_message: life.last_error.as_deref().unwrap_or_default(),
-        attempts: saturating_i32(life.attempts_used),
-        zones_failed: &zones_failed,
-        bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
-        stop_failures: saturating_i32(life.stop_failures),
-        updated_at_ms: tx.now_ms,
-        constraints: constraints.as_deref(),
-        base: base.as_deref(),
-        // No instance, so nothing it was: clear what the last one had.
-        instance_type: Kept::from(match (&update.instance_type, has_instance) {
-            (Some(t), _) => Some(Some(t.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        hourly_price: Kept::from(match (&hourly_price, has_instance) {
-            (Some(p), _) => Some(Some(p.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        hardware: Kept::from(match (&update.hardware, has_instance) {
-            (Some(h), _) => Some(Some(h.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        addresses: Kept::from(match (&addresses, has_instance) {
-            (Some(a), _) => Some(Some(a.as_str())),
-            (None, false) => Some(None),
-            (None, true) => None,
-        }),
-        otp_hash: Kept::from(match (&update.otp_hash, &update.credential_hash) {
-            (Some(otp), _) => Some(Some(otp.as_str())),
-            (None, Some(_)) => Some(None),
-            (None, None) => None,
-        }),
-        retry_at_ms: Kept::from(
-            (update.retry_at_ms.is_some() || update.clear_retry_at).then_some(update.retry_at_ms),
-        ),
-        credential_hash: update.credential_hash.as_deref(),
-        last_heartbeat_ms: update.heartbeat_ms,
-        spread_kind: update.spread_kind.as_deref(),
-        unfenced: fence.is_none(),
-        holder: fence.unwrap_or_default(),
-        now_ms: tx.now_ms,
-    };
-    let found = per_backend!(tx.conn, conn => save.execute(conn)?);
-    if found == 0 {
-        if let Some(holder) = fence {
-            check_lease(tx, id, holder)?;
+    machine.lifecycle.zone.is_none() && may_hold_zone
+}
+
+/// Why a save of machine `id` matched no row: its lease (with a `fence`),
+/// its state (with an `expected` one), or it has gone.
+///
+/// # Errors
+///
+/// The database's, reading the machine.
+fn why_not_saved(
+    tx: &mut Tx<'_>,
+    id: &MachineId,
+    expected: Option<MachineState>,
+    fence: Option<&str>,
+) -> Result<StoreError, StoreError> {
+    if let Some(holder) = fence {
+        if let Err(refused) = check_lease(tx, id, holder) {
+            return Ok(refused);
         }
-        let current: Option<String> = match expected {
-            None => None,
-            Some(_) => machines::table
-                .find(&key)
-                .select(machines::state)
-                .get_result(tx.conn)
-                .optional()?,
-        };
-        return Err(match (current, expected) {
-            (Some(state), Some(expected)) => StoreError::Conflict(format!(
-                "machine {id} is {state}, not {expected}: it changed meanwhile"
-            )),
-            _ => StoreError::NotFound(format!("machine {id} not found")),
-        });
     }
+    let current: Option<String> = match expected {
+        None => None,
+        Some(_) => machines::table
+            .find(id.to_string())
+            .select(machines::state)
+            .get_result(tx.conn)
+            .optional()?,
+    };
+    Ok(match (current, expected) {
+        (Some(state), Some(expected)) => StoreError::Conflict(format!(
+            "machine {id} is {state}, not {expected}: it changed meanwhile"
+        )),
+        _ => StoreError::NotFound(format!("machine {id} not found")),
+    })
+}
+
+/// Logs a machine's save.
+fn record_save(tx: &mut Tx<'_>, key: &str, machine: &Machine) {
     let mut detail = format!("state={}", machine.state);
-    if let Some(zone) = &life.zone {
+    if let Some(zone) = &machine.lifecycle.zone {
         detail.push_str(&format!(" zone={zone}"));
     }
     tx.record(Entity::Machine, key, ChangeKind::Updated, detail);
-    Ok(())
 }

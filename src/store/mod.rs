@@ -40,6 +40,7 @@ pub mod error;
 pub mod leases;
 pub mod lifecycle;
 pub mod listener;
+mod machine_save;
 pub mod machines;
 pub mod model;
 pub mod plans;

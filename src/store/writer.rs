@@ -4,7 +4,11 @@
 //! Callers hand over a closure and wait for its result; they never know
 //! whether they were batched. Each operation runs in its own savepoint, so
 //! one failing operation rolls back only its own writes, and its change-log
-//! entries are dropped with them. Revisions are assigned to the batch's
+//! entries are dropped with them. On PostgreSQL, where every statement is
+//! a round trip, the machine actors' saves ([`Writer::save`]) come as data
+//! instead, and a batch writes them all in one statement before its other
+//! operations; a save that statement did not write runs on its own and says
+//! why. Revisions are assigned to the batch's
 //! entries just before the commit, by bumping the `log_head` row inside the
 //! transaction: the row lock orders concurrent committers (several
 //! controllers on one PostgreSQL), so the log never has a gap or a reorder.
@@ -32,6 +36,7 @@ use crate::domain::zones::ZoneCensus;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
 use crate::store::error::StoreError;
+use crate::store::lifecycle::{save_together, Applied, EngineSave};
 use crate::store::schema::{changes, log_head};
 
 /// The PostgreSQL channel every commit that grew the log is announced on,
@@ -201,6 +206,13 @@ trait Job: Send {
     fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError>;
     /// Hands the caller its result once the batch has committed (or not).
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+    /// The engine's save this job is, if it is one (see [`Writer::save`]).
+    fn engine_save(&self) -> Option<&EngineSave> {
+        None
+    }
+    /// The job's engine save was written with others (see
+    /// [`save_together`]): it is done, and [`Job::run`] is not called.
+    fn saved_together(&mut self) {}
 }
 
 struct TypedJob<T, F> {
@@ -232,6 +244,43 @@ where
         };
         // The caller may have stopped waiting; the write stands regardless.
         let _ = self.reply.send(result);
+    }
+}
+
+/// An engine's save, queued as data (see [`Writer::save`]).
+struct EngineSaveJob {
+    save: EngineSave,
+    result: Option<Result<(), StoreError>>,
+    reply: oneshot::Sender<Result<Applied, StoreError>>,
+}
+
+impl Job for EngineSaveJob {
+    fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        let outcome = self.save.write(tx);
+        self.result = Some(outcome.clone());
+        outcome
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let EngineSaveJob {
+            save,
+            result,
+            reply,
+        } = *self;
+        let result = match (commit, result) {
+            (Ok(()), Some(Ok(()))) => Ok(save.into_applied()),
+            (Ok(()), Some(Err(e))) | (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::WriterGone),
+        };
+        let _ = reply.send(result);
+    }
+
+    fn engine_save(&self) -> Option<&EngineSave> {
+        Some(&self.save)
+    }
+
+    fn saved_together(&mut self) {
+        self.result = Some(Ok(()));
     }
 }
 
@@ -272,6 +321,28 @@ impl Writer {
         let (reply, result) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(TypedJob {
             op: Some(op),
+            result: None,
+            reply,
+        });
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Saves a machine for its actor in the next batch: what
+    /// [`Writer::write`] with [`EngineSave::write`] would do, but as data,
+    /// so that on PostgreSQL the batch's saves go in one statement.
+    ///
+    /// # Errors
+    ///
+    /// As [`EngineSave::write`], or the commit's error, or
+    /// [`StoreError::WriterGone`] if the writer stopped.
+    pub(crate) async fn save(&self, save: EngineSave) -> Result<Applied, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(EngineSaveJob {
+            save,
             result: None,
             reply,
         });
@@ -404,8 +475,14 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
         }
         let mut pending = Vec::new();
         let mut census = None;
-        let mut savepoint_used = false;
-        for job in batch.iter_mut() {
+        let (done, mut savepoint_used) = match conn {
+            Conn::Postgres(_) => save_together_first(conn, now, batch, &mut pending, &undo)?,
+            Conn::Sqlite(_) => (vec![false; batch.len()], false),
+        };
+        for (job, done) in batch.iter_mut().zip(done) {
+            if done {
+                continue;
+            }
             if savepoint_used {
                 conn.batch_execute(&next)?;
             }
@@ -428,6 +505,64 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
         }
         append_changes(conn, now, pending)
     })
+}
+
+/// Writes the batch's plain engine saves of distinct machines in one
+/// statement ([`save_together`]), in the savepoint the batch has just
+/// opened, before its other operations: they were all queued at once, so
+/// any order is one their callers could have seen, and an agent's
+/// check-in queued beside its machine's save then finds the instance
+/// recorded. Returns which jobs are done, and whether the savepoint holds
+/// writes. A database error undoes the statement, and each save is then
+/// written on its own in the batch's order; so is a save the statement did
+/// not write (its machine moved), which then says why.
+fn save_together_first(
+    conn: &mut Conn,
+    now: i64,
+    batch: &mut [Box<dyn Job>],
+    pending: &mut Vec<PendingChange>,
+    undo: &str,
+) -> Result<(Vec<bool>, bool), StoreError> {
+    use diesel::connection::SimpleConnection;
+    let mut done = vec![false; batch.len()];
+    let mut machines = std::collections::HashSet::new();
+    let (chosen, saves): (Vec<usize>, Vec<&EngineSave>) = batch
+        .iter()
+        .enumerate()
+        .filter_map(|(at, job)| Some((at, job.engine_save()?)))
+        .filter(|(_, save)| save.joins_others() && machines.insert(save.machine_id()))
+        .unzip();
+    if saves.is_empty() {
+        return Ok((done, false));
+    }
+    let mut census = None;
+    let written = save_together(
+        &mut Tx {
+            conn,
+            now_ms: now,
+            changes: pending,
+            origin: Origin::User,
+            census: &mut census,
+        },
+        &saves,
+    );
+    let written = match written {
+        Ok(written) => written,
+        Err(e) => {
+            log::warn!("store writer: cannot save machines together ({e}); saving each alone");
+            conn.batch_execute(undo)?;
+            return Ok((done, false));
+        }
+    };
+    let mut any = false;
+    for (at, written) in chosen.into_iter().zip(written) {
+        if written {
+            batch[at].saved_together();
+            done[at] = true;
+            any = true;
+        }
+    }
+    Ok((done, any))
 }
 
 fn append_changes(
