@@ -1144,6 +1144,22 @@ async fn zone_choices_in_one_batch_see_each_other(store: Store) {
     assert_eq!(store.zone_census().unwrap(), census);
 }
 
+/// Keeps the writer busy for a moment, so that the writes queued meanwhile
+/// go in one batch; await it after queueing them.
+async fn hold_the_writer(store: &Store) -> tokio::task::JoinHandle<()> {
+    let held = store.clone();
+    let holding = tokio::spawn(async move {
+        held.write(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(())
+        })
+        .await
+        .unwrap();
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    holding
+}
+
 /// What a save leaves of a machine, without what names it (its id, its
 /// instance's id, the jittered retry time in its message).
 fn saved_shape(store: &Store, id: &MachineId) -> String {
@@ -1236,6 +1252,7 @@ async fn engine_saves_at_once_leave_what_each_alone_would(store: Store) {
     };
     for k in 0..7 {
         let before = store.revision();
+        let holding = hold_the_writer(&store).await;
         let mut commits = Vec::new();
         for &id in together {
             let (event, update) = step(k, id);
@@ -1268,6 +1285,7 @@ async fn engine_saves_at_once_leave_what_each_alone_would(store: Store) {
                 refused.push(tokio::spawn(async move { store.commit(decided).await }));
             }
         }
+        holding.await.unwrap();
         for (commit, id) in commits.into_iter().zip(together) {
             let applied = commit.await.unwrap().unwrap();
             assert_eq!(store.machine(id).unwrap().machine, applied.next, "step {k}");
@@ -1305,6 +1323,117 @@ async fn engine_saves_at_once_leave_what_each_alone_would(store: Store) {
     }
 }
 
+/// Check-ins that arrive at once (on PostgreSQL the writer reads their
+/// machines in one statement and saves them in one more) each get their
+/// own answer: right passwords start their machines, a wrong one, a
+/// second use of one and a gone machine are refused and change nothing,
+/// and an agent whose machine is still starting is held until the engine
+/// records its instance.
+async fn check_ins_at_once_each_get_their_own_answer(store: Store) {
+    const RIGHT: usize = 8;
+    let ids = add_machines(&store, RIGHT as u32 + 4).await;
+    let mut passwords = Vec::new();
+    for (n, id) in ids[..RIGHT + 2].iter().enumerate() {
+        let otp = engine_steps::instance_started(&store, *id, &format!("i-{n}"), "a").await;
+        passwords.push(otp);
+    }
+    let (wrong, twice) = (ids[RIGHT], ids[RIGHT + 1]);
+    let starting = ids[RIGHT + 2];
+    let early = engine_steps::launch_in(&store, starting, "b").await;
+    let gone = ids[RIGHT + 3];
+    store.remove_machine(gone, false).await.unwrap();
+    let waiting = store.machine(&wrong).unwrap().state();
+    let before = store.revision();
+
+    let mut tries: Vec<(MachineId, Secret)> = ids[..RIGHT]
+        .iter()
+        .copied()
+        .zip(passwords.iter().cloned())
+        .collect();
+    tries.push((wrong, Secret::new("not-the-password".to_string())));
+    tries.push((twice, passwords[RIGHT + 1].clone()));
+    tries.push((twice, passwords[RIGHT + 1].clone()));
+    tries.push((gone, passwords[0].clone()));
+    tries.push((starting, early));
+    let holding = hold_the_writer(&store).await;
+    let tasks: Vec<_> = tries
+        .iter()
+        .cloned()
+        .map(|(id, otp)| {
+            let store = store.clone();
+            tokio::spawn(async move { store.agent_connect(id, otp).await })
+        })
+        .collect();
+    holding.await.unwrap();
+    // The engine records the starting machine's instance meanwhile.
+    engine_steps::apply(
+        &store,
+        starting,
+        Event::InstanceStarted {
+            instance_id: "i-early".into(),
+        },
+        MachineUpdate::default(),
+    )
+    .await;
+    let answers: Vec<Result<Secret, StoreError>> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|t| t.unwrap())
+        .collect();
+
+    for (id, answer) in ids[..RIGHT].iter().zip(&answers) {
+        let credential = answer
+            .as_ref()
+            .unwrap_or_else(|e| panic!("machine {id}: {e}"));
+        assert_eq!(store.machine(id).unwrap().state(), MachineState::Started);
+        assert_eq!(
+            store
+                .agent_heartbeat(*id, credential.clone())
+                .await
+                .unwrap(),
+            MachineState::Started
+        );
+    }
+    let refused = |answer: &Result<Secret, StoreError>| match answer {
+        Err(e) => e.to_string(),
+        Ok(_) => "connected".to_string(),
+    };
+    let wrong_password =
+        |id: MachineId| format!("machine {id}: the one-time password is wrong or was already used");
+    assert_eq!(refused(&answers[RIGHT]), wrong_password(wrong));
+    assert_eq!(store.machine(&wrong).unwrap().state(), waiting);
+    let mut second_use = vec![refused(&answers[RIGHT + 1]), refused(&answers[RIGHT + 2])];
+    second_use.sort();
+    assert_eq!(second_use, ["connected".to_string(), wrong_password(twice)]);
+    assert_eq!(
+        store.machine(&twice).unwrap().state(),
+        MachineState::Started
+    );
+    assert_eq!(
+        refused(&answers[RIGHT + 3]),
+        format!("machine {gone} not found")
+    );
+    assert!(
+        answers[RIGHT + 4].is_ok(),
+        "{:?}",
+        answers[RIGHT + 4].as_ref().err()
+    );
+    assert_eq!(
+        store.machine(&starting).unwrap().state(),
+        MachineState::Started
+    );
+
+    // One agent's change per machine started, and the engine's one.
+    let changes = store.changes_since(before, 100).unwrap();
+    let by_agents: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.origin == Origin::Agent)
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(by_agents.len(), RIGHT + 2, "{changes:?}");
+    assert_eq!(changes.len(), RIGHT + 3, "{changes:?}");
+}
+
 on_both_backends!(
     two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over,
     a_job_lease_has_one_holder_until_it_lapses,
@@ -1314,6 +1443,7 @@ on_both_backends!(
     the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
     zone_choices_in_one_batch_see_each_other,
     engine_saves_at_once_leave_what_each_alone_would,
+    check_ins_at_once_each_get_their_own_answer,
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
     the_writer_applies_the_configured_policy,

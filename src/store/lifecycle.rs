@@ -37,10 +37,10 @@ use crate::domain::machine::{
 use crate::domain::names::MachineId;
 use crate::store::census;
 use crate::store::db::per_backend;
-use crate::store::db::Conn;
-use crate::store::machine_save::{SaveMachines, SaveRow};
+use crate::store::machine_save::SaveRow;
 use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
+use crate::store::together::{AgentCheckIn, EngineSave};
 use crate::store::writer::Tx;
 use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
 
@@ -134,11 +134,11 @@ impl Decided {
 
 /// A decided event, ready to write.
 #[derive(Debug)]
-struct Decision {
-    applied: Applied,
-    update: MachineUpdate,
+pub(super) struct Decision {
+    pub(super) applied: Applied,
+    pub(super) update: MachineUpdate,
     /// Neither the lifecycle nor any other field changes: nothing to write.
-    unchanged: bool,
+    pub(super) unchanged: bool,
 }
 
 /// The one conflict of the lifecycle: `event` is not accepted by machine
@@ -162,7 +162,7 @@ pub fn illegal(id: MachineId, cause: &IllegalTransition) -> StoreError {
 
 /// Applies `event` to `current` and works out the store's part of the
 /// effect. Pure but for the fresh one-time password of a launch.
-fn decide(
+pub(super) fn decide(
     current: &Machine,
     request: MachineEvent,
     policy: &Policy,
@@ -227,112 +227,10 @@ fn decide(
     })
 }
 
-/// A machine actor's decided event, fenced by its controller's lease,
-/// queued as data rather than as a closure, so that the writer can save
-/// a batch's worth in one statement ([`save_together`]).
-pub(crate) struct EngineSave {
-    id: MachineId,
-    expected: MachineState,
-    decision: Decision,
-    fence: String,
-}
-
-impl EngineSave {
-    /// The machine it saves.
-    pub(crate) fn machine_id(&self) -> MachineId {
-        self.id
-    }
-
-    /// Whether it is a plain save, which [`save_together`] may write with
-    /// others: not a removal, not a save that takes the machine out of the
-    /// zone census, and something changes.
-    pub(crate) fn joins_others(&self) -> bool {
-        let next = &self.decision.applied.next;
-        next.state != MachineState::Dead
-            && !self.decision.unchanged
-            && !releases_zone(Some(self.expected), next)
-    }
-
-    /// Writes it on its own, as [`Store::commit`] did before the writer
-    /// learned to save many at once.
-    ///
-    /// # Errors
-    ///
-    /// As [`Store::commit`].
-    pub(crate) fn write(&self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
-        tx.set_origin(Origin::Engine);
-        write(
-            tx,
-            self.id,
-            Some(self.expected),
-            &self.decision,
-            Some(&self.fence),
-        )
-    }
-
-    /// What the engine is told once it is committed.
-    pub(crate) fn into_applied(self) -> Applied {
-        self.decision.applied
-    }
-}
-
-/// Writes plain engine saves (see [`EngineSave::joins_others`]) of
-/// distinct machines in one statement, on PostgreSQL, and logs each one
-/// written. Returns, for each save, whether it was written: one that was
-/// not wrote nothing, and [`EngineSave::write`] on its own tells why.
-///
-/// # Errors
-///
-/// The database's; on SQLite, which binds no arrays, an invariant error.
-pub(crate) fn save_together(
-    tx: &mut Tx<'_>,
-    saves: &[&EngineSave],
-) -> Result<Vec<bool>, StoreError> {
-    let Conn::Postgres(conn) = &mut *tx.conn else {
-        return Err(StoreError::Invariant(
-            "machine saves are written together only on PostgreSQL".into(),
-        ));
-    };
-    let now = tx.now_ms;
-    let rows: Vec<SaveRow> = saves
-        .iter()
-        .map(|s| SaveRow::of(&s.id, &s.decision.applied.next, &s.decision.update))
-        .collect();
-    let statements: Vec<_> = rows
-        .iter()
-        .zip(saves)
-        .map(|(row, s)| {
-            row.save(
-                Some(s.expected),
-                &s.decision.applied.next,
-                &s.decision.update,
-                Some(&s.fence),
-                now,
-            )
-        })
-        .collect();
-    let written: std::collections::HashSet<String> = SaveMachines::of(&statements, now)
-        .run(conn)?
-        .into_iter()
-        .collect();
-    tx.set_origin(Origin::Engine);
-    Ok(rows
-        .iter()
-        .zip(saves)
-        .map(|(row, s)| {
-            let saved = written.contains(row.key());
-            if saved {
-                record_save(tx, row.key(), &s.decision.applied.next);
-            }
-            saved
-        })
-        .collect())
-}
-
 /// Writes a decision: the machine, or its removal when it is dead. With
 /// a `fence` (a controller's holder id), only while that controller holds
 /// the machine's lease.
-fn write(
+pub(super) fn write(
     tx: &mut Tx<'_>,
     id: MachineId,
     expected: Option<MachineState>,
@@ -385,7 +283,7 @@ fn policy_of(store_policy: &std::sync::RwLock<Policy>) -> Policy {
     }
 }
 
-fn jitter() -> Jitter {
+pub(super) fn jitter() -> Jitter {
     Jitter::new(rand::random::<f64>() * 0.999).unwrap_or(Jitter::NONE)
 }
 
@@ -442,14 +340,87 @@ pub(crate) fn delete_machine_rows(tx: &mut Tx<'_>, id: &MachineId) -> Result<(),
 }
 
 /// What one try of an agent's check-in found.
-enum CheckIn {
+pub(crate) enum CheckIn {
     Connected(Secret),
     /// The instance runs but the engine has not recorded it yet: nothing
     /// was changed and the password still works.
     NotYet(StoreError),
 }
 
-fn agent_connect_tx(
+/// What a check-in does, decided from its machine as read.
+pub(super) enum CheckInStep {
+    /// Nothing to write: the answer.
+    Answer(Result<CheckIn, StoreError>),
+    /// The machine, in `state` as read, is to be saved as `decision`, and
+    /// the agent given `credential`.
+    Save {
+        state: MachineState,
+        decision: Box<Decision>,
+        credential: Secret,
+    },
+}
+
+/// Decides machine `id`'s check-in with `one_time_password` from `row`,
+/// its machine as read (`None`: it has gone), at `now_ms`.
+pub(super) fn check_in_step(
+    row: Option<MachineRow>,
+    id: MachineId,
+    one_time_password: &Secret,
+    policy: &Policy,
+    now_ms: i64,
+) -> CheckInStep {
+    let Some(row) = row else {
+        return CheckInStep::Answer(Err(StoreError::NotFound(format!("machine {id} not found"))));
+    };
+    let valid = row
+        .otp_hash
+        .as_deref()
+        .is_some_and(|hash| secret_matches(one_time_password.expose(), hash));
+    if !valid {
+        return CheckInStep::Answer(Err(StoreError::Unauthorized(format!(
+            "machine {id}: the one-time password is wrong or was already used"
+        ))));
+    }
+    let record = match MachineRecord::try_from(row) {
+        Ok(record) => record,
+        Err(e) => return CheckInStep::Answer(Err(e)),
+    };
+    let credential = new_secret();
+    let request = MachineEvent {
+        update: MachineUpdate {
+            // The exchange and the transition in one statement.
+            credential_hash: Some(hash_secret(credential.expose())),
+            heartbeat_ms: Some(now_ms),
+            ..MachineUpdate::default()
+        },
+        ..MachineEvent::new(id, Event::AgentConnected)
+    };
+    match decide(&record.machine, request, policy, jitter(), now_ms) {
+        Ok(decision) => CheckInStep::Save {
+            state: record.state(),
+            decision: Box::new(decision),
+            credential,
+        },
+        Err(e) => CheckInStep::Answer(refused_check_in(record.state(), illegal(id, &e))),
+    }
+}
+
+/// A check-in refused with `e` by a machine in `state`: one still starting
+/// may take it later.
+fn refused_check_in(state: MachineState, e: StoreError) -> Result<CheckIn, StoreError> {
+    if state == MachineState::Starting {
+        Ok(CheckIn::NotYet(e))
+    } else {
+        Err(e)
+    }
+}
+
+/// One try of machine `id`'s check-in, on its own.
+///
+/// # Errors
+///
+/// As [`Store::agent_connect`].
+pub(super) fn agent_connect_tx(
     tx: &mut Tx<'_>,
     id: MachineId,
     one_time_password: &Secret,
@@ -461,31 +432,16 @@ fn agent_connect_tx(
         .select(MachineRow::as_select())
         .get_result(tx.conn)
         .optional()?;
-    let row = row.ok_or_else(|| StoreError::NotFound(format!("machine {id} not found")))?;
-    let valid = row
-        .otp_hash
-        .as_deref()
-        .is_some_and(|hash| secret_matches(one_time_password.expose(), hash));
-    if !valid {
-        return Err(StoreError::Unauthorized(format!(
-            "machine {id}: the one-time password is wrong or was already used"
-        )));
-    }
-    let record = MachineRecord::try_from(row)?;
-    let credential = new_secret();
-    let request = MachineEvent {
-        update: MachineUpdate {
-            // The exchange and the transition in one statement.
-            credential_hash: Some(hash_secret(credential.expose())),
-            heartbeat_ms: Some(tx.now_ms),
-            ..MachineUpdate::default()
+    match check_in_step(row, id, one_time_password, policy, tx.now_ms) {
+        CheckInStep::Answer(answer) => answer,
+        CheckInStep::Save {
+            state,
+            decision,
+            credential,
+        } => match write(tx, id, None, &decision, None) {
+            Ok(()) => Ok(CheckIn::Connected(credential)),
+            Err(e) => refused_check_in(state, e),
         },
-        ..MachineEvent::new(id, Event::AgentConnected)
-    };
-    match apply_to(tx, &record.machine, None, request, policy, None) {
-        Ok(_) => Ok(CheckIn::Connected(credential)),
-        Err(e) if record.state() == MachineState::Starting => Ok(CheckIn::NotYet(e)),
-        Err(e) => Err(e),
     }
 }
 
@@ -576,12 +532,7 @@ impl Store {
         } = decided;
         match (fence, self.guard.is_some()) {
             (Some(fence), false) => {
-                let save = EngineSave {
-                    id,
-                    expected,
-                    decision,
-                    fence,
-                };
+                let save = EngineSave::new(id, expected, decision, fence);
                 self.writer.save(save).await
             }
             (fence, _) => {
@@ -651,9 +602,13 @@ impl Store {
         loop {
             let policy = self.policy();
             let password = one_time_password.clone();
-            let tried = self
-                .write(move |tx| agent_connect_tx(tx, id, &password, &policy))
-                .await?;
+            let tried = if self.guard.is_some() {
+                self.write(move |tx| agent_connect_tx(tx, id, &password, &policy))
+                    .await?
+            } else {
+                let check_in = AgentCheckIn::new(id, password, policy);
+                self.writer.check_in(check_in).await?
+            };
             match tried {
                 CheckIn::Connected(credential) => return Ok(credential),
                 CheckIn::NotYet(why) => {
@@ -797,7 +752,7 @@ fn save_machine(
 /// Whether a save of `machine`, stored in `expected`, takes it out of the
 /// zone census: it loses its zone. (Pending and allocating machines never
 /// hold one.)
-fn releases_zone(expected: Option<MachineState>, machine: &Machine) -> bool {
+pub(super) fn releases_zone(expected: Option<MachineState>, machine: &Machine) -> bool {
     let may_hold_zone = !matches!(
         expected,
         Some(MachineState::Pending | MachineState::Allocating)
@@ -839,7 +794,7 @@ fn why_not_saved(
 }
 
 /// Logs a machine's save.
-fn record_save(tx: &mut Tx<'_>, key: &str, machine: &Machine) {
+pub(super) fn record_save(tx: &mut Tx<'_>, key: &str, machine: &Machine) {
     let mut detail = format!("state={}", machine.state);
     if let Some(zone) = &machine.lifecycle.zone {
         detail.push_str(&format!(" zone={zone}"));

@@ -46,6 +46,7 @@ pub mod model;
 pub mod plans;
 pub mod records;
 pub mod schema;
+mod together;
 pub mod units;
 pub mod writer;
 pub mod zones;

@@ -5,10 +5,10 @@
 //! whether they were batched. Each operation runs in its own savepoint, so
 //! one failing operation rolls back only its own writes, and its change-log
 //! entries are dropped with them. On PostgreSQL, where every statement is
-//! a round trip, the machine actors' saves ([`Writer::save`]) come as data
-//! instead, and a batch writes them all in one statement before its other
-//! operations; a save that statement did not write runs on its own and says
-//! why. Revisions are assigned to the batch's
+//! a round trip, the machine actors' saves ([`Writer::save`]) and agents'
+//! check-ins ([`Writer::check_in`]) come as data instead, and a batch does
+//! each kind together before its other operations (see
+//! [`crate::store::together`]). Revisions are assigned to the batch's
 //! entries just before the commit, by bumping the `log_head` row inside the
 //! transaction: the row lock orders concurrent committers (several
 //! controllers on one PostgreSQL), so the log never has a gap or a reorder.
@@ -26,6 +26,7 @@
 //! that every other controller's follower wakes (see
 //! [`crate::store::listener`]).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::thread;
 
@@ -36,8 +37,9 @@ use crate::domain::zones::ZoneCensus;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
 use crate::store::error::StoreError;
-use crate::store::lifecycle::{save_together, Applied, EngineSave};
+use crate::store::lifecycle::{Applied, CheckIn};
 use crate::store::schema::{changes, log_head};
+use crate::store::together::{check_in_together, save_together, AgentCheckIn, EngineSave};
 
 /// The PostgreSQL channel every commit that grew the log is announced on,
 /// with the new head revision as its payload.
@@ -210,9 +212,22 @@ trait Job: Send {
     fn engine_save(&self) -> Option<&EngineSave> {
         None
     }
-    /// The job's engine save was written with others (see
-    /// [`save_together`]): it is done, and [`Job::run`] is not called.
-    fn saved_together(&mut self) {}
+    /// The agent's check-in this job is, if it is one (see
+    /// [`Writer::check_in`]).
+    fn check_in(&self) -> Option<&AgentCheckIn> {
+        None
+    }
+    /// The job was done with others of its kind, and this is its outcome
+    /// (see [`gather`]); [`Job::run`] is not called.
+    fn done_together(&mut self, _outcome: Gathered) {}
+}
+
+/// The outcome of a job done with others of its kind.
+enum Gathered {
+    /// An engine save was written.
+    Saved,
+    /// A check-in's answer.
+    CheckedIn(Result<CheckIn, StoreError>),
 }
 
 struct TypedJob<T, F> {
@@ -279,8 +294,45 @@ impl Job for EngineSaveJob {
         Some(&self.save)
     }
 
-    fn saved_together(&mut self) {
-        self.result = Some(Ok(()));
+    fn done_together(&mut self, outcome: Gathered) {
+        if let Gathered::Saved = outcome {
+            self.result = Some(Ok(()));
+        }
+    }
+}
+
+/// An agent's check-in, queued as data (see [`Writer::check_in`]).
+struct CheckInJob {
+    check_in: AgentCheckIn,
+    result: Option<Result<CheckIn, StoreError>>,
+    reply: oneshot::Sender<Result<CheckIn, StoreError>>,
+}
+
+impl Job for CheckInJob {
+    fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        let outcome = self.check_in.run(tx);
+        let failed = outcome.as_ref().err().cloned();
+        self.result = Some(outcome);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let result = match (commit, self.result) {
+            (Ok(()), Some(result)) => result,
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::WriterGone),
+        };
+        let _ = self.reply.send(result);
+    }
+
+    fn check_in(&self) -> Option<&AgentCheckIn> {
+        Some(&self.check_in)
+    }
+
+    fn done_together(&mut self, outcome: Gathered) {
+        if let Gathered::CheckedIn(answer) = outcome {
+            self.result = Some(answer);
+        }
     }
 }
 
@@ -343,6 +395,28 @@ impl Writer {
         let (reply, result) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(EngineSaveJob {
             save,
+            result: None,
+            reply,
+        });
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Tries an agent's check-in in the next batch: what [`Writer::write`]
+    /// with [`AgentCheckIn::run`] would do, but as data, so that on
+    /// PostgreSQL the batch's check-ins go together.
+    ///
+    /// # Errors
+    ///
+    /// As [`AgentCheckIn::run`], or the commit's error, or
+    /// [`StoreError::WriterGone`] if the writer stopped.
+    pub(crate) async fn check_in(&self, check_in: AgentCheckIn) -> Result<CheckIn, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(CheckInJob {
+            check_in,
             result: None,
             reply,
         });
@@ -476,7 +550,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
         let mut pending = Vec::new();
         let mut census = None;
         let (done, mut savepoint_used) = match conn {
-            Conn::Postgres(_) => save_together_first(conn, now, batch, &mut pending, &undo)?,
+            Conn::Postgres(_) => gather(conn, now, batch, &mut pending, &undo)?,
             Conn::Sqlite(_) => (vec![false; batch.len()], false),
         };
         for (job, done) in batch.iter_mut().zip(done) {
@@ -507,16 +581,17 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
     })
 }
 
-/// Writes the batch's plain engine saves of distinct machines in one
-/// statement ([`save_together`]), in the savepoint the batch has just
+/// Does the batch's engine saves and check-ins, each kind together (see
+/// [`crate::store::together`]), in the savepoint the batch has just
 /// opened, before its other operations: they were all queued at once, so
-/// any order is one their callers could have seen, and an agent's
-/// check-in queued beside its machine's save then finds the instance
-/// recorded. Returns which jobs are done, and whether the savepoint holds
-/// writes. A database error undoes the statement, and each save is then
-/// written on its own in the batch's order; so is a save the statement did
-/// not write (its machine moved), which then says why.
-fn save_together_first(
+/// any order is one their callers could have seen. Saves go first, so
+/// that an agent's check-in queued beside its machine's save finds the
+/// instance recorded. Returns which jobs are done, and whether the
+/// savepoint holds writes. Each kind takes only one job per machine; the
+/// rest, and what a gathered write leaves unsettled, run on their own in
+/// the batch's order. A database error undoes what was gathered, and
+/// every job then runs on its own.
+fn gather(
     conn: &mut Conn,
     now: i64,
     batch: &mut [Box<dyn Job>],
@@ -524,45 +599,62 @@ fn save_together_first(
     undo: &str,
 ) -> Result<(Vec<bool>, bool), StoreError> {
     use diesel::connection::SimpleConnection;
-    let mut done = vec![false; batch.len()];
-    let mut machines = std::collections::HashSet::new();
-    let (chosen, saves): (Vec<usize>, Vec<&EngineSave>) = batch
-        .iter()
-        .enumerate()
-        .filter_map(|(at, job)| Some((at, job.engine_save()?)))
-        .filter(|(_, save)| save.joins_others() && machines.insert(save.machine_id()))
-        .unzip();
-    if saves.is_empty() {
-        return Ok((done, false));
-    }
+    let mut outcomes: Vec<Option<Gathered>> = Vec::new();
+    outcomes.resize_with(batch.len(), || None);
     let mut census = None;
-    let written = save_together(
-        &mut Tx {
-            conn,
-            now_ms: now,
-            changes: pending,
-            origin: Origin::User,
-            census: &mut census,
-        },
-        &saves,
-    );
-    let written = match written {
-        Ok(written) => written,
-        Err(e) => {
-            log::warn!("store writer: cannot save machines together ({e}); saving each alone");
-            conn.batch_execute(undo)?;
-            return Ok((done, false));
-        }
+    let mut tx = Tx {
+        conn,
+        now_ms: now,
+        changes: pending,
+        origin: Origin::User,
+        census: &mut census,
     };
-    let mut any = false;
-    for (at, written) in chosen.into_iter().zip(written) {
-        if written {
-            batch[at].saved_together();
-            done[at] = true;
-            any = true;
+    let gathered = (|| -> Result<(), StoreError> {
+        let mut machines = HashSet::new();
+        let (at, saves): (Vec<usize>, Vec<&EngineSave>) = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(at, job)| Some((at, job.engine_save()?)))
+            .filter(|(_, save)| save.joins_others() && machines.insert(save.machine_id()))
+            .unzip();
+        if !saves.is_empty() {
+            for (at, written) in at.into_iter().zip(save_together(&mut tx, &saves)?) {
+                outcomes[at] = written.then_some(Gathered::Saved);
+            }
         }
+        let mut machines = HashSet::new();
+        let (at, check_ins): (Vec<usize>, Vec<&AgentCheckIn>) = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(at, job)| Some((at, job.check_in()?)))
+            .filter(|(_, check_in)| machines.insert(check_in.machine_id()))
+            .unzip();
+        if !check_ins.is_empty() {
+            for (at, answer) in at.into_iter().zip(check_in_together(&mut tx, &check_ins)?) {
+                outcomes[at] = answer.map(Gathered::CheckedIn);
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = gathered {
+        log::warn!("store writer: cannot write machines together ({e}); writing each alone");
+        pending.clear();
+        conn.batch_execute(undo)?;
+        return Ok((vec![false; batch.len()], false));
     }
-    Ok((done, any))
+    let wrote = !pending.is_empty();
+    let done = batch
+        .iter_mut()
+        .zip(outcomes)
+        .map(|(job, outcome)| match outcome {
+            Some(outcome) => {
+                job.done_together(outcome);
+                true
+            }
+            None => false,
+        })
+        .collect();
+    Ok((done, wrote))
 }
 
 fn append_changes(

@@ -1,0 +1,283 @@
+//! The writes the writer makes many at once on PostgreSQL, where every
+//! statement is a round trip: the machine actors' saves ([`EngineSave`])
+//! and agents' check-ins ([`AgentCheckIn`]).
+//!
+//! Each comes to the writer as data rather than as a closure, so that a
+//! batch can gather them: the saves go in one statement
+//! ([`SaveMachines`]), the check-ins read their machines in one statement
+//! and save them in another. What a gathered write cannot settle (a save
+//! whose machine moved, a check-in whose transition is not a plain save)
+//! runs on its own, through the same path as on SQLite, and says why.
+
+use std::collections::{HashMap, HashSet};
+
+use diesel::prelude::*;
+
+use crate::contracts::secrets::Secret;
+use crate::domain::machine::{Machine, MachineState, Policy};
+use crate::domain::names::MachineId;
+use crate::store::db::Conn;
+use crate::store::lifecycle::{
+    agent_connect_tx, check_in_step, record_save, releases_zone, write, Applied, CheckIn,
+    CheckInStep, Decision, MachineUpdate,
+};
+use crate::store::machine_save::{SaveMachines, SaveRow};
+use crate::store::records::MachineRow;
+use crate::store::schema::machines;
+use crate::store::writer::Tx;
+use crate::store::{Origin, StoreError};
+
+/// A machine actor's decided event, fenced by its controller's lease.
+pub(crate) struct EngineSave {
+    id: MachineId,
+    expected: MachineState,
+    decision: Decision,
+    fence: String,
+}
+
+impl EngineSave {
+    /// The save of `decision`, decided from `expected`, while controller
+    /// `fence` holds the machine's lease.
+    pub(super) fn new(
+        id: MachineId,
+        expected: MachineState,
+        decision: Decision,
+        fence: String,
+    ) -> EngineSave {
+        EngineSave {
+            id,
+            expected,
+            decision,
+            fence,
+        }
+    }
+
+    /// The machine it saves.
+    pub(crate) fn machine_id(&self) -> MachineId {
+        self.id
+    }
+
+    /// Whether [`save_together`] may write it with others (see
+    /// [`PlainSave::of`]).
+    pub(crate) fn joins_others(&self) -> bool {
+        PlainSave::of(self.id, self.expected, &self.decision, Some(&self.fence)).is_some()
+    }
+
+    /// Writes it on its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::store::Store::commit`].
+    pub(crate) fn write(&self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        tx.set_origin(Origin::Engine);
+        write(
+            tx,
+            self.id,
+            Some(self.expected),
+            &self.decision,
+            Some(&self.fence),
+        )
+    }
+
+    /// What the engine is told once it is committed.
+    pub(crate) fn into_applied(self) -> Applied {
+        self.decision.applied
+    }
+}
+
+/// One try of an agent's check-in with its one-time password.
+pub(crate) struct AgentCheckIn {
+    id: MachineId,
+    password: Secret,
+    policy: Policy,
+}
+
+impl AgentCheckIn {
+    pub(super) fn new(id: MachineId, password: Secret, policy: Policy) -> AgentCheckIn {
+        AgentCheckIn {
+            id,
+            password,
+            policy,
+        }
+    }
+
+    /// The machine whose agent it is.
+    pub(crate) fn machine_id(&self) -> MachineId {
+        self.id
+    }
+
+    /// Tries it on its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::store::Store::agent_connect`].
+    pub(crate) fn run(&self, tx: &mut Tx<'_>) -> Result<CheckIn, StoreError> {
+        agent_connect_tx(tx, self.id, &self.password, &self.policy)
+    }
+}
+
+/// A save that may be written with others: not a removal, not one that
+/// takes the machine out of the zone census, and one that changes
+/// something.
+struct PlainSave<'a> {
+    id: MachineId,
+    expected: MachineState,
+    next: &'a Machine,
+    update: &'a MachineUpdate,
+    fence: Option<&'a str>,
+}
+
+impl<'a> PlainSave<'a> {
+    fn of(
+        id: MachineId,
+        expected: MachineState,
+        decision: &'a Decision,
+        fence: Option<&'a str>,
+    ) -> Option<PlainSave<'a>> {
+        let next = &decision.applied.next;
+        let plain = next.state != MachineState::Dead
+            && !decision.unchanged
+            && !releases_zone(Some(expected), next);
+        plain.then_some(PlainSave {
+            id,
+            expected,
+            next,
+            update: &decision.update,
+            fence,
+        })
+    }
+}
+
+/// Writes plain saves of distinct machines in one statement and logs each
+/// one written, as `origin`'s. Returns, for each save, whether it was
+/// written; one that was not wrote nothing.
+///
+/// # Errors
+///
+/// The database's; on SQLite, which binds no arrays, an invariant error.
+fn save_machines(
+    tx: &mut Tx<'_>,
+    saves: &[PlainSave<'_>],
+    origin: Origin,
+) -> Result<Vec<bool>, StoreError> {
+    if saves.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Conn::Postgres(conn) = &mut *tx.conn else {
+        return Err(StoreError::Invariant(
+            "machine saves are written together only on PostgreSQL".into(),
+        ));
+    };
+    let now = tx.now_ms;
+    let rows: Vec<SaveRow> = saves
+        .iter()
+        .map(|s| SaveRow::of(&s.id, s.next, s.update))
+        .collect();
+    let statements: Vec<_> = rows
+        .iter()
+        .zip(saves)
+        .map(|(row, s)| row.save(Some(s.expected), s.next, s.update, s.fence, now))
+        .collect();
+    let written: HashSet<String> = SaveMachines::of(&statements, now)
+        .run(conn)?
+        .into_iter()
+        .collect();
+    tx.set_origin(origin);
+    Ok(rows
+        .iter()
+        .zip(saves)
+        .map(|(row, s)| {
+            let saved = written.contains(row.key());
+            if saved {
+                record_save(tx, row.key(), s.next);
+            }
+            saved
+        })
+        .collect())
+}
+
+/// Writes engine saves of distinct machines, each one that
+/// [`EngineSave::joins_others`], in one statement. Returns, for each,
+/// whether it was written: one that was not wrote nothing, and
+/// [`EngineSave::write`] on its own tells why.
+///
+/// # Errors
+///
+/// As [`save_machines`].
+pub(crate) fn save_together(
+    tx: &mut Tx<'_>,
+    saves: &[&EngineSave],
+) -> Result<Vec<bool>, StoreError> {
+    let plain: Option<Vec<PlainSave>> = saves
+        .iter()
+        .map(|s| PlainSave::of(s.id, s.expected, &s.decision, Some(&s.fence)))
+        .collect();
+    let plain = plain.ok_or_else(|| {
+        StoreError::Invariant("only plain machine saves are written together".into())
+    })?;
+    save_machines(tx, &plain, Origin::Engine)
+}
+
+/// Tries check-ins of distinct machines together: their machines are read
+/// in one statement and those to be started saved in one more. Returns,
+/// for each, its answer, or `None` for one to try on its own (its
+/// transition is not a plain save, or its machine moved); only those
+/// answered `Connected` wrote anything.
+///
+/// # Errors
+///
+/// The database's, as [`save_machines`].
+pub(crate) fn check_in_together(
+    tx: &mut Tx<'_>,
+    check_ins: &[&AgentCheckIn],
+) -> Result<Vec<Option<Result<CheckIn, StoreError>>>, StoreError> {
+    let keys: Vec<String> = check_ins.iter().map(|c| c.id.to_string()).collect();
+    let mut rows: HashMap<String, MachineRow> = HashMap::with_capacity(keys.len());
+    for chunk in keys.chunks(1000) {
+        let read: Vec<MachineRow> = machines::table
+            .filter(machines::id.eq_any(chunk))
+            .select(MachineRow::as_select())
+            .load(tx.conn)?;
+        rows.extend(read.into_iter().map(|row| (row.id.clone(), row)));
+    }
+    let now = tx.now_ms;
+    let steps: Vec<CheckInStep> = check_ins
+        .iter()
+        .zip(&keys)
+        .map(|(c, key)| check_in_step(rows.remove(key), c.id, &c.password, &c.policy, now))
+        .collect();
+    let mut answers: Vec<Option<Result<CheckIn, StoreError>>> = Vec::with_capacity(steps.len());
+    let mut saves = Vec::new();
+    let mut saved_at = Vec::new();
+    for (at, (step, c)) in steps.iter().zip(check_ins).enumerate() {
+        match step {
+            CheckInStep::Answer(_) => answers.push(None),
+            CheckInStep::Save {
+                state, decision, ..
+            } => {
+                answers.push(None);
+                if let Some(save) = PlainSave::of(c.id, *state, decision, None) {
+                    saves.push(save);
+                    saved_at.push(at);
+                }
+            }
+        }
+    }
+    let written = save_machines(tx, &saves, Origin::Agent)?;
+    drop(saves);
+    let written: HashSet<usize> = saved_at
+        .into_iter()
+        .zip(written)
+        .filter_map(|(at, written)| written.then_some(at))
+        .collect();
+    for (at, step) in steps.into_iter().enumerate() {
+        answers[at] = match step {
+            CheckInStep::Answer(answer) => Some(answer),
+            CheckInStep::Save { credential, .. } if written.contains(&at) => {
+                Some(Ok(CheckIn::Connected(credential)))
+            }
+            CheckInStep::Save { .. } => None,
+        };
+    }
+    Ok(answers)
+}
