@@ -1434,6 +1434,113 @@ async fn check_ins_at_once_each_get_their_own_answer(store: Store) {
     assert_eq!(changes.len(), RIGHT + 3, "{changes:?}");
 }
 
+/// Zone choices that arrive at once (on PostgreSQL the writer makes them
+/// in turn from one read of the census, then saves and counts them in
+/// two statements) spread as one at a time would, and those that cannot
+/// be written each say why and count nothing.
+async fn zone_choices_at_once_each_get_their_own_answer(store: Store) {
+    use berth::domain::zones::Zone;
+    use berth::store::census::ZoneChosen;
+    const CHOSEN: usize = 12;
+    let ids = add_machines(&store, CHOSEN as u32 + 3).await;
+    let (theirs, stale, no_zone) = (ids[CHOSEN], ids[CHOSEN + 1], ids[CHOSEN + 2]);
+    let ttl = std::time::Duration::from_secs(30);
+    let other = another_controller(&store).await;
+    let zones = vec![
+        Zone::available("a"),
+        Zone::available("b"),
+        Zone::available("c"),
+    ];
+    let mut machines = Vec::new();
+    for id in &ids {
+        store.claim_machines(vec![*id], ttl).await.unwrap();
+        machines.push(allocating(&store, *id).await);
+    }
+    // Another controller takes one machine over; another is moved back by
+    // a user (the engine still holds it allocating).
+    store.release_machines(vec![theirs]).await.unwrap();
+    other.claim_machines(vec![theirs], ttl).await.unwrap();
+    let no_zone_yet = Event::NoZoneAvailable {
+        reason: "every zone is down".into(),
+        permanent: false,
+    };
+    engine_steps::apply(&store, stale, no_zone_yet, MachineUpdate::default()).await;
+    let before = store.revision();
+    let holding = hold_the_writer(&store).await;
+    // Queued in this order, the three that write nothing first: join_all
+    // polls (and so queues) its futures in turn.
+    let mut order: Vec<usize> = (CHOSEN..CHOSEN + 3).collect();
+    order.extend(0..CHOSEN);
+    let choices = order.iter().map(|&at| {
+        let id = ids[at];
+        let mut choice = unit_less_choice(id, &zones);
+        if id == no_zone {
+            choice.failed = ["a", "b", "c"].map(String::from).into();
+        }
+        store.choose_zone(machines[at].clone(), choice)
+    });
+    let (answers, held) = tokio::join!(futures_util::future::join_all(choices), holding);
+    held.unwrap();
+    let mut answers: std::collections::BTreeMap<usize, _> =
+        order.into_iter().zip(answers).collect();
+    let answers: Vec<_> = (0..CHOSEN + 3)
+        .map(|at| answers.remove(&at).unwrap())
+        .collect();
+    // Each takes the zone it would have taken alone, after the ones before
+    // it that were written: a, b, c, a, ... (none counts the three).
+    for (n, (id, answer)) in ids[..CHOSEN].iter().zip(&answers).enumerate() {
+        match answer {
+            Ok(ZoneChosen::Chosen(applied)) => {
+                let zone = applied.next.lifecycle.zone.clone().unwrap();
+                assert_eq!(zone, ["a", "b", "c"][n % 3], "machine {id}");
+                assert_eq!(
+                    store.machine(id).unwrap().machine.lifecycle.zone,
+                    Some(zone.clone())
+                );
+            }
+            other => panic!("machine {id}: {other:?}"),
+        }
+    }
+    match &answers[CHOSEN] {
+        Err(e) => assert_eq!(
+            e.to_string(),
+            format!("machine {theirs} is held by controller {}", other.holder())
+        ),
+        other => panic!("{other:?}"),
+    }
+    match &answers[CHOSEN + 1] {
+        Err(StoreError::Conflict(message)) => {
+            assert_eq!(
+                message,
+                &format!("machine {stale} is retrying, not allocating: it changed meanwhile")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    match &answers[CHOSEN + 2] {
+        Ok(ZoneChosen::NoZone { reason, permanent }) => {
+            assert_eq!(
+                reason,
+                "no zone left to try: \"a\" already refused this machine, \
+                 \"b\" already refused this machine, \"c\" already refused this machine"
+            );
+            assert!(!permanent);
+        }
+        other => panic!("{other:?}"),
+    }
+    for id in [theirs, no_zone] {
+        assert_eq!(
+            store.machine(&id).unwrap().state(),
+            MachineState::Allocating
+        );
+    }
+    assert_eq!(store.revision() - before, CHOSEN as i64);
+    let census = store.zone_census().unwrap();
+    assert_eq!(census.values().sum::<i64>(), CHOSEN as i64, "{census:?}");
+    store.rebuild_zone_census().await.unwrap();
+    assert_eq!(store.zone_census().unwrap(), census);
+}
+
 on_both_backends!(
     two_controllers_never_hold_one_machine_and_a_lapsed_lease_is_taken_over,
     a_job_lease_has_one_holder_until_it_lapses,
@@ -1444,6 +1551,7 @@ on_both_backends!(
     zone_choices_in_one_batch_see_each_other,
     engine_saves_at_once_leave_what_each_alone_would,
     check_ins_at_once_each_get_their_own_answer,
+    zone_choices_at_once_each_get_their_own_answer,
     the_writer_sets_keeps_and_clears_each_optional_column,
     an_event_the_lifecycle_refuses_writes_nothing,
     the_writer_applies_the_configured_policy,

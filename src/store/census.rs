@@ -7,8 +7,11 @@
 //! `machines.spread_kind`. A zone is chosen ([`Store::choose_zone`]) in
 //! one writer operation that reads the census, orders the zones by the
 //! domain's rule ([`order_zones`]), writes the machine's transition and
-//! counts it. Whenever a save clears a machine's zone, or the machine is
-//! removed, its count is let go in the same transaction ([`release`]).
+//! counts it. On PostgreSQL a batch's choices are made together: in turn
+//! from one read of the census, then saved in one statement and counted in
+//! one more ([`crate::store::together`]). Whenever a save clears a
+//! machine's zone, or the machine is removed, its count is let go in the
+//! same transaction ([`release`]).
 //!
 //! Every change of the census is a writer operation, and on PostgreSQL
 //! every writer batch holds the writers' advisory lock from its first
@@ -26,12 +29,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use diesel::prelude::*;
 
 use crate::domain::constraints::Setting;
-use crate::domain::machine::{Event, Machine, MachineRole};
+use crate::domain::machine::{Event, Machine, MachineRole, Policy};
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
 use crate::store::db::per_backend;
 use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
 use crate::store::schema::{machines, units, zone_census};
+use crate::store::together::ZoneChoiceRequest;
 use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError};
 
@@ -158,6 +162,154 @@ pub enum ZoneChosen {
     NoZone { reason: String, permanent: bool },
 }
 
+/// Why no zone can take a machine (see [`ZoneChosen::NoZone`]).
+pub(crate) struct NoZone {
+    reason: String,
+    permanent: bool,
+}
+
+impl From<NoZone> for ZoneChosen {
+    fn from(NoZone { reason, permanent }: NoZone) -> ZoneChosen {
+        ZoneChosen::NoZone { reason, permanent }
+    }
+}
+
+/// The zone `choice` is to take with `census` as it is, or why none can
+/// take it.
+pub(crate) fn pick_zone(census: &ZoneCensus, choice: &ZoneChoice) -> Result<String, NoZone> {
+    let order = order_zones(&ZoneRequest {
+        zones: &choice.zones,
+        census,
+        group: &choice.occupant.group(),
+        failed: &choice.failed,
+        zones_constraint: &choice.zones_constraint,
+        placement: choice.placement_zone.as_deref(),
+    });
+    match order.map(|o| o.into_iter().next()) {
+        Ok(Some(zone)) => Ok(zone),
+        Ok(None) => Err(NoZone {
+            reason: "no availability zone is left to try".into(),
+            permanent: false,
+        }),
+        Err(e) => Err(NoZone {
+            permanent: !choice.zones.is_empty() && e.is_permanent(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// The event that gives `choice`'s machine `zone`, counting it as its kind.
+pub(crate) fn zone_event(choice: &ZoneChoice, zone: &str) -> MachineEvent {
+    MachineEvent {
+        update: MachineUpdate {
+            clear_retry_at: choice.clear_retry_at,
+            spread_kind: Some(choice.occupant.key()),
+            ..MachineUpdate::default()
+        },
+        ..MachineEvent::new(
+            choice.id,
+            Event::ZoneChosen {
+                zone: zone.to_string(),
+            },
+        )
+    }
+}
+
+/// Chooses and writes one machine's zone on its own (see
+/// [`Store::choose_zone`]).
+///
+/// # Errors
+///
+/// As [`Store::choose_zone`].
+pub(crate) fn choose_zone_tx(
+    tx: &mut Tx<'_>,
+    current: &Machine,
+    choice: &ZoneChoice,
+    policy: &Policy,
+    holder: &str,
+) -> Result<ZoneChosen, StoreError> {
+    tx.set_origin(Origin::Engine);
+    let census = read(tx)?;
+    let zone = match pick_zone(&census, choice) {
+        Ok(zone) => zone,
+        Err(no_zone) => return Ok(no_zone.into()),
+    };
+    let request = zone_event(choice, &zone);
+    let applied = apply_to(
+        tx,
+        current,
+        Some(current.state),
+        request,
+        policy,
+        Some(holder),
+    )?;
+    count(tx, &choice.occupant, &choice.occupant.key(), &zone)?;
+    Ok(ZoneChosen::Chosen(applied))
+}
+
+/// Counts machines of several kinds in several zones (`(kind, zone)` →
+/// how many more) in one PostgreSQL statement, and in the batch's copy of
+/// the census when it has one.
+///
+/// # Errors
+///
+/// The database's; on SQLite, which binds no arrays, an invariant error.
+pub(crate) fn count_many(
+    tx: &mut Tx<'_>,
+    counts: &BTreeMap<(String, String), i64>,
+) -> Result<(), StoreError> {
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let crate::store::db::Conn::Postgres(conn) = &mut *tx.conn else {
+        return Err(StoreError::Invariant(
+            "zone counts are written together only on PostgreSQL".into(),
+        ));
+    };
+    CountsInZones {
+        kinds: counts.keys().map(|(kind, _)| kind.as_str()).collect(),
+        zones: counts.keys().map(|(_, zone)| zone.as_str()).collect(),
+        counts: counts.values().copied().collect(),
+    }
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Several counts of [`CountInZone`] in one statement of one shape: the
+/// kinds, zones and counts as three arrays.
+struct CountsInZones<'a> {
+    kinds: Vec<&'a str>,
+    zones: Vec<&'a str>,
+    counts: Vec<i64>,
+}
+
+impl diesel::query_builder::QueryId for CountsInZones<'_> {
+    type QueryId = CountsInZones<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for CountsInZones<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{Array, BigInt, Text};
+        out.push_sql("INSERT INTO zone_census (kind, zone, machines) SELECT * FROM unnest(");
+        out.push_bind_param::<Array<Text>, _>(&self.kinds)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.zones)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.counts)?;
+        out.push_sql(
+            ") ON CONFLICT (kind, zone) DO UPDATE \
+             SET machines = zone_census.machines + EXCLUDED.machines",
+        );
+        Ok(())
+    }
+}
+
+impl<Conn> RunQueryDsl<Conn> for CountsInZones<'_> {}
+
 impl Store {
     /// Chooses machine `choice.id`'s zone from the census and writes the
     /// choice ([`Event::ZoneChosen`]) to the machine as `current` left it,
@@ -175,54 +327,12 @@ impl Store {
     ) -> Result<ZoneChosen, StoreError> {
         let policy = self.policy();
         let holder = self.holder().to_string();
-        self.write(move |tx| {
-            tx.set_origin(Origin::Engine);
-            let census = read(tx)?;
-            let group = choice.occupant.group();
-            let kind = choice.occupant.key();
-            let order = order_zones(&ZoneRequest {
-                zones: &choice.zones,
-                census: &census,
-                group: &group,
-                failed: &choice.failed,
-                zones_constraint: &choice.zones_constraint,
-                placement: choice.placement_zone.as_deref(),
-            });
-            let zone = match order.map(|o| o.into_iter().next()) {
-                Ok(Some(zone)) => zone,
-                Ok(None) => {
-                    return Ok(ZoneChosen::NoZone {
-                        reason: "no availability zone is left to try".into(),
-                        permanent: false,
-                    })
-                }
-                Err(e) => {
-                    return Ok(ZoneChosen::NoZone {
-                        permanent: !choice.zones.is_empty() && e.is_permanent(),
-                        reason: e.to_string(),
-                    })
-                }
-            };
-            let request = MachineEvent {
-                update: MachineUpdate {
-                    clear_retry_at: choice.clear_retry_at,
-                    spread_kind: Some(kind.clone()),
-                    ..MachineUpdate::default()
-                },
-                ..MachineEvent::new(choice.id, Event::ZoneChosen { zone: zone.clone() })
-            };
-            let applied = apply_to(
-                tx,
-                &current,
-                Some(current.state),
-                request,
-                &policy,
-                Some(&holder),
-            )?;
-            count(tx, &choice.occupant, &kind, &zone)?;
-            Ok(ZoneChosen::Chosen(applied))
-        })
-        .await
+        let request = ZoneChoiceRequest::new(current, choice, policy, holder);
+        if self.guard.is_some() {
+            self.write(move |tx| request.run(tx)).await
+        } else {
+            self.writer.choose_zone(request).await
+        }
     }
 
     /// Counts every machine that holds a zone afresh, by its role and the

@@ -1,25 +1,29 @@
 //! The writes the writer makes many at once on PostgreSQL, where every
 //! statement is a round trip: the machine actors' saves ([`EngineSave`])
-//! and agents' check-ins ([`AgentCheckIn`]).
+//! and zone choices ([`ZoneChoiceRequest`]), and agents' check-ins
+//! ([`AgentCheckIn`]).
 //!
 //! Each comes to the writer as data rather than as a closure, so that a
 //! batch can gather them: the saves go in one statement
-//! ([`SaveMachines`]), the check-ins read their machines in one statement
-//! and save them in another. What a gathered write cannot settle (a save
+//! ([`SaveMachines`]); the zone choices are made one after another from
+//! the batch's copy of the census, then saved in one statement and counted
+//! in one more; the check-ins read their machines in one statement and
+//! save them in another. What a gathered write cannot settle (a save
 //! whose machine moved, a check-in whose transition is not a plain save)
 //! runs on its own, through the same path as on SQLite, and says why.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use diesel::prelude::*;
 
 use crate::contracts::secrets::Secret;
 use crate::domain::machine::{Machine, MachineState, Policy};
 use crate::domain::names::MachineId;
+use crate::store::census::{self, choose_zone_tx, pick_zone, zone_event, ZoneChoice, ZoneChosen};
 use crate::store::db::Conn;
 use crate::store::lifecycle::{
-    agent_connect_tx, check_in_step, record_save, releases_zone, write, Applied, CheckIn,
-    CheckInStep, Decision, MachineUpdate,
+    agent_connect_tx, check_in_step, decide, illegal, jitter, record_save, releases_zone, write,
+    Applied, CheckIn, CheckInStep, Decision, MachineUpdate,
 };
 use crate::store::machine_save::{SaveMachines, SaveRow};
 use crate::store::records::MachineRow;
@@ -116,6 +120,46 @@ impl AgentCheckIn {
     }
 }
 
+/// A machine actor's zone choice for its machine, as it holds it.
+pub(crate) struct ZoneChoiceRequest {
+    current: Machine,
+    choice: ZoneChoice,
+    policy: Policy,
+    holder: String,
+}
+
+impl ZoneChoiceRequest {
+    /// The choice `choice` for `current`, with `policy`, while controller
+    /// `holder` holds the machine's lease.
+    pub(super) fn new(
+        current: Machine,
+        choice: ZoneChoice,
+        policy: Policy,
+        holder: String,
+    ) -> ZoneChoiceRequest {
+        ZoneChoiceRequest {
+            current,
+            choice,
+            policy,
+            holder,
+        }
+    }
+
+    /// The machine whose zone it chooses.
+    pub(crate) fn machine_id(&self) -> MachineId {
+        self.choice.id
+    }
+
+    /// Chooses and writes the zone on its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::store::Store::choose_zone`].
+    pub(crate) fn run(&self, tx: &mut Tx<'_>) -> Result<ZoneChosen, StoreError> {
+        choose_zone_tx(tx, &self.current, &self.choice, &self.policy, &self.holder)
+    }
+}
+
 /// A save that may be written with others: not a removal, not one that
 /// takes the machine out of the zone census, and one that changes
 /// something.
@@ -148,9 +192,23 @@ impl<'a> PlainSave<'a> {
     }
 }
 
+/// What [`save_machines`] does when its statement did not write every save.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unwritten {
+    /// The others stand.
+    Skip,
+    /// Nothing stands: what was written is undone (the saves were decided
+    /// in turn, each counting the ones before it).
+    UndoAll,
+}
+
+/// The savepoint [`Unwritten::UndoAll`] undoes to.
+const GATHERED_SAVEPOINT: &str = "berth_gathered";
+
 /// Writes plain saves of distinct machines in one statement and logs each
 /// one written, as `origin`'s. Returns, for each save, whether it was
-/// written; one that was not wrote nothing.
+/// written; one that was not wrote nothing (and with
+/// [`Unwritten::UndoAll`], neither did any other).
 ///
 /// # Errors
 ///
@@ -159,7 +217,9 @@ fn save_machines(
     tx: &mut Tx<'_>,
     saves: &[PlainSave<'_>],
     origin: Origin,
+    unwritten: Unwritten,
 ) -> Result<Vec<bool>, StoreError> {
+    use diesel::connection::SimpleConnection;
     if saves.is_empty() {
         return Ok(Vec::new());
     }
@@ -178,10 +238,17 @@ fn save_machines(
         .zip(saves)
         .map(|(row, s)| row.save(Some(s.expected), s.next, s.update, s.fence, now))
         .collect();
+    if unwritten == Unwritten::UndoAll {
+        conn.batch_execute(&format!("SAVEPOINT {GATHERED_SAVEPOINT}"))?;
+    }
     let written: HashSet<String> = SaveMachines::of(&statements, now)
         .run(conn)?
         .into_iter()
         .collect();
+    if unwritten == Unwritten::UndoAll && written.len() < rows.len() {
+        conn.batch_execute(&format!("ROLLBACK TO SAVEPOINT {GATHERED_SAVEPOINT}"))?;
+        return Ok(vec![false; rows.len()]);
+    }
     tx.set_origin(origin);
     Ok(rows
         .iter()
@@ -215,7 +282,7 @@ pub(crate) fn save_together(
     let plain = plain.ok_or_else(|| {
         StoreError::Invariant("only plain machine saves are written together".into())
     })?;
-    save_machines(tx, &plain, Origin::Engine)
+    save_machines(tx, &plain, Origin::Engine, Unwritten::Skip)
 }
 
 /// Tries check-ins of distinct machines together: their machines are read
@@ -263,7 +330,7 @@ pub(crate) fn check_in_together(
             }
         }
     }
-    let written = save_machines(tx, &saves, Origin::Agent)?;
+    let written = save_machines(tx, &saves, Origin::Agent, Unwritten::Skip)?;
     drop(saves);
     let written: HashSet<usize> = saved_at
         .into_iter()
@@ -280,4 +347,95 @@ pub(crate) fn check_in_together(
         };
     }
     Ok(answers)
+}
+
+/// Chooses zones for machines (distinct ones) together: each choice in
+/// turn from the batch's copy of the census, counting the ones before it;
+/// then the machines chosen for are saved in one statement and counted in
+/// one more. Returns, for each, its answer (a zone, no zone, or an event
+/// the machine does not accept), or `None` for one to make on its own.
+/// Only those answered with a zone wrote anything. If any save was not
+/// written (its machine moved), the choices after it counted a machine
+/// that is not there: nothing stands, and every choice to be saved is
+/// made on its own.
+///
+/// # Errors
+///
+/// The database's, as [`save_machines`] and [`census::count_many`].
+pub(crate) fn choose_zones_together(
+    tx: &mut Tx<'_>,
+    requests: &[&ZoneChoiceRequest],
+) -> Result<Vec<Option<Result<ZoneChosen, StoreError>>>, StoreError> {
+    /// What one choice came to before anything is written.
+    enum Step {
+        Answer(Result<ZoneChosen, StoreError>),
+        Save {
+            zone: String,
+            decision: Box<Decision>,
+        },
+    }
+    let mut census = census::read(tx)?;
+    let now = tx.now_ms;
+    let steps: Vec<Step> = requests
+        .iter()
+        .map(|r| {
+            let zone = match pick_zone(&census, &r.choice) {
+                Ok(zone) => zone,
+                Err(no_zone) => return Step::Answer(Ok(no_zone.into())),
+            };
+            let event = zone_event(&r.choice, &zone);
+            match decide(&r.current, event, &r.policy, jitter(), now) {
+                Ok(decision) => {
+                    census.add_many(&zone, &r.choice.occupant, 1);
+                    Step::Save {
+                        zone,
+                        decision: Box::new(decision),
+                    }
+                }
+                Err(e) => Step::Answer(Err(illegal(r.choice.id, &e))),
+            }
+        })
+        .collect();
+    let mut saves = Vec::new();
+    let mut saved_at = Vec::new();
+    for (at, (step, r)) in steps.iter().zip(requests).enumerate() {
+        if let Step::Save { decision, .. } = step {
+            if let Some(save) =
+                PlainSave::of(r.choice.id, r.current.state, decision, Some(&r.holder))
+            {
+                saves.push(save);
+                saved_at.push(at);
+            }
+        }
+    }
+    let choices = saved_at.len();
+    let written = save_machines(tx, &saves, Origin::Engine, Unwritten::UndoAll)?;
+    drop(saves);
+    let written: HashSet<usize> = saved_at
+        .into_iter()
+        .zip(written)
+        .filter_map(|(at, written)| written.then_some(at))
+        .collect();
+    let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for (at, (step, r)) in steps.iter().zip(requests).enumerate() {
+        if let (Step::Save { zone, .. }, true) = (step, written.contains(&at)) {
+            *counts
+                .entry((r.choice.occupant.key(), zone.clone()))
+                .or_default() += 1;
+        }
+    }
+    census::count_many(tx, &counts)?;
+    // The copy counted every choice; it stays only if each was written.
+    *tx.census() = (written.len() == choices).then_some(census);
+    Ok(steps
+        .into_iter()
+        .enumerate()
+        .map(|(at, step)| match step {
+            Step::Answer(answer) => Some(answer),
+            Step::Save { decision, .. } if written.contains(&at) => {
+                Some(Ok(ZoneChosen::Chosen(decision.applied)))
+            }
+            Step::Save { .. } => None,
+        })
+        .collect())
 }

@@ -5,10 +5,10 @@
 //! whether they were batched. Each operation runs in its own savepoint, so
 //! one failing operation rolls back only its own writes, and its change-log
 //! entries are dropped with them. On PostgreSQL, where every statement is
-//! a round trip, the machine actors' saves ([`Writer::save`]) and agents'
-//! check-ins ([`Writer::check_in`]) come as data instead, and a batch does
-//! each kind together before its other operations (see
-//! [`crate::store::together`]). Revisions are assigned to the batch's
+//! a round trip, the machine actors' saves ([`Writer::save`]) and zone
+//! choices ([`Writer::choose_zone`]) and agents' check-ins
+//! ([`Writer::check_in`]) come as data instead, and a batch does each kind
+//! together before its other operations (see [`crate::store::together`]). Revisions are assigned to the batch's
 //! entries just before the commit, by bumping the `log_head` row inside the
 //! transaction: the row lock orders concurrent committers (several
 //! controllers on one PostgreSQL), so the log never has a gap or a reorder.
@@ -34,12 +34,16 @@ use diesel::prelude::*;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::domain::zones::ZoneCensus;
+use crate::store::census::ZoneChosen;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
 use crate::store::error::StoreError;
 use crate::store::lifecycle::{Applied, CheckIn};
 use crate::store::schema::{changes, log_head};
-use crate::store::together::{check_in_together, save_together, AgentCheckIn, EngineSave};
+use crate::store::together::{
+    check_in_together, choose_zones_together, save_together, AgentCheckIn, EngineSave,
+    ZoneChoiceRequest,
+};
 
 /// The PostgreSQL channel every commit that grew the log is announced on,
 /// with the new head revision as its payload.
@@ -217,6 +221,11 @@ trait Job: Send {
     fn check_in(&self) -> Option<&AgentCheckIn> {
         None
     }
+    /// The zone choice this job is, if it is one (see
+    /// [`Writer::choose_zone`]).
+    fn zone_choice(&self) -> Option<&ZoneChoiceRequest> {
+        None
+    }
     /// The job was done with others of its kind, and this is its outcome
     /// (see [`gather`]); [`Job::run`] is not called.
     fn done_together(&mut self, _outcome: Gathered) {}
@@ -228,6 +237,8 @@ enum Gathered {
     Saved,
     /// A check-in's answer.
     CheckedIn(Result<CheckIn, StoreError>),
+    /// A zone choice's answer.
+    ZoneChosen(Result<ZoneChosen, StoreError>),
 }
 
 struct TypedJob<T, F> {
@@ -336,6 +347,42 @@ impl Job for CheckInJob {
     }
 }
 
+/// A machine actor's zone choice, queued as data (see
+/// [`Writer::choose_zone`]).
+struct ZoneChoiceJob {
+    request: ZoneChoiceRequest,
+    result: Option<Result<ZoneChosen, StoreError>>,
+    reply: oneshot::Sender<Result<ZoneChosen, StoreError>>,
+}
+
+impl Job for ZoneChoiceJob {
+    fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
+        let outcome = self.request.run(tx);
+        let failed = outcome.as_ref().err().cloned();
+        self.result = Some(outcome);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let result = match (commit, self.result) {
+            (Ok(()), Some(result)) => result,
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::WriterGone),
+        };
+        let _ = self.reply.send(result);
+    }
+
+    fn zone_choice(&self) -> Option<&ZoneChoiceRequest> {
+        Some(&self.request)
+    }
+
+    fn done_together(&mut self, outcome: Gathered) {
+        if let Gathered::ZoneChosen(answer) = outcome {
+            self.result = Some(answer);
+        }
+    }
+}
+
 /// The handle callers use to submit writes.
 #[derive(Clone)]
 pub struct Writer {
@@ -417,6 +464,31 @@ impl Writer {
         let (reply, result) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(CheckInJob {
             check_in,
+            result: None,
+            reply,
+        });
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Chooses and writes a machine's zone in the next batch: what
+    /// [`Writer::write`] with [`ZoneChoiceRequest::run`] would do, but as
+    /// data, so that on PostgreSQL the batch's choices go together.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZoneChoiceRequest::run`], or the commit's error, or
+    /// [`StoreError::WriterGone`] if the writer stopped.
+    pub(crate) async fn choose_zone(
+        &self,
+        request: ZoneChoiceRequest,
+    ) -> Result<ZoneChosen, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(ZoneChoiceJob {
+            request,
             result: None,
             reply,
         });
@@ -550,7 +622,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
         let mut pending = Vec::new();
         let mut census = None;
         let (done, mut savepoint_used) = match conn {
-            Conn::Postgres(_) => gather(conn, now, batch, &mut pending, &undo)?,
+            Conn::Postgres(_) => gather(conn, now, batch, &mut pending, &mut census, &undo)?,
             Conn::Sqlite(_) => (vec![false; batch.len()], false),
         };
         for (job, done) in batch.iter_mut().zip(done) {
@@ -581,12 +653,12 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
     })
 }
 
-/// Does the batch's engine saves and check-ins, each kind together (see
-/// [`crate::store::together`]), in the savepoint the batch has just
-/// opened, before its other operations: they were all queued at once, so
-/// any order is one their callers could have seen. Saves go first, so
-/// that an agent's check-in queued beside its machine's save finds the
-/// instance recorded. Returns which jobs are done, and whether the
+/// Does the batch's engine saves, zone choices and check-ins, each kind
+/// together (see [`crate::store::together`]), in the savepoint the batch
+/// has just opened, before its other operations: they were all queued at
+/// once, so any order is one their callers could have seen. Saves go
+/// first, so that an agent's check-in queued beside its machine's save
+/// finds the instance recorded. Returns which jobs are done, and whether the
 /// savepoint holds writes. Each kind takes only one job per machine; the
 /// rest, and what a gathered write leaves unsettled, run on their own in
 /// the batch's order. A database error undoes what was gathered, and
@@ -596,18 +668,18 @@ fn gather(
     now: i64,
     batch: &mut [Box<dyn Job>],
     pending: &mut Vec<PendingChange>,
+    census: &mut Option<ZoneCensus>,
     undo: &str,
 ) -> Result<(Vec<bool>, bool), StoreError> {
     use diesel::connection::SimpleConnection;
     let mut outcomes: Vec<Option<Gathered>> = Vec::new();
     outcomes.resize_with(batch.len(), || None);
-    let mut census = None;
     let mut tx = Tx {
         conn,
         now_ms: now,
         changes: pending,
         origin: Origin::User,
-        census: &mut census,
+        census,
     };
     let gathered = (|| -> Result<(), StoreError> {
         let mut machines = HashSet::new();
@@ -620,6 +692,21 @@ fn gather(
         if !saves.is_empty() {
             for (at, written) in at.into_iter().zip(save_together(&mut tx, &saves)?) {
                 outcomes[at] = written.then_some(Gathered::Saved);
+            }
+        }
+        let mut machines = HashSet::new();
+        let (at, requests): (Vec<usize>, Vec<&ZoneChoiceRequest>) = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(at, job)| Some((at, job.zone_choice()?)))
+            .filter(|(_, request)| machines.insert(request.machine_id()))
+            .unzip();
+        if !requests.is_empty() {
+            for (at, answer) in at
+                .into_iter()
+                .zip(choose_zones_together(&mut tx, &requests)?)
+            {
+                outcomes[at] = answer.map(Gathered::ZoneChosen);
             }
         }
         let mut machines = HashSet::new();
@@ -639,6 +726,7 @@ fn gather(
     if let Err(e) = gathered {
         log::warn!("store writer: cannot write machines together ({e}); writing each alone");
         pending.clear();
+        *census = None;
         conn.batch_execute(undo)?;
         return Ok((vec![false; batch.len()], false));
     }
