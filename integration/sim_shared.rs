@@ -96,6 +96,28 @@ async fn listed_ids(cloud: &SimProvider) -> BTreeSet<String> {
         .collect()
 }
 
+/// More instances than one read of the ledger takes: a cloud opened on
+/// them, and one that was open while they were launched, each read all.
+#[tokio::test]
+async fn a_ledger_larger_than_one_read_is_read_whole() {
+    const INSTANCES: u64 = 4_500;
+    let database = postgres::fresh_database();
+    let (a, b) = (open(&database, 0).await, open(&database, 0).await);
+    let launched: BTreeSet<String> =
+        launch_ids(&a, (0..INSTANCES).map(|m| request(m, "sim-a")).collect())
+            .await
+            .into_iter()
+            .collect();
+    assert_eq!(launched.len() as u64, INSTANCES);
+    let c = open(&database, 0).await;
+    assert_eq!(c.ledger().len() as u64, INSTANCES);
+    for (cloud, listed) in [("b", listed_ids(&b).await), ("c", listed_ids(&c).await)] {
+        // Compared whole only once the counts agree, to keep a failure short.
+        assert_eq!(listed.len(), launched.len(), "cloud {cloud}");
+        assert!(listed == launched, "cloud {cloud} lists other instances");
+    }
+}
+
 #[tokio::test]
 async fn two_clouds_on_one_database_are_one_cloud() {
     let database = postgres::fresh_database();

@@ -230,13 +230,29 @@ impl SharedLedger {
     }
 }
 
+/// The most rows one statement of [`read_since`] reads. Bounded, the read
+/// is planned as a walk of the version index from `seen` whatever the
+/// table's statistics say; unbounded, a table that grew since it was last
+/// analyzed was planned as a scan and sort of every row, on every read.
+const READ_CHUNK: i64 = 4096;
+
 fn read_since(conn: &mut PgConnection, seen: i64) -> QueryResult<(Update, i64)> {
-    let rows: Vec<(Row, i64)> = sim_instances::table
-        .filter(sql::<Bool>("version > ").bind::<BigInt, _>(seen))
-        .order(sql::<BigInt>("version"))
-        .select((Row::as_select(), sql::<BigInt>("version")))
-        .load(conn)?;
-    let newest = rows.last().map_or(seen, |(_, v)| *v);
+    let mut rows: Vec<(Row, i64)> = Vec::new();
+    let mut newest = seen;
+    loop {
+        let chunk: Vec<(Row, i64)> = sim_instances::table
+            .filter(sql::<Bool>("version > ").bind::<BigInt, _>(newest))
+            .order(sql::<BigInt>("version"))
+            .limit(READ_CHUNK)
+            .select((Row::as_select(), sql::<BigInt>("version")))
+            .load(conn)?;
+        let full = chunk.len() as i64 == READ_CHUNK;
+        newest = chunk.last().map_or(newest, |(_, v)| *v);
+        rows.extend(chunk);
+        if !full {
+            break;
+        }
+    }
     let records = rows
         .into_iter()
         .map(|(row, _)| row.into_record())
