@@ -278,7 +278,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// The same rows as a deploy of `n` units that all start, written straight
 /// through the store: units and machines in transactions of 1,000 units,
 /// then four transitions per machine, committed by the group-committing
-/// writer in large batches.
+/// writer in large batches (each kind together on PostgreSQL, as the
+/// engine's are).
 async fn floor(url: DatabaseUrl, n: usize) -> Duration {
     let store = tokio::task::spawn_blocking(move || Store::open(&url))
         .await
@@ -317,8 +318,14 @@ async fn floor(url: DatabaseUrl, n: usize) -> Duration {
         .into_iter()
         .map(|m| m.id)
         .collect();
-    // The engine's own steps, each through the store's one writer; the
-    // last is the agent's check-in with the launch's one-time password.
+    // The engine's own steps, each through the store's one writer as a
+    // machine actor makes them (decided, then committed under this
+    // controller's lease); the last is the agent's check-in with the
+    // launch's one-time password.
+    store
+        .claim_machines(ids.clone(), Duration::from_secs(600))
+        .await
+        .expect("claim the machines");
     let steps: [fn(MachineId) -> Event; 3] = [
         |_| Event::StartInstance,
         |_| Event::ZoneChosen {
@@ -336,10 +343,10 @@ async fn floor(url: DatabaseUrl, n: usize) -> Duration {
             .map(|(id, current, password)| {
                 let store = store.clone();
                 tokio::spawn(async move {
-                    let applied = store
-                        .apply(current, MachineEvent::new(id, step(id)))
-                        .await
-                        .expect("apply");
+                    let decided = store
+                        .decide(&current, MachineEvent::new(id, step(id)))
+                        .expect("decide");
+                    let applied = store.commit(decided).await.expect("commit");
                     (id, applied.next, applied.password.or(password))
                 })
             })
