@@ -313,40 +313,43 @@ pub(crate) fn check_in_together(
         .zip(&keys)
         .map(|(c, key)| check_in_step(rows.remove(key), c.id, &c.password, &c.policy, now))
         .collect();
-    let mut answers: Vec<Option<Result<CheckIn, StoreError>>> = Vec::with_capacity(steps.len());
     let mut saves = Vec::new();
     let mut saved_at = Vec::new();
     for (at, (step, c)) in steps.iter().zip(check_ins).enumerate() {
-        match step {
-            CheckInStep::Answer(_) => answers.push(None),
-            CheckInStep::Save {
-                state, decision, ..
-            } => {
-                answers.push(None);
-                if let Some(save) = PlainSave::of(c.id, *state, decision, None) {
-                    saves.push(save);
-                    saved_at.push(at);
-                }
+        if let CheckInStep::Save {
+            state, decision, ..
+        } = step
+        {
+            if let Some(save) = PlainSave::of(c.id, *state, decision, None) {
+                saves.push(save);
+                saved_at.push(at);
             }
         }
     }
     let written = save_machines(tx, &saves, Origin::Agent, Unwritten::Skip)?;
     drop(saves);
-    let written: HashSet<usize> = saved_at
+    let written = written_positions(saved_at, written);
+    Ok(steps
         .into_iter()
-        .zip(written)
-        .filter_map(|(at, written)| written.then_some(at))
-        .collect();
-    for (at, step) in steps.into_iter().enumerate() {
-        answers[at] = match step {
+        .enumerate()
+        .map(|(at, step)| match step {
             CheckInStep::Answer(answer) => Some(answer),
             CheckInStep::Save { credential, .. } if written.contains(&at) => {
                 Some(Ok(CheckIn::Connected(credential)))
             }
             CheckInStep::Save { .. } => None,
-        };
-    }
-    Ok(answers)
+        })
+        .collect())
+}
+
+/// The positions (`saved_at`, one per save) of the saves [`save_machines`]
+/// says were `written`.
+fn written_positions(saved_at: Vec<usize>, written: Vec<bool>) -> HashSet<usize> {
+    saved_at
+        .into_iter()
+        .zip(written)
+        .filter_map(|(at, written)| written.then_some(at))
+        .collect()
 }
 
 /// Chooses zones for machines (distinct ones) together: each choice in
@@ -411,11 +414,7 @@ pub(crate) fn choose_zones_together(
     let choices = saved_at.len();
     let written = save_machines(tx, &saves, Origin::Engine, Unwritten::UndoAll)?;
     drop(saves);
-    let written: HashSet<usize> = saved_at
-        .into_iter()
-        .zip(written)
-        .filter_map(|(at, written)| written.then_some(at))
-        .collect();
+    let written = written_positions(saved_at, written);
     let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
     for (at, (step, r)) in steps.iter().zip(requests).enumerate() {
         if let (Step::Save { zone, .. }, true) = (step, written.contains(&at)) {

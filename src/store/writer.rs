@@ -241,6 +241,30 @@ enum Gathered {
     ZoneChosen(Result<ZoneChosen, StoreError>),
 }
 
+/// Keeps an operation's outcome as the job's result; an error is also the
+/// operation's failure, for the writer to undo its writes.
+fn keep_outcome<T>(
+    result: &mut Option<Result<T, StoreError>>,
+    outcome: Result<T, StoreError>,
+) -> Result<(), StoreError> {
+    let failed = outcome.as_ref().err().cloned();
+    *result = Some(outcome);
+    failed.map_or(Ok(()), Err)
+}
+
+/// What the caller is told: the operation's result once its batch has
+/// committed, or the commit's error.
+fn answer<T>(
+    commit: Result<(), StoreError>,
+    result: Option<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match (commit, result) {
+        (Ok(()), Some(result)) => result,
+        (Err(e), _) => Err(e),
+        (Ok(()), None) => Err(StoreError::WriterGone),
+    }
+}
+
 struct TypedJob<T, F> {
     op: Option<F>,
     result: Option<Result<T, StoreError>>,
@@ -256,20 +280,12 @@ where
         let Some(op) = self.op.take() else {
             return Ok(());
         };
-        let outcome = op(tx);
-        let failed = outcome.as_ref().err().cloned();
-        self.result = Some(outcome);
-        failed.map_or(Ok(()), Err)
+        keep_outcome(&mut self.result, op(tx))
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
-        let result = match (commit, self.result) {
-            (Ok(()), Some(result)) => result,
-            (Err(e), _) => Err(e),
-            (Ok(()), None) => Err(StoreError::WriterGone),
-        };
         // The caller may have stopped waiting; the write stands regardless.
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(answer(commit, self.result));
     }
 }
 
@@ -282,9 +298,7 @@ struct EngineSaveJob {
 
 impl Job for EngineSaveJob {
     fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
-        let outcome = self.save.write(tx);
-        self.result = Some(outcome.clone());
-        outcome
+        keep_outcome(&mut self.result, self.save.write(tx))
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
@@ -293,12 +307,7 @@ impl Job for EngineSaveJob {
             result,
             reply,
         } = *self;
-        let result = match (commit, result) {
-            (Ok(()), Some(Ok(()))) => Ok(save.into_applied()),
-            (Ok(()), Some(Err(e))) | (Err(e), _) => Err(e),
-            (Ok(()), None) => Err(StoreError::WriterGone),
-        };
-        let _ = reply.send(result);
+        let _ = reply.send(answer(commit, result).map(|()| save.into_applied()));
     }
 
     fn engine_save(&self) -> Option<&EngineSave> {
@@ -321,19 +330,11 @@ struct CheckInJob {
 
 impl Job for CheckInJob {
     fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
-        let outcome = self.check_in.run(tx);
-        let failed = outcome.as_ref().err().cloned();
-        self.result = Some(outcome);
-        failed.map_or(Ok(()), Err)
+        keep_outcome(&mut self.result, self.check_in.run(tx))
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
-        let result = match (commit, self.result) {
-            (Ok(()), Some(result)) => result,
-            (Err(e), _) => Err(e),
-            (Ok(()), None) => Err(StoreError::WriterGone),
-        };
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(answer(commit, self.result));
     }
 
     fn check_in(&self) -> Option<&AgentCheckIn> {
@@ -357,19 +358,11 @@ struct ZoneChoiceJob {
 
 impl Job for ZoneChoiceJob {
     fn run(&mut self, tx: &mut Tx<'_>) -> Result<(), StoreError> {
-        let outcome = self.request.run(tx);
-        let failed = outcome.as_ref().err().cloned();
-        self.result = Some(outcome);
-        failed.map_or(Ok(()), Err)
+        keep_outcome(&mut self.result, self.request.run(tx))
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
-        let result = match (commit, self.result) {
-            (Ok(()), Some(result)) => result,
-            (Err(e), _) => Err(e),
-            (Ok(()), None) => Err(StoreError::WriterGone),
-        };
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(answer(commit, self.result));
     }
 
     fn zone_choice(&self) -> Option<&ZoneChoiceRequest> {
