@@ -399,6 +399,19 @@ impl Writer {
         Ok(Writer { queue })
     }
 
+    /// Queues `job` and waits for its answer on `result`.
+    async fn submit<T>(
+        &self,
+        job: Box<dyn Job>,
+        result: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Runs `op` in the next batch and returns its result once committed.
     ///
     /// # Errors
@@ -416,11 +429,7 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue
-            .send(job)
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        result.await.map_err(|_| StoreError::WriterGone)?
+        self.submit(job, result).await
     }
 
     /// Saves a machine for its actor in the next batch: what
@@ -438,11 +447,7 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue
-            .send(job)
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        result.await.map_err(|_| StoreError::WriterGone)?
+        self.submit(job, result).await
     }
 
     /// Tries an agent's check-in in the next batch: what [`Writer::write`]
@@ -460,11 +465,7 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue
-            .send(job)
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        result.await.map_err(|_| StoreError::WriterGone)?
+        self.submit(job, result).await
     }
 
     /// Chooses and writes a machine's zone in the next batch: what
@@ -485,11 +486,7 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue
-            .send(job)
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        result.await.map_err(|_| StoreError::WriterGone)?
+        self.submit(job, result).await
     }
 
     /// [`Writer::write`] for callers outside an async runtime.
