@@ -261,11 +261,7 @@ pub(crate) fn count_many(
     if counts.is_empty() {
         return Ok(());
     }
-    let crate::store::db::Conn::Postgres(conn) = &mut *tx.conn else {
-        return Err(StoreError::Invariant(
-            "zone counts are written together only on PostgreSQL".into(),
-        ));
-    };
+    let conn = tx.conn.postgres("zone counts are written together")?;
     CountsInZones {
         kinds: counts.keys().map(|(kind, _)| kind.as_str()).collect(),
         zones: counts.keys().map(|(_, zone)| zone.as_str()).collect(),

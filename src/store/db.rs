@@ -41,6 +41,21 @@ pub enum Conn {
     Postgres(PgConnection),
 }
 
+impl Conn {
+    /// The PostgreSQL connection, for `what` only PostgreSQL does (binding
+    /// arrays).
+    ///
+    /// # Errors
+    ///
+    /// On SQLite, an invariant error: `what` is done only on PostgreSQL.
+    pub(crate) fn postgres(&mut self, what: &str) -> Result<&mut PgConnection, StoreError> {
+        match self {
+            Conn::Postgres(conn) => Ok(conn),
+            Conn::Sqlite(_) => Err(StoreError::Invariant(format!("{what} only on PostgreSQL"))),
+        }
+    }
+}
+
 /// Runs `$body` with `$c` bound to `$conn`'s own backend connection: for
 /// the statements diesel builds per backend (multi-row inserts,
 /// `RETURNING`, `ON CONFLICT`, hand-written queries).

@@ -20,7 +20,6 @@ use crate::contracts::secrets::Secret;
 use crate::domain::machine::{Machine, MachineState, Policy};
 use crate::domain::names::MachineId;
 use crate::store::census::{self, choose_zone_tx, pick_zone, zone_event, ZoneChoice, ZoneChosen};
-use crate::store::db::Conn;
 use crate::store::lifecycle::{
     agent_connect_tx, check_in_step, decide, illegal, jitter, record_save, releases_zone, write,
     Applied, CheckIn, CheckInStep, Decision, MachineUpdate,
@@ -30,6 +29,12 @@ use crate::store::records::MachineRow;
 use crate::store::schema::machines;
 use crate::store::writer::Tx;
 use crate::store::{Origin, StoreError};
+
+/// A write the writer gathers, which concerns one machine: a batch takes
+/// one of each kind per machine.
+pub(crate) trait OnMachine {
+    fn machine_id(&self) -> MachineId;
+}
 
 /// A machine actor's decided event, fenced by its controller's lease.
 pub(crate) struct EngineSave {
@@ -54,17 +59,6 @@ impl EngineSave {
             decision,
             fence,
         }
-    }
-
-    /// The machine it saves.
-    pub(crate) fn machine_id(&self) -> MachineId {
-        self.id
-    }
-
-    /// Whether [`save_together`] may write it with others (see
-    /// [`PlainSave::of`]).
-    pub(crate) fn joins_others(&self) -> bool {
-        PlainSave::of(self.id, self.expected, &self.decision, Some(&self.fence)).is_some()
     }
 
     /// Writes it on its own.
@@ -105,11 +99,6 @@ impl AgentCheckIn {
         }
     }
 
-    /// The machine whose agent it is.
-    pub(crate) fn machine_id(&self) -> MachineId {
-        self.id
-    }
-
     /// Tries it on its own.
     ///
     /// # Errors
@@ -145,11 +134,6 @@ impl ZoneChoiceRequest {
         }
     }
 
-    /// The machine whose zone it chooses.
-    pub(crate) fn machine_id(&self) -> MachineId {
-        self.choice.id
-    }
-
     /// Chooses and writes the zone on its own.
     ///
     /// # Errors
@@ -157,6 +141,24 @@ impl ZoneChoiceRequest {
     /// As [`crate::store::Store::choose_zone`].
     pub(crate) fn run(&self, tx: &mut Tx<'_>) -> Result<ZoneChosen, StoreError> {
         choose_zone_tx(tx, &self.current, &self.choice, &self.policy, &self.holder)
+    }
+}
+
+impl OnMachine for EngineSave {
+    fn machine_id(&self) -> MachineId {
+        self.id
+    }
+}
+
+impl OnMachine for AgentCheckIn {
+    fn machine_id(&self) -> MachineId {
+        self.id
+    }
+}
+
+impl OnMachine for ZoneChoiceRequest {
+    fn machine_id(&self) -> MachineId {
+        self.choice.id
     }
 }
 
@@ -205,37 +207,38 @@ enum Unwritten {
 /// The savepoint [`Unwritten::UndoAll`] undoes to.
 const GATHERED_SAVEPOINT: &str = "berth_gathered";
 
-/// Writes plain saves of distinct machines in one statement and logs each
-/// one written, as `origin`'s. Returns, for each save, whether it was
-/// written; one that was not wrote nothing (and with
-/// [`Unwritten::UndoAll`], neither did any other).
+/// Writes the plain saves among `candidates` (each its position and its
+/// save, if plain), of distinct machines, in one statement, and logs each
+/// one written, as `origin`'s. Returns the positions of those written; one
+/// that was not wrote nothing (and with [`Unwritten::UndoAll`], neither
+/// did any other).
 ///
 /// # Errors
 ///
 /// The database's; on SQLite, which binds no arrays, an invariant error.
-fn save_machines(
+fn save_machines<'a>(
     tx: &mut Tx<'_>,
-    saves: &[PlainSave<'_>],
+    candidates: impl IntoIterator<Item = (usize, Option<PlainSave<'a>>)>,
     origin: Origin,
     unwritten: Unwritten,
-) -> Result<Vec<bool>, StoreError> {
+) -> Result<HashSet<usize>, StoreError> {
     use diesel::connection::SimpleConnection;
+    let (at, saves): (Vec<usize>, Vec<PlainSave>) = candidates
+        .into_iter()
+        .filter_map(|(at, save)| Some((at, save?)))
+        .unzip();
     if saves.is_empty() {
-        return Ok(Vec::new());
+        return Ok(HashSet::new());
     }
-    let Conn::Postgres(conn) = &mut *tx.conn else {
-        return Err(StoreError::Invariant(
-            "machine saves are written together only on PostgreSQL".into(),
-        ));
-    };
     let now = tx.now_ms;
+    let conn = tx.conn.postgres("machine saves are written together")?;
     let rows: Vec<SaveRow> = saves
         .iter()
         .map(|s| SaveRow::of(&s.id, s.next, s.update))
         .collect();
     let statements: Vec<_> = rows
         .iter()
-        .zip(saves)
+        .zip(&saves)
         .map(|(row, s)| row.save(Some(s.expected), s.next, s.update, s.fence, now))
         .collect();
     if unwritten == Unwritten::UndoAll {
@@ -247,26 +250,25 @@ fn save_machines(
         .collect();
     if unwritten == Unwritten::UndoAll && written.len() < rows.len() {
         conn.batch_execute(&format!("ROLLBACK TO SAVEPOINT {GATHERED_SAVEPOINT}"))?;
-        return Ok(vec![false; rows.len()]);
+        return Ok(HashSet::new());
     }
     tx.set_origin(origin);
     Ok(rows
         .iter()
-        .zip(saves)
-        .map(|(row, s)| {
-            let saved = written.contains(row.key());
-            if saved {
-                record_save(tx, row.key(), s.next);
-            }
-            saved
+        .zip(&saves)
+        .zip(at)
+        .filter(|((row, _), _)| written.contains(row.key()))
+        .map(|((row, s), at)| {
+            record_save(tx, row.key(), s.next);
+            at
         })
         .collect())
 }
 
-/// Writes engine saves of distinct machines, each one that
-/// [`EngineSave::joins_others`], in one statement. Returns, for each,
-/// whether it was written: one that was not wrote nothing, and
-/// [`EngineSave::write`] on its own tells why.
+/// Writes engine saves of distinct machines in one statement, those that
+/// are plain (see [`PlainSave`]). Returns, for each, whether it was
+/// written: one that was not wrote nothing, and [`EngineSave::write`] on
+/// its own writes it or tells why not.
 ///
 /// # Errors
 ///
@@ -275,14 +277,12 @@ pub(crate) fn save_together(
     tx: &mut Tx<'_>,
     saves: &[&EngineSave],
 ) -> Result<Vec<bool>, StoreError> {
-    let plain: Option<Vec<PlainSave>> = saves
-        .iter()
-        .map(|s| PlainSave::of(s.id, s.expected, &s.decision, Some(&s.fence)))
-        .collect();
-    let plain = plain.ok_or_else(|| {
-        StoreError::Invariant("only plain machine saves are written together".into())
-    })?;
-    save_machines(tx, &plain, Origin::Engine, Unwritten::Skip)
+    let candidates = saves.iter().enumerate().map(|(at, s)| {
+        let plain = PlainSave::of(s.id, s.expected, &s.decision, Some(&s.fence));
+        (at, plain)
+    });
+    let written = save_machines(tx, candidates, Origin::Engine, Unwritten::Skip)?;
+    Ok((0..saves.len()).map(|at| written.contains(&at)).collect())
 }
 
 /// Tries check-ins of distinct machines together: their machines are read
@@ -299,36 +299,33 @@ pub(crate) fn check_in_together(
     check_ins: &[&AgentCheckIn],
 ) -> Result<Vec<Option<Result<CheckIn, StoreError>>>, StoreError> {
     let keys: Vec<String> = check_ins.iter().map(|c| c.id.to_string()).collect();
-    let mut rows: HashMap<String, MachineRow> = HashMap::with_capacity(keys.len());
-    for chunk in keys.chunks(1000) {
-        let read: Vec<MachineRow> = machines::table
-            .filter(machines::id.eq_any(chunk))
-            .select(MachineRow::as_select())
-            .load(tx.conn)?;
-        rows.extend(read.into_iter().map(|row| (row.id.clone(), row)));
-    }
+    // One array bound on PostgreSQL, whatever the number of machines.
+    let read: Vec<MachineRow> = machines::table
+        .filter(machines::id.eq_any(&keys))
+        .select(MachineRow::as_select())
+        .load(tx.conn)?;
+    let mut rows: HashMap<String, MachineRow> =
+        read.into_iter().map(|row| (row.id.clone(), row)).collect();
     let now = tx.now_ms;
     let steps: Vec<CheckInStep> = check_ins
         .iter()
         .zip(&keys)
         .map(|(c, key)| check_in_step(rows.remove(key), c.id, &c.password, &c.policy, now))
         .collect();
-    let mut saves = Vec::new();
-    let mut saved_at = Vec::new();
-    for (at, (step, c)) in steps.iter().zip(check_ins).enumerate() {
-        if let CheckInStep::Save {
-            state, decision, ..
-        } = step
-        {
-            if let Some(save) = PlainSave::of(c.id, *state, decision, None) {
-                saves.push(save);
-                saved_at.push(at);
-            }
-        }
-    }
-    let written = save_machines(tx, &saves, Origin::Agent, Unwritten::Skip)?;
-    drop(saves);
-    let written = written_positions(saved_at, written);
+    let candidates = steps
+        .iter()
+        .zip(check_ins)
+        .enumerate()
+        .map(|(at, (step, c))| {
+            let plain = match step {
+                CheckInStep::Save {
+                    state, decision, ..
+                } => PlainSave::of(c.id, *state, decision, None),
+                CheckInStep::Answer(_) => None,
+            };
+            (at, plain)
+        });
+    let written = save_machines(tx, candidates, Origin::Agent, Unwritten::Skip)?;
     Ok(steps
         .into_iter()
         .enumerate()
@@ -340,16 +337,6 @@ pub(crate) fn check_in_together(
             CheckInStep::Save { .. } => None,
         })
         .collect())
-}
-
-/// The positions (`saved_at`, one per save) of the saves [`save_machines`]
-/// says were `written`.
-fn written_positions(saved_at: Vec<usize>, written: Vec<bool>) -> HashSet<usize> {
-    saved_at
-        .into_iter()
-        .zip(written)
-        .filter_map(|(at, written)| written.then_some(at))
-        .collect()
 }
 
 /// Chooses zones for machines (distinct ones) together: each choice in
@@ -399,22 +386,20 @@ pub(crate) fn choose_zones_together(
             }
         })
         .collect();
-    let mut saves = Vec::new();
-    let mut saved_at = Vec::new();
-    for (at, (step, r)) in steps.iter().zip(requests).enumerate() {
-        if let Step::Save { decision, .. } = step {
-            if let Some(save) =
-                PlainSave::of(r.choice.id, r.current.state, decision, Some(&r.holder))
-            {
-                saves.push(save);
-                saved_at.push(at);
-            }
-        }
-    }
-    let choices = saved_at.len();
-    let written = save_machines(tx, &saves, Origin::Engine, Unwritten::UndoAll)?;
-    drop(saves);
-    let written = written_positions(saved_at, written);
+    let candidates = steps
+        .iter()
+        .zip(requests)
+        .enumerate()
+        .map(|(at, (step, r))| {
+            let plain = match step {
+                Step::Save { decision, .. } => {
+                    PlainSave::of(r.choice.id, r.current.state, decision, Some(&r.holder))
+                }
+                Step::Answer(_) => None,
+            };
+            (at, plain)
+        });
+    let written = save_machines(tx, candidates, Origin::Engine, Unwritten::UndoAll)?;
     let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
     for (at, (step, r)) in steps.iter().zip(requests).enumerate() {
         if let (Step::Save { zone, .. }, true) = (step, written.contains(&at)) {
@@ -425,7 +410,11 @@ pub(crate) fn choose_zones_together(
     }
     census::count_many(tx, &counts)?;
     // The copy counted every choice; it stays only if each was written.
-    *tx.census() = (written.len() == choices).then_some(census);
+    let chosen = steps
+        .iter()
+        .filter(|step| matches!(step, Step::Save { .. }))
+        .count();
+    *tx.census() = (written.len() == chosen).then_some(census);
     Ok(steps
         .into_iter()
         .enumerate()

@@ -41,7 +41,7 @@ use crate::store::error::StoreError;
 use crate::store::lifecycle::{Applied, CheckIn};
 use crate::store::schema::{changes, log_head};
 use crate::store::together::{
-    check_in_together, choose_zones_together, save_together, AgentCheckIn, EngineSave,
+    check_in_together, choose_zones_together, save_together, AgentCheckIn, EngineSave, OnMachine,
     ZoneChoiceRequest,
 };
 
@@ -672,25 +672,13 @@ fn gather(
         census,
     };
     let gathered = (|| -> Result<(), StoreError> {
-        let mut machines = HashSet::new();
-        let (at, saves): (Vec<usize>, Vec<&EngineSave>) = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(at, job)| Some((at, job.engine_save()?)))
-            .filter(|(_, save)| save.joins_others() && machines.insert(save.machine_id()))
-            .unzip();
+        let (at, saves) = of_kind(batch, |job| job.engine_save());
         if !saves.is_empty() {
             for (at, written) in at.into_iter().zip(save_together(&mut tx, &saves)?) {
                 outcomes[at] = written.then_some(Gathered::Saved);
             }
         }
-        let mut machines = HashSet::new();
-        let (at, requests): (Vec<usize>, Vec<&ZoneChoiceRequest>) = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(at, job)| Some((at, job.zone_choice()?)))
-            .filter(|(_, request)| machines.insert(request.machine_id()))
-            .unzip();
+        let (at, requests) = of_kind(batch, |job| job.zone_choice());
         if !requests.is_empty() {
             for (at, answer) in at
                 .into_iter()
@@ -699,13 +687,7 @@ fn gather(
                 outcomes[at] = answer.map(Gathered::ZoneChosen);
             }
         }
-        let mut machines = HashSet::new();
-        let (at, check_ins): (Vec<usize>, Vec<&AgentCheckIn>) = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(at, job)| Some((at, job.check_in()?)))
-            .filter(|(_, check_in)| machines.insert(check_in.machine_id()))
-            .unzip();
+        let (at, check_ins) = of_kind(batch, |job| job.check_in());
         if !check_ins.is_empty() {
             for (at, answer) in at.into_iter().zip(check_in_together(&mut tx, &check_ins)?) {
                 outcomes[at] = answer.map(Gathered::CheckedIn);
@@ -733,6 +715,21 @@ fn gather(
         })
         .collect();
     Ok((done, wrote))
+}
+
+/// The batch's jobs of one kind (those `kind` gives), the first for each
+/// machine: their positions in the batch, and what they are.
+fn of_kind<'b, T: OnMachine + ?Sized>(
+    batch: &'b [Box<dyn Job>],
+    kind: impl Fn(&'b dyn Job) -> Option<&'b T>,
+) -> (Vec<usize>, Vec<&'b T>) {
+    let mut machines = HashSet::new();
+    batch
+        .iter()
+        .enumerate()
+        .filter_map(|(at, job)| Some((at, kind(job.as_ref())?)))
+        .filter(|(_, write)| machines.insert(write.machine_id()))
+        .unzip()
 }
 
 fn append_changes(
