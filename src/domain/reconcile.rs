@@ -20,8 +20,7 @@
 //! addresses (EC2 gives a public address after the launch, or an elastic
 //! one later) is *readdressed*: the engine records what the provider says.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 
 use crate::domain::instance::{is_manual_instance, Instance};
 use crate::domain::machine::{MachineRole, MachineState};
@@ -37,9 +36,6 @@ pub struct MachineSummary {
     pub role: MachineRole,
     pub instance_id: Option<String>,
     pub zone: Option<String>,
-    /// The applications of its units. Machines with the same set share
-    /// one copy.
-    pub applications: Arc<BTreeSet<String>>,
     /// Its instance's addresses as stored: comma-separated, the preferred
     /// first.
     pub addresses: String,
@@ -178,6 +174,7 @@ mod tests {
     use crate::domain::hardware::Hardware;
     use crate::domain::instance::InstanceState;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     fn machine(id: u64, state: MachineState, instance: Option<&str>) -> MachineSummary {
         MachineSummary {
@@ -186,7 +183,6 @@ mod tests {
             role: MachineRole::Workload,
             instance_id: instance.map(str::to_string),
             zone: None,
-            applications: Arc::default(),
             addresses: String::new(),
         }
     }

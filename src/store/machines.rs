@@ -737,8 +737,6 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
-        use std::collections::{BTreeSet, HashSet};
-        use std::sync::Arc;
         type Row = (
             String,
             String,
@@ -758,23 +756,9 @@ impl Store {
                     machines::addresses,
                 ))
                 .load(conn)?;
-            let placements: Vec<(Option<String>, String)> = units::table
-                .select((units::machine_id, units::application))
-                .load(conn)?;
-            let mut by_machine = applications_by_machine(placements);
-            let mut shared: HashSet<Arc<BTreeSet<String>>> = HashSet::new();
             let mut summaries = rows
                 .into_iter()
                 .map(|(id, state, role, instance_id, zone, addresses)| {
-                    let applications = by_machine.remove(&id).unwrap_or_default();
-                    let applications = match shared.get(&applications) {
-                        Some(same) => Arc::clone(same),
-                        None => {
-                            let new = Arc::new(applications);
-                            shared.insert(Arc::clone(&new));
-                            new
-                        }
-                    };
                     Ok(MachineSummary {
                         id: stored("machine id", &id)?,
                         state: stored("machine state", &state)?,
@@ -783,7 +767,6 @@ impl Store {
                         })?,
                         instance_id,
                         zone,
-                        applications,
                         addresses,
                     })
                 })
