@@ -387,7 +387,7 @@ const WORKLOAD_SEVERITY: [&str; 7] = [
 
 /// Where a workload status ranks among [`WORKLOAD_SEVERITY`]: an
 /// application shows the most severe of its units'.
-fn severity(status: &str) -> usize {
+pub fn severity(status: &str) -> usize {
     WORKLOAD_SEVERITY
         .iter()
         .position(|s| *s == status)
@@ -548,33 +548,45 @@ pub fn fold_application_status<'a>(
 ) {
     // Few applications, many units: a tree of names compares a short
     // string where a hash map would hash it for every unit.
-    let mut worst: BTreeMap<&ApplicationName, MostSevere> = BTreeMap::new();
+    let mut worst: BTreeMap<&ApplicationName, MostSevere<&StatusInfo>> = BTreeMap::new();
     for (application, workload) in workloads {
         worst.entry(application).or_default().see(workload);
     }
     for (name, worst) in worst {
-        if let (Some(view), Some(workload)) = (views.get_mut(name), worst.status()) {
+        if let (Some(view), Some(workload)) = (views.get_mut(name), worst.most()) {
             view.application_status = workload.clone();
         }
     }
 }
 
 /// The most severe of the workload statuses seen, in unit order, the
-/// later of equals: the application's status.
-#[derive(Default)]
-pub struct MostSevere<'a>(Option<(usize, &'a StatusInfo)>);
+/// later of equals: the application's status. What is seen is a status or
+/// anything a status can be made from again, ranked by [`severity`].
+pub struct MostSevere<T>(Option<(usize, T)>);
 
-impl<'a> MostSevere<'a> {
-    pub fn see(&mut self, workload: &'a StatusInfo) {
-        let rank = severity(&workload.current);
+impl<T> Default for MostSevere<T> {
+    fn default() -> Self {
+        MostSevere(None)
+    }
+}
+
+impl<T: Copy> MostSevere<T> {
+    /// Sees `item`, whose workload status ranks `rank`.
+    pub fn see_ranked(&mut self, rank: usize, item: T) {
         if self.0.is_none_or(|(most, _)| rank >= most) {
-            self.0 = Some((rank, workload));
+            self.0 = Some((rank, item));
         }
     }
 
-    /// `None` when no status was seen.
-    pub fn status(&self) -> Option<&'a StatusInfo> {
-        self.0.map(|(_, workload)| workload)
+    /// `None` when nothing was seen.
+    pub fn most(&self) -> Option<T> {
+        self.0.map(|(_, item)| item)
+    }
+}
+
+impl<'a> MostSevere<&'a StatusInfo> {
+    pub fn see(&mut self, workload: &'a StatusInfo) {
+        self.see_ranked(severity(&workload.current), workload);
     }
 }
 
