@@ -155,8 +155,13 @@ impl Ledger {
         }
     }
 
-    fn insert(&mut self, record: Record) {
+    fn insert(&mut self, mut record: Record) {
         let seq = record.seq;
+        // Launches in a row carry the same controller's and model's tags:
+        // one copy of them serves all.
+        if let Some(last) = self.by_seq.last() {
+            record.entry.tags.share_with(&last.entry.tags);
+        }
         self.next_seq = self.next_seq.max(seq + 1);
         self.seq_of.insert(record.entry.id.clone(), seq);
         if let Some(token) = &record.entry.client_token {
@@ -265,6 +270,47 @@ mod tests {
             r#"{"berth-machine":"4","juju-model":"m"}"#
         );
         assert_eq!(Tags::default().get("berth-machine"), None);
+    }
+
+    #[test]
+    fn records_in_a_row_share_the_tags_they_have_in_common() {
+        let tagged = |seq: u64, machine: &str, model: &str| {
+            let mut r = record(seq, &format!("i-{seq}"), "a", None);
+            r.entry.tags = Tags::from(BTreeMap::from([
+                ("berth-controller".to_string(), "c-1".to_string()),
+                ("berth-machine".to_string(), machine.to_string()),
+                ("berth-model".to_string(), model.to_string()),
+            ]));
+            r
+        };
+        let ledger = Ledger::new(
+            vec![
+                tagged(0, "0", "m-1"),
+                tagged(1, "1", "m-1"),
+                tagged(2, "2", "m-2"),
+            ],
+            Backing::Memory,
+        );
+        let tags: Vec<&Tags> = ledger.records().map(|r| &r.entry.tags).collect();
+        let shared =
+            |a: &Tags, b: &Tags, key: &str| std::ptr::eq(a.get(key).unwrap(), b.get(key).unwrap());
+        assert!(shared(tags[0], tags[1], "berth-controller"));
+        assert!(shared(tags[1], tags[2], "berth-controller"));
+        assert!(shared(tags[0], tags[1], "berth-model"));
+        assert!(!shared(tags[1], tags[2], "berth-model"));
+        // What each says is its own.
+        let read: Vec<(Option<&str>, Option<&str>)> = tags
+            .iter()
+            .map(|t| (t.get("berth-machine"), t.get("berth-model")))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some("0"), Some("m-1")),
+                (Some("1"), Some("m-1")),
+                (Some("2"), Some("m-2"))
+            ]
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Shared by the in-memory ledger and its file.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
@@ -31,33 +32,55 @@ word_enum! {
     }
 }
 
-/// An instance's tags, as a list sorted by key: instances carry two or
-/// three, and a map would allocate room for eleven for each of them.
+/// An instance's tags, as a list sorted by key: instances carry a few,
+/// and a map would allocate room for eleven for each of them. Keys and
+/// values are shared strings, so that the instances a ledger holds share
+/// the keys and the values they have in common (the controller's and the
+/// model's) instead of each holding copies ([`Tags::share_with`]).
 /// Serialized as a map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tags(Vec<(String, String)>);
+pub struct Tags(Vec<(Arc<str>, Arc<str>)>);
 
 impl Tags {
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| self.0[i].1.as_str())
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Takes `other`'s copy of each key and value that is the same in
+    /// both, so that the two hold one.
+    pub(super) fn share_with(&mut self, other: &Tags) {
+        let same = |mine: &mut Arc<str>, theirs: &Arc<str>| {
+            if *mine == *theirs {
+                *mine = Arc::clone(theirs);
+            }
+        };
+        for (key, value) in &mut self.0 {
+            if let Ok(i) = other.0.binary_search_by(|(k, _)| k.cmp(key)) {
+                let (their_key, their_value) = &other.0[i];
+                same(key, their_key);
+                same(value, their_value);
+            }
+        }
     }
 }
 
 impl From<BTreeMap<String, String>> for Tags {
     fn from(map: BTreeMap<String, String>) -> Tags {
         // A map iterates in key order, so the list is sorted.
-        let mut tags: Vec<(String, String)> = map.into_iter().collect();
-        tags.shrink_to_fit();
-        Tags(tags)
+        Tags(
+            map.into_iter()
+                .map(|(k, v)| (Arc::from(k), Arc::from(v)))
+                .collect(),
+        )
     }
 }
 
 impl Serialize for Tags {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        serializer.collect_map(self.0.iter().map(|(k, v)| (&**k, &**v)))
     }
 }
 
