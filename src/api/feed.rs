@@ -257,10 +257,14 @@ impl Rendered {
             write_sse_frame(&mut rendered, change);
             ends.push((change.revision, rendered.len()));
         }
-        Rendered {
-            block: rendered.freeze(),
-            ends,
-        }
+        // The buffer grew by doubling: up to half of it may be room never
+        // written, which the tail (trimmed by bytes written) would keep.
+        let block = if rendered.capacity() - rendered.len() > rendered.len() / 8 {
+            Bytes::copy_from_slice(&rendered)
+        } else {
+            rendered.freeze()
+        };
+        Rendered { block, ends }
     }
 }
 
