@@ -934,6 +934,11 @@ struct NameSet(Vec<UnitName>);
 impl NameSet {
     fn insert(&mut self, name: UnitName) {
         if let Err(at) = self.0.binary_search(&name) {
+            // A vector's first push makes room for four: room for one
+            // is what most sets ever need.
+            if self.0.capacity() == self.0.len() {
+                self.0.reserve_exact(self.0.len().max(1));
+            }
             self.0.insert(at, name);
         }
     }
