@@ -440,3 +440,23 @@ fn two_controllers_with_the_simulated_cloud_on_one_postgres_share_one_cloud() {
         child.wait().unwrap();
     }
 }
+
+/// The binary starts jemalloc with its own settings: one arena
+/// (`src/main.rs`). jemalloc prints the settings it runs with when asked
+/// to print its statistics at exit.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn the_binary_runs_its_allocator_with_one_arena() {
+    let out = berth_command()
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stats.contains("Global variable malloc_conf: \"narenas:1\""),
+        "{stats}"
+    );
+    assert!(stats.contains("opt.narenas: 1\n"), "{stats}");
+}
