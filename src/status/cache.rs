@@ -93,8 +93,18 @@ fn bring_forward(
     }
     // Let go of the old document before the new one is read.
     *document = None;
+    let started = Instant::now();
+    let shown = store.status_shown()?;
+    let read = started.elapsed();
     let mut whole = StatusDocument::new(cloud);
-    whole.apply(store.status_shown()?);
+    whole.apply(shown);
+    log::debug!(
+        "status read whole at revision {}: {} machines and units read in {:.1} ms, made into pieces in {:.1} ms",
+        whole.revision(),
+        whole.len(),
+        read.as_secs_f64() * 1e3,
+        (started.elapsed() - read).as_secs_f64() * 1e3,
+    );
     *document = Some(whole);
     Ok(())
 }

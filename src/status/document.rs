@@ -28,6 +28,7 @@ use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
+use crate::status::gzip;
 use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
@@ -102,7 +103,20 @@ struct UnitPiece {
     member: Member,
 }
 
+/// The state of `unit`'s machine among `machines`, as its view shows it.
+fn seen_on(unit: &UnitShown, machines: &BTreeMap<MachineId, MachinePiece>) -> Option<MachineSeen> {
+    unit.machine
+        .and_then(|m| machines.get(&m))
+        .map(MachinePiece::seen)
+}
+
 impl UnitPiece {
+    /// The piece of `unit`, whose machine is among `machines`.
+    fn on(unit: UnitShown, machines: &BTreeMap<MachineId, MachinePiece>) -> UnitPiece {
+        let machine = seen_on(&unit, machines);
+        UnitPiece::of(unit, machine)
+    }
+
     fn of(unit: UnitShown, machine: Option<MachineSeen>) -> UnitPiece {
         let view = unit_view(&unit, machine);
         UnitPiece {
@@ -291,9 +305,12 @@ impl StatusDocument {
             };
         }
         let mut moved: Vec<MachineId> = Vec::new();
-        for (id, machine) in delta.machines {
-            let before = match machine {
-                Some(machine) => self.machines.insert(id, MachinePiece::of(&machine)),
+        let machines = make_pieces(delta.machines, |(id, machine)| {
+            (id, machine.map(|machine| MachinePiece::of(&machine)))
+        });
+        for (id, piece) in machines {
+            let before = match piece {
+                Some(piece) => self.machines.insert(id, piece),
                 None => self.machines.remove(&id),
             };
             let after = self.machines.get(&id);
@@ -332,8 +349,11 @@ impl StatusDocument {
                 }
             }
         }
-        for (name, unit) in delta.units {
-            let piece = unit.map(|unit| self.unit_piece(unit));
+        let on = &self.machines;
+        let units = make_pieces(delta.units, |(name, unit)| {
+            (name, unit.map(|unit| UnitPiece::on(unit, on)))
+        });
+        for (name, piece) in units {
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
             let now_under = piece.as_ref().and_then(|p| p.unit.principal.clone());
             let before = match piece {
@@ -461,16 +481,9 @@ impl StatusDocument {
         }
     }
 
-    fn unit_piece(&self, unit: UnitShown) -> UnitPiece {
-        let state = self.machine_seen(&unit);
-        UnitPiece::of(unit, state)
-    }
-
     /// The state of `unit`'s machine, as its view shows it.
     fn machine_seen(&self, unit: &UnitShown) -> Option<MachineSeen> {
-        unit.machine
-            .and_then(|m| self.machines.get(&m))
-            .map(MachinePiece::seen)
+        seen_on(unit, &self.machines)
     }
 
     /// The whole status as JSON.
@@ -922,6 +935,42 @@ fn write_with_nested<'a>(
         inner.close();
     });
     write_extended(out, member.value(), key, write_nested);
+}
+
+/// The fewest machines or units whose pieces are made on more than one
+/// thread.
+const PIECES_IN_PARALLEL_AT_LEAST: usize = 16_384;
+
+/// `make` of each of `items`, in order; on every core when there are many
+/// (a whole read as a controller starts with a million machines makes two
+/// million pieces, each a view rendered as JSON).
+fn make_pieces<T: Send, U: Send>(mut items: Vec<T>, make: impl Fn(T) -> U + Sync) -> Vec<U> {
+    let threads = gzip::threads();
+    if threads == 1 || items.len() < PIECES_IN_PARALLEL_AT_LEAST {
+        return items.into_iter().map(make).collect();
+    }
+    let per_thread = items.len().div_ceil(threads);
+    let mut shares = Vec::with_capacity(threads);
+    while items.len() > per_thread {
+        shares.push(items.split_off(items.len() - per_thread));
+    }
+    shares.push(items);
+    shares.reverse();
+    let make = &make;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|share| scope.spawn(move || share.into_iter().map(make).collect::<Vec<_>>()))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 /// A few unit names in order: the units on one machine, or under one
@@ -1779,6 +1828,24 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn pieces_made_on_every_core_come_in_order() {
+        for n in [
+            0,
+            1,
+            PIECES_IN_PARALLEL_AT_LEAST - 1,
+            3 * PIECES_IN_PARALLEL_AT_LEAST + 7,
+        ] {
+            let items: Vec<usize> = (0..n).collect();
+            let made = make_pieces(items, |i| (i, std::thread::current().id()));
+            let order: Vec<usize> = made.iter().map(|(i, _)| *i).collect();
+            assert_eq!(order, (0..n).collect::<Vec<_>>(), "{n} items");
+            let threads: HashSet<_> = made.iter().map(|(_, t)| *t).collect();
+            let many = n >= PIECES_IN_PARALLEL_AT_LEAST && gzip::threads() > 1;
+            assert_eq!(threads.len() > 1, many, "{n} items");
+        }
     }
 
     #[test]
