@@ -38,9 +38,9 @@ use actix_web::web::Bytes;
 
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
+use crate::status::cores;
 use crate::status::document::StatusDocument;
 use crate::status::filter::{FilterError, StatusFilter};
-use crate::status::gzip;
 use crate::status::rendering::Rendering;
 use crate::store::{blocking, Store, StoreError};
 
@@ -189,7 +189,7 @@ impl StatusCache {
         lock(&self.gzipped).take();
         let member = blocking(move || {
             let started = Instant::now();
-            let member = body.gzip(gzip::threads());
+            let member = body.gzip(cores::count());
             log::debug!(
                 "status at revision {revision}: gzipped in {:.1} ms",
                 started.elapsed().as_secs_f64() * 1e3

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::status::cores;
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
-use crate::status::gzip;
 use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
@@ -945,7 +945,7 @@ const PIECES_IN_PARALLEL_AT_LEAST: usize = 16_384;
 /// (a whole read as a controller starts with a million machines makes two
 /// million pieces, each a view rendered as JSON).
 fn make_pieces<T: Send, U: Send>(mut items: Vec<T>, make: impl Fn(T) -> U + Sync) -> Vec<U> {
-    let threads = gzip::threads();
+    let threads = cores::count();
     if threads == 1 || items.len() < PIECES_IN_PARALLEL_AT_LEAST {
         return items.into_iter().map(make).collect();
     }
@@ -957,19 +957,8 @@ fn make_pieces<T: Send, U: Send>(mut items: Vec<T>, make: impl Fn(T) -> U + Sync
     shares.push(items);
     shares.reverse();
     let make = &make;
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = shares
-            .into_iter()
-            .map(|share| scope.spawn(move || share.into_iter().map(make).collect::<Vec<_>>()))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    cores::in_order(shares, |share: Vec<T>| {
+        share.into_iter().map(make).collect()
     })
 }
 
@@ -1843,7 +1832,7 @@ mod tests {
             let order: Vec<usize> = made.iter().map(|(i, _)| *i).collect();
             assert_eq!(order, (0..n).collect::<Vec<_>>(), "{n} items");
             let threads: HashSet<_> = made.iter().map(|(_, t)| *t).collect();
-            let many = n >= PIECES_IN_PARALLEL_AT_LEAST && gzip::threads() > 1;
+            let many = n >= PIECES_IN_PARALLEL_AT_LEAST && cores::count() > 1;
             assert_eq!(threads.len() > 1, many, "{n} items");
         }
     }

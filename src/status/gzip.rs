@@ -14,6 +14,8 @@
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 
+use crate::status::cores;
+
 /// zlib's level 2: with 100,000 machines, two-thirds of the size of level
 /// 1 for a tenth more time.
 const LEVEL: u32 = 2;
@@ -49,21 +51,8 @@ pub fn deflate_pieces(pieces: &[&[u8]], threads: usize) -> Vec<Vec<u8>> {
     if from < pieces.len() {
         shares.push(&pieces[from..]);
     }
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = shares
-            .into_iter()
-            .map(|share| {
-                scope.spawn(move || share.iter().map(|p| deflate_piece(p)).collect::<Vec<_>>())
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    cores::in_order(shares, |share| {
+        share.iter().map(|p| deflate_piece(p)).collect()
     })
 }
 
@@ -85,11 +74,6 @@ pub fn member<'a>(
     // ISIZE is the length modulo 2^32, as RFC 1952 has it.
     out.extend_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
     out
-}
-
-/// The threads [`deflate_pieces`] is worth giving: one per core.
-pub fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// `piece` deflated by a compressor of its own, ending in a sync flush

@@ -19,6 +19,8 @@
 //!   compresses only what changed.
 //! - [`gzip`]: a large document compressed on every core into one gzip
 //!   member.
+//! - [`cores`]: large jobs shared among the machine's cores, their results
+//!   in order.
 //! - [`text`]: the view as text: Juju's tables, JSON on one line, YAML.
 //!
 //! Status depends on the store and the domain only. The API's route and
@@ -26,6 +28,7 @@
 //! command-line arguments.
 
 pub mod cache;
+pub mod cores;
 pub mod document;
 pub mod filter;
 pub mod gzip;
