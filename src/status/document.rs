@@ -305,10 +305,11 @@ impl StatusDocument {
             };
         }
         let mut moved: Vec<MachineId> = Vec::new();
-        let machines = make_pieces(delta.machines, |(id, machine)| {
-            (id, machine.map(|machine| MachinePiece::of(&machine)))
+        let mut machines = delta.machines;
+        let pieces = make_pieces(&mut machines, |(_, machine)| {
+            machine.as_ref().map(MachinePiece::of)
         });
-        for (id, piece) in machines {
+        for ((id, _), piece) in machines.into_iter().zip(pieces) {
             let before = match piece {
                 Some(piece) => self.machines.insert(id, piece),
                 None => self.machines.remove(&id),
@@ -350,10 +351,11 @@ impl StatusDocument {
             }
         }
         let on = &self.machines;
-        let units = make_pieces(delta.units, |(name, unit)| {
-            (name, unit.map(|unit| UnitPiece::on(unit, on)))
+        let mut units = delta.units;
+        let pieces = make_pieces(&mut units, |(_, unit)| {
+            unit.take().map(|unit| UnitPiece::on(unit, on))
         });
-        for (name, piece) in units {
+        for ((name, _), piece) in units.into_iter().zip(pieces) {
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
             let now_under = piece.as_ref().and_then(|p| p.unit.principal.clone());
             let before = match piece {
@@ -943,23 +945,16 @@ const PIECES_IN_PARALLEL_AT_LEAST: usize = 16_384;
 
 /// `make` of each of `items`, in order; on every core when there are many
 /// (a whole read as a controller starts with a million machines makes two
-/// million pieces, each a view rendered as JSON).
-fn make_pieces<T: Send, U: Send>(mut items: Vec<T>, make: impl Fn(T) -> U + Sync) -> Vec<U> {
+/// million pieces, each a view rendered as JSON). `make` may take what it
+/// needs out of an item; the items stay where they are.
+fn make_pieces<T: Send, U: Send>(items: &mut [T], make: impl Fn(&mut T) -> U + Sync) -> Vec<U> {
     let threads = cores::count();
     if threads == 1 || items.len() < PIECES_IN_PARALLEL_AT_LEAST {
-        return items.into_iter().map(make).collect();
+        return items.iter_mut().map(make).collect();
     }
-    let per_thread = items.len().div_ceil(threads);
-    let mut shares = Vec::with_capacity(threads);
-    while items.len() > per_thread {
-        shares.push(items.split_off(items.len() - per_thread));
-    }
-    shares.push(items);
-    shares.reverse();
+    let shares: Vec<&mut [T]> = items.chunks_mut(items.len().div_ceil(threads)).collect();
     let make = &make;
-    cores::in_order(shares, |share: Vec<T>| {
-        share.into_iter().map(make).collect()
-    })
+    cores::in_order(shares, |share| share.iter_mut().map(make).collect())
 }
 
 /// A few unit names in order: the units on one machine, or under one
@@ -1827,8 +1822,8 @@ mod tests {
             PIECES_IN_PARALLEL_AT_LEAST - 1,
             3 * PIECES_IN_PARALLEL_AT_LEAST + 7,
         ] {
-            let items: Vec<usize> = (0..n).collect();
-            let made = make_pieces(items, |i| (i, std::thread::current().id()));
+            let mut items: Vec<usize> = (0..n).collect();
+            let made = make_pieces(&mut items, |i| (*i, std::thread::current().id()));
             let order: Vec<usize> = made.iter().map(|(i, _)| *i).collect();
             assert_eq!(order, (0..n).collect::<Vec<_>>(), "{n} items");
             let threads: HashSet<_> = made.iter().map(|(_, t)| *t).collect();
