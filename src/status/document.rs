@@ -174,7 +174,7 @@ pub struct StatusDocument {
     /// this document made last (see [`StatusDocument::render_segments`]).
     touched: RefCell<Touched>,
     /// How many machines and units their trees held when last built
-    /// full ([`StatusDocument::pack`]).
+    /// full (see `pack`).
     packed: [usize; 2],
 }
 

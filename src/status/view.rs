@@ -387,7 +387,7 @@ const WORKLOAD_SEVERITY: [&str; 7] = [
 
 /// Where a workload status ranks among [`WORKLOAD_SEVERITY`]: an
 /// application shows the most severe of its units'.
-pub fn severity(status: &str) -> usize {
+pub(crate) fn severity(status: &str) -> usize {
     WORKLOAD_SEVERITY
         .iter()
         .position(|s| *s == status)
@@ -561,7 +561,7 @@ pub fn fold_application_status<'a>(
 
 /// The most severe of the workload statuses seen, in unit order, the
 /// later of equals: the application's status. What is seen is a status or
-/// anything a status can be made from again, ranked by [`severity`].
+/// anything a status can be made from again, ranked by `severity`.
 pub struct MostSevere<T>(Option<(usize, T)>);
 
 impl<T> Default for MostSevere<T> {

@@ -36,7 +36,7 @@ word_enum! {
 /// and a map would allocate room for eleven for each of them. Keys and
 /// values are shared strings, so that the instances a ledger holds share
 /// the keys and the values they have in common (the controller's and the
-/// model's) instead of each holding copies ([`Tags::share_with`]).
+/// model's) instead of each holding copies (`Tags::share_with`).
 /// Serialized as a map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tags(Vec<(Arc<str>, Arc<str>)>);
