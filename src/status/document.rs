@@ -111,12 +111,6 @@ fn seen_on(unit: &UnitShown, machines: &BTreeMap<MachineId, MachinePiece>) -> Op
 }
 
 impl UnitPiece {
-    /// The piece of `unit`, whose machine is among `machines`.
-    fn on(unit: UnitShown, machines: &BTreeMap<MachineId, MachinePiece>) -> UnitPiece {
-        let machine = seen_on(&unit, machines);
-        UnitPiece::of(unit, machine)
-    }
-
     fn of(unit: UnitShown, machine: Option<MachineSeen>) -> UnitPiece {
         let view = unit_view(&unit, machine);
         UnitPiece {
@@ -353,7 +347,9 @@ impl StatusDocument {
         let on = &self.machines;
         let mut units = delta.units;
         let pieces = make_pieces(&mut units, |(_, unit)| {
-            unit.take().map(|unit| UnitPiece::on(unit, on))
+            let unit = unit.take()?;
+            let machine = seen_on(&unit, on);
+            Some(UnitPiece::of(unit, machine))
         });
         for ((name, _), piece) in units.into_iter().zip(pieces) {
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
@@ -481,11 +477,6 @@ impl StatusDocument {
                 touched.unit(subordinate);
             }
         }
-    }
-
-    /// The state of `unit`'s machine, as its view shows it.
-    fn machine_seen(&self, unit: &UnitShown) -> Option<MachineSeen> {
-        seen_on(unit, &self.machines)
     }
 
     /// The whole status as JSON.
@@ -828,7 +819,8 @@ impl StatusDocument {
                 }
                 if let Some(piece) = worst.most() {
                     view.application_status =
-                        unit_view(&piece.unit, self.machine_seen(&piece.unit)).workload_status;
+                        unit_view(&piece.unit, seen_on(&piece.unit, &self.machines))
+                            .workload_status;
                 }
             }
             let mut headers = self.headers.borrow_mut();
@@ -948,8 +940,14 @@ const PIECES_IN_PARALLEL_AT_LEAST: usize = 16_384;
 /// million pieces, each a view rendered as JSON). `make` may take what it
 /// needs out of an item; the items stay where they are.
 fn make_pieces<T: Send, U: Send>(items: &mut [T], make: impl Fn(&mut T) -> U + Sync) -> Vec<U> {
-    let threads = cores::count();
-    if threads == 1 || items.len() < PIECES_IN_PARALLEL_AT_LEAST {
+    // The core count is read (a few system calls) only for a large
+    // change, not for each of the small deltas a running deploy brings.
+    let threads = if items.len() < PIECES_IN_PARALLEL_AT_LEAST {
+        1
+    } else {
+        cores::count()
+    };
+    if threads == 1 {
         return items.iter_mut().map(make).collect();
     }
     let shares: Vec<&mut [T]> = items.chunks_mut(items.len().div_ceil(threads)).collect();
