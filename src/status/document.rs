@@ -384,10 +384,19 @@ impl StatusDocument {
     /// grows them, leaves its nodes little more than half full, and their
     /// entries are large (with 100,000 units, about 20 MB of room never
     /// used). Built from sorted entries, every node is full.
+    ///
+    /// The entries stream from the old tree into the new: `append` to a
+    /// tree of the first entry merges the two in order into new full nodes
+    /// as the old ones are let go. (`collect` would first gather every
+    /// entry into a vector and sort it, briefly holding twice the tree.)
     fn pack(&mut self) {
         fn pack_tree<K: Ord, V>(tree: &mut BTreeMap<K, V>, packed: &mut usize) {
             if tree.len() >= PACK_AT_LEAST && tree.len() >= *packed + *packed / 4 {
-                *tree = std::mem::take(tree).into_iter().collect();
+                if let Some(first) = tree.pop_first() {
+                    let mut full = BTreeMap::from([first]);
+                    full.append(tree);
+                    *tree = full;
+                }
                 *packed = tree.len();
             }
         }
