@@ -1,7 +1,6 @@
 //! Routes that show state without changing it: status, the change log as
 //! Server-Sent Events, `/healthz`, `/metrics` and the OpenAPI document.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -17,7 +16,6 @@ use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::feed::Next;
 use crate::api::Shared;
 use crate::status::filter::{FilterError, StatusFilter};
-use crate::status::rendering::Rendering;
 use crate::status::view::Status;
 use crate::store::{Change, StoreError};
 
@@ -102,7 +100,7 @@ pub async fn get_status(
             response.insert_header((header::CONTENT_ENCODING, "gzip"));
             InSlices::new(shared.status.get_gzip(store, cloud).await?)
         } else {
-            InSlices::rendering(shared.status.get(store, cloud).await?)
+            InSlices::of(shared.status.get(store, cloud).await?.pieces())
         }
     };
     Ok(response.body(body))
@@ -144,36 +142,9 @@ const SLICE: usize = 64 * 1024;
 /// each reader costs a slice, not a copy of the whole document (60 MB
 /// with 100,000 machines).
 pub struct InSlices {
-    /// What is left of the piece being handed over.
-    current: Bytes,
-    /// The pieces after it.
-    rest: Pieces,
+    /// The pieces not yet handed over, the next last.
+    rest: Vec<Bytes>,
     size: u64,
-}
-
-/// Where a body's pieces come from.
-enum Pieces {
-    /// Pieces at hand, the next last.
-    Held(Vec<Bytes>),
-    /// A rendering's segments from `next` on, each inflated as it comes
-    /// if the rendering is lean.
-    Rendering {
-        rendering: Arc<Rendering>,
-        next: usize,
-    },
-}
-
-impl Pieces {
-    fn next(&mut self) -> Option<Bytes> {
-        match self {
-            Pieces::Held(rest) => rest.pop(),
-            Pieces::Rendering { rendering, next } => {
-                let piece = rendering.piece(*next)?;
-                *next += 1;
-                Some(piece)
-            }
-        }
-    }
 }
 
 impl InSlices {
@@ -183,25 +154,10 @@ impl InSlices {
 
     /// The body of `pieces` one after the other.
     pub fn of(pieces: impl IntoIterator<Item = Bytes>) -> InSlices {
-        let mut rest: Vec<Bytes> = pieces.into_iter().collect();
+        let mut rest: Vec<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
         rest.reverse();
         let size = rest.iter().map(|p| p.len() as u64).sum();
-        InSlices {
-            current: Bytes::new(),
-            rest: Pieces::Held(rest),
-            size,
-        }
-    }
-
-    /// The body of `rendering`'s pieces: a lean one's segments are
-    /// inflated one at a time as the connection takes them, so the first
-    /// bytes go out at once.
-    pub fn rendering(rendering: Arc<Rendering>) -> InSlices {
-        InSlices {
-            current: Bytes::new(),
-            size: rendering.len() as u64,
-            rest: Pieces::Rendering { rendering, next: 0 },
-        }
+        InSlices { rest, size }
     }
 }
 
@@ -216,14 +172,14 @@ impl actix_web::body::MessageBody for InSlices {
         mut self: std::pin::Pin<&mut Self>,
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
-        while self.current.is_empty() {
-            match self.rest.next() {
-                Some(piece) => self.current = piece,
-                None => return std::task::Poll::Ready(None),
-            }
+        let Some(next) = self.rest.last_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let slice = next.split_to(SLICE.min(next.len()));
+        if next.is_empty() {
+            self.rest.pop();
         }
-        let take = SLICE.min(self.current.len());
-        std::task::Poll::Ready(Some(Ok(self.current.split_to(take))))
+        std::task::Poll::Ready(Some(Ok(slice)))
     }
 }
 
@@ -602,35 +558,6 @@ mod tests {
         let (lengths, seen) = drain(&mut slices).await;
         assert_eq!(lengths, vec![10, SLICE, 10, SLICE, 80]);
         assert_eq!(seen, body);
-    }
-
-    #[actix_web::test]
-    async fn a_lean_rendering_is_handed_over_whole_inflated_as_it_goes() {
-        use crate::status::rendering::{Cuts, Label, Segmenter};
-        let text = b"{\"machine\":0,\"state\":\"started\"},";
-        let body: Vec<u8> = (0..SLICE * 3).map(|i| text[i % text.len()]).collect();
-        let mut segmenter = Segmenter::after(None);
-        let mut out = Vec::new();
-        for (block, part) in body.chunks(SLICE + 1000).enumerate() {
-            let label = Label::Machines {
-                block: block as u64,
-                first: block == 0,
-            };
-            segmenter.cut(&mut out, label);
-            out.extend_from_slice(part);
-        }
-        let rendering = segmenter.finish(&mut out);
-        rendering.gzip(2);
-        let lean = Arc::new(rendering.lean());
-        assert!(lean.is_lean());
-
-        let mut slices = InSlices::rendering(Arc::clone(&lean));
-        assert_eq!(slices.size(), BodySize::Sized(body.len() as u64));
-        let (lengths, seen) = drain(&mut slices).await;
-        assert!(seen == body, "the bytes handed over are the rendering's");
-        assert!(lengths.iter().all(|n| *n <= SLICE), "{lengths:?}");
-        // What was inflated to hand over is kept for the next response.
-        assert!(!lean.is_lean());
     }
 
     #[test]

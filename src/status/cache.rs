@@ -22,10 +22,7 @@
 //!   revision (only its new segments, on every core) and kept beside it
 //!   the same way; once a client has asked for it, [`keep_fresh`]
 //!   compresses each quiet rendering too, and one now and then during a
-//!   long burst of writes. The rendering kept between those is lean: only
-//!   its deflated segments (a fourteenth of the plain bytes), whose plain
-//!   bytes are inflated again once the burst ends, or segment by segment
-//!   as a plain response hands them out.
+//!   long burst of writes.
 //!
 //! # Guarantees
 //!
@@ -168,45 +165,7 @@ impl StatusCache {
     ///
     /// The store's error if the state cannot be read.
     pub async fn get(&self, store: &Store, cloud: &str) -> Result<Arc<Rendering>, StoreError> {
-        let (_, rendering) = self.rendered(store, cloud).await?;
-        if rendering.is_lean() {
-            // Kept lean through a burst of writes: while the response
-            // hands out its first segments (inflating each as it comes),
-            // the rest are inflated on every core.
-            let filling = Arc::clone(&rendering);
-            tokio::task::spawn_blocking(move || filling.fill(cores::count()));
-        }
-        Ok(rendering)
-    }
-
-    /// Inflates again the bytes of the newest rendering, if it was kept
-    /// lean, on every core, so that the next plain request hands them out
-    /// at once.
-    async fn fill_kept(&self) -> Result<(), StoreError> {
-        let kept = lock(&self.latest).clone();
-        let Some((revision, rendering)) = kept.filter(|(_, r)| r.is_lean()) else {
-            return Ok(());
-        };
-        blocking(move || {
-            let started = Instant::now();
-            rendering.fill(cores::count());
-            log::debug!(
-                "status at revision {revision}: lean segments filled in {:.1} ms",
-                started.elapsed().as_secs_f64() * 1e3
-            );
-            Ok(())
-        })
-        .await
-    }
-
-    /// Keeps the newest rendering lean ([`Rendering::lean`]) if it has
-    /// been gzipped: between the renderings of a long burst of writes only
-    /// gzip needs it, and it holds a fourteenth of the memory.
-    fn keep_lean(&self) {
-        let mut latest = lock(&self.latest);
-        if let Some((_, rendering)) = latest.as_mut() {
-            *rendering = Arc::new(rendering.lean());
-        }
+        Ok(self.rendered(store, cloud).await?.1)
     }
 
     /// The status JSON as of the store's head (or later), as one gzip
@@ -422,25 +381,16 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
                 // compresses only what changed since, not the whole.
                 if gzip_wanted && rendered_at.elapsed() >= BUSY_RENDER_EVERY.max(render_took * 10) {
                     let started = Instant::now();
-                    match cache.get_gzip(store, cloud).await {
-                        // Until the burst ends, only the next gzip needs
-                        // this rendering: its plain bytes go.
-                        Ok(_) => cache.keep_lean(),
-                        Err(e) => log::warn!("cannot render the status: {e}"),
+                    if let Err(e) = cache.get_gzip(store, cloud).await {
+                        log::warn!("cannot render the status: {e}");
                     }
                     rendered_at = Instant::now();
                     render_took = rendered_at - started;
                 }
             }
             Err(_) => {
-                // With gzip: gzipped, and its lean segments (kept through
-                // the burst) filled again, so that a plain request finds
-                // it ready too.
                 let rendered = if gzip_wanted {
-                    match cache.get_gzip(store, cloud).await {
-                        Ok(_) => cache.fill_kept().await,
-                        Err(e) => Err(e),
-                    }
+                    cache.get_gzip(store, cloud).await.map(drop)
                 } else {
                     cache.get(store, cloud).await.map(drop)
                 };
@@ -456,68 +406,5 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
         }
         tokio::time::sleep(SETTLE).await;
         head.mark_unchanged();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::db::DatabaseUrl;
-    use crate::store::machines::AddMachines;
-
-    fn latest(cache: &StatusCache) -> Arc<Rendering> {
-        lock(&cache.latest)
-            .as_ref()
-            .map(|(_, r)| Arc::clone(r))
-            .expect("a rendering kept")
-    }
-
-    async fn add_machines(store: &Store, count: u32) {
-        store
-            .add_machines(AddMachines {
-                count,
-                ..AddMachines::default()
-            })
-            .await
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_rendering_kept_lean_serves_the_whole_status_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&DatabaseUrl::Sqlite(dir.path().join("berth.db"))).unwrap();
-        add_machines(&store, 700).await;
-        let cache = StatusCache::default();
-        let member = cache.get_gzip(&store, "sim").await.unwrap();
-        let whole = cache.get(&store, "sim").await.unwrap().to_vec();
-
-        // As between the renderings of a burst: only the deflated bytes,
-        // from which a gzip request is answered as before.
-        cache.keep_lean();
-        let kept = latest(&cache);
-        assert!(kept.is_lean());
-        assert_eq!(cache.get_gzip(&store, "sim").await.unwrap(), member);
-        // A plain request gets the lean rendering, whose segments are
-        // inflated as they are handed out (and on other cores meanwhile).
-        let again = cache.get(&store, "sim").await.unwrap();
-        assert!(Arc::ptr_eq(&again, &kept));
-        assert_eq!(again.to_vec(), whole);
-
-        // Once the burst is over, the bytes are filled in again.
-        cache.keep_lean();
-        assert!(latest(&cache).is_lean());
-        cache.fill_kept().await.unwrap();
-        assert!(!latest(&cache).is_lean());
-        assert_eq!(latest(&cache).to_vec(), whole);
-
-        // The next revision, rendered after a lean one (sharing its
-        // segments that did not change), is the whole status, as a cache
-        // that never kept one lean renders it.
-        cache.keep_lean();
-        add_machines(&store, 3).await;
-        let next = cache.get(&store, "sim").await.unwrap();
-        let fresh = StatusCache::default().get(&store, "sim").await.unwrap();
-        assert_eq!(next.to_vec(), fresh.to_vec());
-        assert_ne!(next.to_vec(), whole);
     }
 }

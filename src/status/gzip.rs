@@ -12,7 +12,7 @@
 //! refer back into the piece before it, which deflate allows but does not
 //! require).
 
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Compress, Compression, FlushCompress, Status};
 
 use crate::status::cores;
 
@@ -94,26 +94,6 @@ pub fn deflate_piece(piece: &[u8]) -> Vec<u8> {
         }
         out.reserve(out.capacity().max(4096));
     }
-}
-
-/// The `len` bytes that `deflated` (one piece from [`deflate_piece`])
-/// holds.
-pub fn inflate_piece(deflated: &[u8], len: usize) -> Vec<u8> {
-    let mut decompressor = Decompress::new(false);
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let taken = usize::try_from(decompressor.total_in()).unwrap_or(deflated.len());
-        let before = out.len();
-        decompressor
-            .decompress_vec(&deflated[taken..], &mut out, FlushDecompress::Sync)
-            .unwrap_or_else(|e| unreachable!("a piece this process deflated inflates: {e}"));
-        assert!(
-            out.len() > before,
-            "a deflated piece ended after {} of its {len} bytes",
-            out.len()
-        );
-    }
-    out
 }
 
 #[cfg(test)]
@@ -200,16 +180,6 @@ mod tests {
             piece_size in 1usize..2000,
         ) {
             prop_assert_eq!(gunzip(&gzip_in_pieces(&data, threads, piece_size)), data);
-        }
-
-        #[test]
-        fn a_deflated_piece_inflates_to_its_bytes(
-            data in proptest::collection::vec(any::<u8>(), 0..5000),
-            repeats in 1usize..200,
-        ) {
-            // Random bytes (stored blocks) and repeated ones (compressed).
-            let piece: Vec<u8> = data.iter().copied().cycle().take(data.len() * repeats).collect();
-            prop_assert_eq!(inflate_piece(&deflate_piece(&piece), piece.len()), piece);
         }
     }
 }

@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock};
 use actix_web::web::Bytes;
 
 use crate::domain::names::ApplicationName;
-use crate::status::{cores, gzip};
+use crate::status::gzip;
 
 /// How many machines (by host number) or units (by number) a segment
 /// holds at most: with 100,000 machines, segments of about 180 KB.
@@ -68,15 +68,10 @@ pub enum Label {
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// A run of a rendering's bytes, with its CRC-32 and, once asked for, its
-/// deflated bytes. A lean segment ([`Rendering::lean`]) keeps only the
-/// deflated bytes; its plain bytes are inflated from them again when
-/// asked for.
+/// deflated bytes.
 pub struct Segment {
-    /// The bytes: set from the start, or for a lean segment once asked for.
-    plain: OnceLock<Bytes>,
-    len: usize,
+    plain: Bytes,
     crc: u32,
-    /// Set once asked for; always set in a lean segment.
     deflated: OnceLock<Bytes>,
 }
 
@@ -84,53 +79,14 @@ impl Segment {
     fn of(plain: &[u8]) -> Segment {
         Segment {
             crc: crc32fast::hash(plain),
-            len: plain.len(),
-            plain: OnceLock::from(Bytes::copy_from_slice(plain)),
+            plain: Bytes::copy_from_slice(plain),
             deflated: OnceLock::new(),
-        }
-    }
-
-    /// The bytes, inflated again first if the segment is lean.
-    fn plain(&self) -> &Bytes {
-        self.plain.get_or_init(|| Bytes::from(self.inflated()))
-    }
-
-    /// The bytes of a lean segment, from its deflated bytes.
-    fn inflated(&self) -> Vec<u8> {
-        let deflated = self.deflated.get().unwrap_or_else(|| {
-            unreachable!("a segment without its bytes always has them deflated")
-        });
-        gzip::inflate_piece(deflated, self.len)
-    }
-
-    /// Whether the segment's bytes are exactly `bytes`: compared whole,
-    /// a lean segment's after its CRC-32 matches (without keeping them).
-    fn holds(&self, bytes: &[u8]) -> bool {
-        if self.len != bytes.len() {
-            return false;
-        }
-        match self.plain.get() {
-            Some(plain) => plain[..] == bytes[..],
-            None => self.crc == crc32fast::hash(bytes) && self.inflated() == bytes,
-        }
-    }
-
-    /// The same segment without its plain bytes, once it is deflated.
-    fn lean(this: &Arc<Segment>) -> Arc<Segment> {
-        match this.deflated.get() {
-            Some(deflated) if this.plain.get().is_some() => Arc::new(Segment {
-                plain: OnceLock::new(),
-                len: this.len,
-                crc: this.crc,
-                deflated: OnceLock::from(deflated.clone()),
-            }),
-            _ => Arc::clone(this),
         }
     }
 
     /// The CRC-32 and length of the bytes, to combine with others'.
     fn hasher(&self) -> crc32fast::Hasher {
-        crc32fast::Hasher::new_with_initial_len(self.crc, self.len as u64)
+        crc32fast::Hasher::new_with_initial_len(self.crc, self.plain.len() as u64)
     }
 }
 
@@ -147,7 +103,7 @@ pub struct Rendering {
 impl Rendering {
     /// The length of the JSON.
     pub fn len(&self) -> usize {
-        self.segments.iter().map(|(_, s)| s.len).sum()
+        self.segments.iter().map(|(_, s)| s.plain.len()).sum()
     }
 
     /// Whether there is no JSON at all (a rendering not yet made).
@@ -155,69 +111,18 @@ impl Rendering {
         self.len() == 0
     }
 
-    /// The JSON's `index`th piece (segment), shared rather than copied;
-    /// for a lean segment, inflated first and kept.
-    pub fn piece(&self, index: usize) -> Option<Bytes> {
-        self.segments.get(index).map(|(_, s)| s.plain().clone())
-    }
-
-    /// The JSON in pieces, in order (see [`Rendering::piece`]).
+    /// The JSON in pieces, in order, each shared rather than copied.
     pub fn pieces(&self) -> impl Iterator<Item = Bytes> + '_ {
-        (0..self.segments.len()).filter_map(|i| self.piece(i))
+        self.segments.iter().map(|(_, s)| s.plain.clone())
     }
 
     /// The JSON joined into one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len());
         for (_, segment) in &self.segments {
-            out.extend_from_slice(segment.plain());
+            out.extend_from_slice(&segment.plain);
         }
         out
-    }
-
-    /// The same rendering (the same generation) with its deflated segments
-    /// lean: holding their deflated bytes only, about a fourteenth of the
-    /// plain. What a controller keeps between the renderings of a long
-    /// burst of writes, which only gzip needs.
-    pub fn lean(&self) -> Rendering {
-        Rendering {
-            segments: self
-                .segments
-                .iter()
-                .map(|(label, segment)| (label.clone(), Segment::lean(segment)))
-                .collect(),
-            fresh: self.fresh,
-            generation: self.generation,
-        }
-    }
-
-    /// Whether some segment holds its deflated bytes only.
-    pub fn is_lean(&self) -> bool {
-        self.segments.iter().any(|(_, s)| s.plain.get().is_none())
-    }
-
-    /// Inflates the lean segments' bytes again, on up to `threads`
-    /// threads, and keeps them, so that [`Rendering::pieces`] hands them
-    /// out at once.
-    pub fn fill(&self, threads: usize) {
-        let lean: Vec<&Segment> = self
-            .segments
-            .iter()
-            .map(|(_, s)| s.as_ref())
-            .filter(|s| s.plain.get().is_none())
-            .collect();
-        if lean.is_empty() {
-            return;
-        }
-        // Each segment is inflated once: a reader or another filling at
-        // the same time waits for the one inflating it.
-        let shares = lean.chunks(lean.len().div_ceil(threads.max(1))).collect();
-        cores::in_order(shares, |share: &[&Segment]| {
-            for segment in share {
-                segment.plain();
-            }
-            Vec::<()>::new()
-        });
     }
 
     /// How many segments the rendering is in.
@@ -245,8 +150,7 @@ impl Rendering {
             .map(|(_, s)| s.as_ref())
             .filter(|s| s.deflated.get().is_none())
             .collect();
-        // A segment not yet deflated is not lean: its bytes are there.
-        let plains: Vec<&[u8]> = missing.iter().map(|s| &s.plain()[..]).collect();
+        let plains: Vec<&[u8]> = missing.iter().map(|s| &s.plain[..]).collect();
         for (segment, deflated) in missing.iter().zip(gzip::deflate_pieces(&plains, threads)) {
             // Another compressor may have got there first; the bytes are
             // the same either way.
@@ -337,7 +241,7 @@ impl Segmenter {
         let same = self
             .previous
             .remove(&self.label)
-            .filter(|before| before.holds(out));
+            .filter(|before| before.plain[..] == out[..]);
         let segment = same.unwrap_or_else(|| {
             self.fresh += 1;
             Arc::new(Segment::of(out))
@@ -450,74 +354,6 @@ mod tests {
     }
 
     #[test]
-    fn a_lean_rendering_holds_only_deflated_bytes_and_is_compared_whole() {
-        let before: Vec<(u64, Vec<u8>)> = (0..4)
-            .map(|i| {
-                (
-                    i,
-                    format!("{{\"machine\":{i},\"state\":\"started\"}},")
-                        .repeat(50)
-                        .into_bytes(),
-                )
-            })
-            .collect();
-        let first = render(&before, None);
-        let gzipped = first.gzip(2);
-        let lean = Arc::new(first.lean());
-        drop(first);
-        assert!(lean.is_lean());
-        assert!(lean.segments.iter().all(|(_, s)| s.plain.get().is_none()));
-        assert_eq!(lean.len(), joined(&before).len());
-        // The same member from the deflated bytes alone.
-        assert_eq!(lean.gzip(1), gzipped);
-
-        // The next rendering compares with the lean segments' bytes: the
-        // one that comes out the same is shared (still lean, not deflated
-        // again), one of the same length and different bytes is not.
-        let mut after = before.clone();
-        after[1].1 = after[1]
-            .1
-            .iter()
-            .map(|b| if *b == b'1' { b'7' } else { *b })
-            .collect();
-        assert_eq!(after[1].1.len(), before[1].1.len());
-        let second = render(&after, Some(&lean));
-        assert_eq!(
-            second.fresh_since(&lean),
-            [Label::Machines {
-                block: 1,
-                first: false
-            }]
-        );
-        assert!(second.is_lean());
-        assert_eq!(gunzip(&second.gzip(2)), joined(&after));
-
-        // Filled, its bytes are there again, the same as written.
-        second.fill(2);
-        assert!(!second.is_lean());
-        assert_eq!(second.to_vec(), joined(&after));
-        let pieces: Vec<u8> = second.pieces().flat_map(|p| p.to_vec()).collect();
-        assert_eq!(pieces, joined(&after));
-
-        // Read without filling, a lean rendering inflates each segment as
-        // it hands it out.
-        let third = second.lean();
-        assert!(third.is_lean());
-        let pieces: Vec<u8> = third.pieces().flat_map(|p| p.to_vec()).collect();
-        assert_eq!(pieces, joined(&after));
-    }
-
-    #[test]
-    fn a_rendering_not_yet_gzipped_keeps_its_bytes_when_made_lean() {
-        let parts = vec![(0, b"{\"a\":1}".to_vec())];
-        let rendering = render(&parts, None);
-        let lean = rendering.lean();
-        assert!(!lean.is_lean());
-        assert_eq!(lean.to_vec(), joined(&parts));
-        assert_eq!(lean.generation(), rendering.generation());
-    }
-
-    #[test]
     fn same_bytes_under_another_label_are_not_taken_for_it() {
         let first = render(&[(0, b"x".to_vec()), (1, b"y".to_vec())], None);
         let second = render(&[(0, b"y".to_vec()), (1, b"x".to_vec())], Some(&first));
@@ -542,15 +378,13 @@ mod tests {
                 1..5,
             ),
             threads in 1usize..4,
-            lean in proptest::collection::vec(any::<bool>(), 5),
         ) {
-            // Each kept as it is or lean, as a burst of writes keeps them.
             let mut previous: Option<Arc<Rendering>> = None;
-            for (parts, lean) in runs.into_iter().zip(lean) {
+            for parts in runs {
                 let rendering = render(&parts, previous.as_ref());
-                prop_assert_eq!(gunzip(&rendering.gzip(threads)), joined(&parts));
                 prop_assert_eq!(rendering.to_vec(), joined(&parts));
-                previous = Some(if lean { Arc::new(rendering.lean()) } else { rendering });
+                prop_assert_eq!(gunzip(&rendering.gzip(threads)), joined(&parts));
+                previous = Some(rendering);
             }
         }
     }
