@@ -915,6 +915,25 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
         );
         assert_eq!(summary.zone, full.record.machine.lifecycle.zone);
     }
+
+    // Only the machines that record one of the instances or are named, in
+    // id order, each once; none for names nothing matches.
+    let machine_one: MachineId = "1".parse().unwrap();
+    let of = |instances: &[&str], machines: &[MachineId]| {
+        let instances: Vec<String> = instances.iter().map(|i| i.to_string()).collect();
+        store
+            .machine_summaries_of(&instances, machines)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(&["i-1"], &[spare]), ["1".to_string(), spare.to_string()]);
+    assert_eq!(of(&["i-1"], &[machine_one]), ["1"]);
+    assert_eq!(of(&["i-9"], &[]), Vec::<String>::new());
+    assert_eq!(of(&[], &[]), Vec::<String>::new());
+    let picked = store.machine_summaries_of(&["i-1".into()], &[]).unwrap();
+    assert_eq!(picked, summaries[1..2]);
 }
 
 on_both_backends!(

@@ -168,6 +168,32 @@ pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> V
         .collect()
 }
 
+/// What decides whether the instances `candidates` names are
+/// [`periodic_strays`]: the instances tagged for a candidate's machine
+/// (the candidates among them), in `instances`' order, and those machines.
+/// Against the machines that record one of those instances or are one of
+/// those machines, each candidate comes out a stray or not as it does
+/// against every machine.
+pub fn deciding_strays(
+    candidates: &[String],
+    instances: &[Instance],
+) -> (Vec<Instance>, Vec<MachineId>) {
+    let wanted: HashSet<&str> = candidates.iter().map(String::as_str).collect();
+    let claimed: HashSet<MachineId> = instances
+        .iter()
+        .filter(|i| wanted.contains(i.id.as_str()))
+        .filter_map(|i| i.machine)
+        .collect();
+    let deciding = instances
+        .iter()
+        .filter(|i| {
+            wanted.contains(i.id.as_str()) || i.machine.is_some_and(|m| claimed.contains(&m))
+        })
+        .cloned()
+        .collect();
+    (deciding, claimed.into_iter().collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +223,23 @@ mod tests {
             hardware: Hardware::default(),
             addresses: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_instance_that_lost_its_machine_to_another_is_decided_with_that_one() {
+        // A dying machine adopts the first of two launches tagged for it;
+        // the second is a stray only because of the first.
+        let machines = [machine(0, MachineState::Dying, None)];
+        let instances = [
+            instance("i-a", Some(0), InstanceState::Running),
+            instance("i-b", Some(0), InstanceState::Running),
+        ];
+        assert_eq!(periodic_strays(&machines, &instances), ["i-b"]);
+        let (deciding, named) = deciding_strays(&["i-b".to_string()], &instances);
+        let ids: Vec<&str> = deciding.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["i-a", "i-b"]);
+        assert_eq!(named, [MachineId::new(0)]);
+        assert_eq!(periodic_strays(&machines, &deciding), ["i-b"]);
     }
 
     #[test]
@@ -370,6 +413,37 @@ mod tests {
                 prop_assert!(!owned.contains(instance.id.as_str()));
                 prop_assert!(!plan.strays.contains(&instance.id));
             }
+        }
+
+        #[test]
+        fn strays_decided_on_the_deciding_machines_are_those_of_every_machine(
+            (machines, instances) in world(),
+            pick in proptest::collection::vec(any::<bool>(), 0..40),
+        ) {
+            // Any candidates: the strays of every machine, and others.
+            let candidates: Vec<String> = instances
+                .iter()
+                .zip(pick.iter().chain(std::iter::repeat(&true)))
+                .filter(|(_, picked)| **picked)
+                .map(|(i, _)| i.id.clone())
+                .collect();
+            let (deciding, named) = deciding_strays(&candidates, &instances);
+            let ids: HashSet<&str> = deciding.iter().map(|i| i.id.as_str()).collect();
+            let read: Vec<MachineSummary> = machines
+                .iter()
+                .filter(|m| {
+                    named.contains(&m.id)
+                        || m.instance_id.as_deref().is_some_and(|i| ids.contains(i))
+                })
+                .cloned()
+                .collect();
+            let of = |strays: Vec<String>| -> Vec<String> {
+                strays.into_iter().filter(|s| candidates.contains(s)).collect()
+            };
+            prop_assert_eq!(
+                of(periodic_strays(&read, &deciding)),
+                of(periodic_strays(&machines, &instances))
+            );
         }
 
         #[test]

@@ -22,7 +22,9 @@ use actix::prelude::*;
 use crate::domain::instance::{Instance, InstanceState};
 use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
-use crate::domain::reconcile::{periodic_strays, plan_reconciliation, MachineSummary};
+use crate::domain::reconcile::{
+    deciding_strays, periodic_strays, plan_reconciliation, MachineSummary,
+};
 use crate::engine::leases::{is_mine, Fence};
 use crate::engine::machine::{lost_instance_message, Host, MachineActor};
 use crate::engine::protocol::{
@@ -976,6 +978,11 @@ struct Survey {
 /// came before the listing, so an instance another controller launched in
 /// between looks like nobody's; by the second read its machine says it is
 /// starting (the launch is written before it is made) or has recorded it.
+///
+/// The second read takes only the machines that decide it
+/// ([`deciding_strays`]), so each candidate comes out as it would against
+/// every machine. (Every machine again, with 100,000 of them, was a 19 MB
+/// array and its strings, while the first read's were still held.)
 async fn confirm_strays(
     shared: &Shared,
     candidates: Vec<String>,
@@ -984,12 +991,14 @@ async fn confirm_strays(
     if candidates.is_empty() {
         return Ok(candidates);
     }
+    let (deciding, machine_ids) = deciding_strays(&candidates, instances);
+    let instance_ids: Vec<String> = deciding.iter().map(|i| i.id.clone()).collect();
     let machines = shared
         .store
-        .blocking(|s| s.machine_summaries())
+        .blocking(move |s| s.machine_summaries_of(&instance_ids, &machine_ids))
         .await
         .map_err(|e| e.to_string())?;
-    let still: HashSet<String> = periodic_strays(&machines, instances).into_iter().collect();
+    let still: HashSet<String> = periodic_strays(&machines, &deciding).into_iter().collect();
     Ok(candidates
         .into_iter()
         .filter(|id| still.contains(id))

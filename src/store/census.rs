@@ -37,10 +37,7 @@ use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
 use crate::store::schema::{machines, units, zone_census};
 use crate::store::together::ZoneChoiceRequest;
 use crate::store::writer::Tx;
-use crate::store::{Origin, Store, StoreError};
-
-/// Machine ids per statement, under SQLite's bound-parameter limit.
-const IDS_PER_STATEMENT: usize = 500;
+use crate::store::{Origin, Store, StoreError, IDS_PER_STATEMENT};
 
 /// The census as stored (or as this batch last read or counted it).
 pub(crate) fn read(tx: &mut Tx<'_>) -> Result<ZoneCensus, StoreError> {

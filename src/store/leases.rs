@@ -28,10 +28,7 @@ use crate::domain::names::MachineId;
 use crate::store::db::per_backend;
 use crate::store::records::{stored, MachineLease};
 use crate::store::schema::{leases, machines};
-use crate::store::{now_ms, Store, StoreError};
-
-/// Machine ids per statement, under SQLite's bound-parameter limit.
-const IDS_PER_STATEMENT: usize = 500;
+use crate::store::{now_ms, Store, StoreError, IDS_PER_STATEMENT};
 
 /// The prefix of each controller's own lease, which says it is alive.
 pub const CONTROLLER_LEASE_PREFIX: &str = "controller:";

@@ -17,7 +17,9 @@ use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
 use crate::store::units::load_application;
 use crate::store::writer::Tx;
-use crate::store::{model_constraints_tx, ChangeKind, Entity, Store, StoreError};
+use crate::store::{
+    model_constraints_tx, ChangeKind, Entity, Store, StoreError, IDS_PER_STATEMENT,
+};
 
 /// What `add-machine` asks for. The default is one workload machine of the
 /// default base with the model's constraints.
@@ -737,41 +739,47 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
-        type Row = (
-            String,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            String,
-        );
         self.read(|conn| {
-            let rows: Vec<Row> = machines::table
-                .select((
-                    machines::id,
-                    machines::state,
-                    machines::role,
-                    machines::instance_id,
-                    machines::zone,
-                    machines::addresses,
-                ))
-                .load(conn)?;
-            let mut summaries = rows
-                .into_iter()
-                .map(|(id, state, role, instance_id, zone, addresses)| {
-                    Ok(MachineSummary {
-                        id: stored("machine id", &id)?,
-                        state: stored("machine state", &state)?,
-                        role: MachineRole::parse(&role).ok_or_else(|| {
-                            StoreError::Invariant(format!("machine role {role:?}"))
-                        })?,
-                        instance_id,
-                        zone,
-                        addresses,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            summaries.sort_by_key(|m| m.id);
+            let rows: Vec<SummaryRow> = machines::table.select(SUMMARY_COLUMNS).load(conn)?;
+            summaries_of(rows)
+        })
+    }
+
+    /// The machines, in id order, as a reconciliation sees them, that
+    /// record one of `instance_ids` or whose id is one of `machine_ids`:
+    /// what it takes to tell whether those instances are strays, read
+    /// without reading every machine.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn machine_summaries_of(
+        &self,
+        instance_ids: &[String],
+        machine_ids: &[MachineId],
+    ) -> Result<Vec<MachineSummary>, StoreError> {
+        let machine_ids: Vec<String> = machine_ids.iter().map(ToString::to_string).collect();
+        self.read(|conn| {
+            let mut rows: Vec<SummaryRow> = Vec::new();
+            for chunk in instance_ids.chunks(IDS_PER_STATEMENT) {
+                rows.extend(
+                    machines::table
+                        .select(SUMMARY_COLUMNS)
+                        .filter(machines::instance_id.eq_any(chunk))
+                        .load::<SummaryRow>(conn)?,
+                );
+            }
+            for chunk in machine_ids.chunks(IDS_PER_STATEMENT) {
+                rows.extend(
+                    machines::table
+                        .select(SUMMARY_COLUMNS)
+                        .filter(machines::id.eq_any(chunk))
+                        .load::<SummaryRow>(conn)?,
+                );
+            }
+            let mut summaries = summaries_of(rows)?;
+            // A machine both records one of the instances and is named.
+            summaries.dedup_by_key(|m| m.id);
             Ok(summaries)
         })
     }
@@ -841,4 +849,51 @@ impl Store {
             rows.into_iter().map(MachineRecord::try_from).collect()
         })
     }
+}
+
+/// A machine's columns that a reconciliation reads.
+type SummaryRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+/// The columns of a [`SummaryRow`].
+const SUMMARY_COLUMNS: (
+    machines::id,
+    machines::state,
+    machines::role,
+    machines::instance_id,
+    machines::zone,
+    machines::addresses,
+) = (
+    machines::id,
+    machines::state,
+    machines::role,
+    machines::instance_id,
+    machines::zone,
+    machines::addresses,
+);
+
+/// `rows` as summaries, in id order.
+fn summaries_of(rows: Vec<SummaryRow>) -> Result<Vec<MachineSummary>, StoreError> {
+    let mut summaries = rows
+        .into_iter()
+        .map(|(id, state, role, instance_id, zone, addresses)| {
+            Ok(MachineSummary {
+                id: stored("machine id", &id)?,
+                state: stored("machine state", &state)?,
+                role: MachineRole::parse(&role)
+                    .ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))?,
+                instance_id,
+                zone,
+                addresses,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    summaries.sort_by_key(|m| m.id);
+    Ok(summaries)
 }

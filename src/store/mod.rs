@@ -65,6 +65,10 @@ use crate::store::db::{Conn, DatabaseUrl, Pool};
 use crate::store::schema::{changes, log_head};
 use crate::store::writer::{Tx, Writer};
 
+/// Ids per statement that lists them (`IN (...)`), under SQLite's
+/// bound-parameter limit.
+pub(crate) const IDS_PER_STATEMENT: usize = 500;
+
 /// Connections kept for readers (status, the event stream, the engine).
 pub const READ_POOL_SIZE: u32 = 8;
 
