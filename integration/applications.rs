@@ -934,6 +934,12 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
     assert_eq!(of(&[], &[]), Vec::<String>::new());
     let picked = store.machine_summaries_of(&["i-1".into()], &[]).unwrap();
     assert_eq!(picked, summaries[1..2]);
+    // Longer lists than one statement takes are read in rounds; a machine
+    // found in two of them comes once.
+    let mut many: Vec<String> = (0..600).map(|n| format!("i-none-{n}")).collect();
+    many.push("i-1".into());
+    let picked = store.machine_summaries_of(&many, &[machine_one]).unwrap();
+    assert_eq!(picked, summaries[1..2]);
 }
 
 on_both_backends!(

@@ -767,25 +767,27 @@ impl Store {
     ) -> Result<Vec<MachineSummary>, StoreError> {
         let machine_ids: Vec<String> = machine_ids.iter().map(ToString::to_string).collect();
         self.read(|conn| {
+            let mut instances = instance_ids.chunks(IDS_PER_STATEMENT);
+            let mut named = machine_ids.chunks(IDS_PER_STATEMENT);
             let mut rows: Vec<SummaryRow> = Vec::new();
-            for chunk in instance_ids.chunks(IDS_PER_STATEMENT) {
-                rows.extend(
-                    machines::table
-                        .select(SUMMARY_COLUMNS)
-                        .filter(machines::instance_id.eq_any(chunk))
-                        .load::<SummaryRow>(conn)?,
+            for _ in 0..instances.len().max(named.len()) {
+                let (instances, named) = (
+                    instances.next().unwrap_or_default(),
+                    named.next().unwrap_or_default(),
                 );
-            }
-            for chunk in machine_ids.chunks(IDS_PER_STATEMENT) {
                 rows.extend(
                     machines::table
                         .select(SUMMARY_COLUMNS)
-                        .filter(machines::id.eq_any(chunk))
+                        .filter(
+                            machines::instance_id
+                                .eq_any(instances)
+                                .or(machines::id.eq_any(named)),
+                        )
                         .load::<SummaryRow>(conn)?,
                 );
             }
             let mut summaries = summaries_of(rows)?;
-            // A machine both records one of the instances and is named.
+            // A machine found by both lists in different statements.
             summaries.dedup_by_key(|m| m.id);
             Ok(summaries)
         })
