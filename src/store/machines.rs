@@ -743,7 +743,7 @@ impl Store {
             // Row by row: with 100,000 machines, gathering the rows first
             // held an array of 19 MB and their strings beside the result.
             let mut summaries = machines::table
-                .select(SUMMARY_COLUMNS)
+                .select(SummaryRow::as_select())
                 .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?
                 .map(|row| summary_of(row?))
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -777,7 +777,7 @@ impl Store {
                 );
                 rows.extend(
                     machines::table
-                        .select(SUMMARY_COLUMNS)
+                        .select(SummaryRow::as_select())
                         .filter(
                             machines::instance_id
                                 .eq_any(instances)
@@ -861,31 +861,16 @@ impl Store {
 }
 
 /// A machine's columns that a reconciliation reads.
-type SummaryRow = (
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-);
-
-/// The columns of a [`SummaryRow`].
-const SUMMARY_COLUMNS: (
-    machines::id,
-    machines::state,
-    machines::role,
-    machines::instance_id,
-    machines::zone,
-    machines::addresses,
-) = (
-    machines::id,
-    machines::state,
-    machines::role,
-    machines::instance_id,
-    machines::zone,
-    machines::addresses,
-);
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = machines)]
+struct SummaryRow {
+    id: String,
+    state: String,
+    role: String,
+    instance_id: Option<String>,
+    zone: Option<String>,
+    addresses: String,
+}
 
 /// `rows` as summaries, in id order.
 fn summaries_of(rows: Vec<SummaryRow>) -> Result<Vec<MachineSummary>, StoreError> {
@@ -898,16 +883,15 @@ fn summaries_of(rows: Vec<SummaryRow>) -> Result<Vec<MachineSummary>, StoreError
 }
 
 /// One row as a summary.
-fn summary_of(
-    (id, state, role, instance_id, zone, addresses): SummaryRow,
-) -> Result<MachineSummary, StoreError> {
+fn summary_of(row: SummaryRow) -> Result<MachineSummary, StoreError> {
+    let role = row.role;
     Ok(MachineSummary {
-        id: stored("machine id", &id)?,
-        state: stored("machine state", &state)?,
+        id: stored("machine id", &row.id)?,
+        state: stored("machine state", &row.state)?,
         role: MachineRole::parse(&role)
             .ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))?,
-        instance_id,
-        zone,
-        addresses,
+        instance_id: row.instance_id,
+        zone: row.zone,
+        addresses: row.addresses,
     })
 }
