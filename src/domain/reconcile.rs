@@ -169,8 +169,8 @@ pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> V
 }
 
 /// What decides whether the instances `candidates` names are
-/// [`periodic_strays`]: the instances tagged for a candidate's machine
-/// (the candidates among them), in `instances`' order, and those machines.
+/// [`periodic_strays`]: the candidates and the other instances tagged for
+/// a candidate's machine, in `instances`' order, and those machines.
 /// Against the machines that record one of those instances or are one of
 /// those machines, each candidate comes out a stray or not as it does
 /// against every machine.

@@ -742,13 +742,12 @@ impl Store {
         self.read(|conn| {
             // Row by row: with 100,000 machines, gathering the rows first
             // held an array of 19 MB and their strings beside the result.
-            let mut summaries = machines::table
-                .select(SummaryRow::as_select())
-                .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?
-                .map(|row| summary_of(row?))
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            summaries.sort_by_key(|m| m.id);
-            Ok(summaries)
+            summaries_of(
+                machines::table
+                    .select(SummaryRow::as_select())
+                    .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?
+                    .map(|row| row.map_err(StoreError::from)),
+            )
         })
     }
 
@@ -786,7 +785,7 @@ impl Store {
                         .load::<SummaryRow>(conn)?,
                 );
             }
-            let mut summaries = summaries_of(rows)?;
+            let mut summaries = summaries_of(rows.into_iter().map(Ok))?;
             // A machine found by both lists in different statements.
             summaries.dedup_by_key(|m| m.id);
             Ok(summaries)
@@ -872,11 +871,12 @@ struct SummaryRow {
     addresses: String,
 }
 
-/// `rows` as summaries, in id order.
-fn summaries_of(rows: Vec<SummaryRow>) -> Result<Vec<MachineSummary>, StoreError> {
+/// `rows` as summaries, each made as it comes, in id order.
+fn summaries_of(
+    rows: impl Iterator<Item = Result<SummaryRow, StoreError>>,
+) -> Result<Vec<MachineSummary>, StoreError> {
     let mut summaries = rows
-        .into_iter()
-        .map(summary_of)
+        .map(|row| summary_of(row?))
         .collect::<Result<Vec<_>, StoreError>>()?;
     summaries.sort_by_key(|m| m.id);
     Ok(summaries)
