@@ -155,16 +155,23 @@ impl LedgerFile {
         }
         conn.batch_execute(SCHEMA)
             .map_err(|e| failed(e.to_string()))?;
-        let rows: Vec<Row> = sim_instances::table
+        // Each row becomes its record as it is read, into a list of the
+        // exact size: with a million instances, neither the rows nor a
+        // list grown by doubling are held beside the records.
+        let count: i64 = sim_instances::table
+            .count()
+            .get_result(&mut conn)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        for row in sim_instances::table
             .order(sim_instances::seq.asc())
             .select(Row::as_select())
-            .load(&mut conn)
-            .map_err(|e| failed(e.to_string()))?;
-        let records = rows
-            .into_iter()
-            .map(Row::into_record)
-            .collect::<Result<Vec<_>, String>>()
-            .map_err(failed)?;
+            .load_iter::<Row, diesel::connection::DefaultLoadingMode>(&mut conn)
+            .map_err(|e| failed(e.to_string()))?
+        {
+            let row = row.map_err(|e| failed(e.to_string()))?;
+            records.push(row.into_record().map_err(failed)?);
+        }
         let rng = sim_meta::table
             .filter(sim_meta::key.eq(RNG_KEY))
             .select(sim_meta::value)

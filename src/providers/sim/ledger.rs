@@ -45,10 +45,16 @@ pub(super) struct Ledger {
 impl Ledger {
     /// A ledger holding `records` (read back from `backing`).
     pub fn new(records: Vec<Record>, backing: Backing) -> Ledger {
+        // Sized for what is read back, so that a million records are not
+        // hashed again each time a map doubles.
+        let tokens = records
+            .iter()
+            .filter(|r| r.entry.client_token.is_some())
+            .count();
         let mut ledger = Ledger {
             by_seq: Vec::with_capacity(records.len()),
-            seq_of: HashMap::new(),
-            by_token: HashMap::new(),
+            seq_of: HashMap::with_capacity(records.len()),
+            by_token: HashMap::with_capacity(tokens),
             live_in_zone: HashMap::new(),
             containers: HashMap::new(),
             next_seq: 0,

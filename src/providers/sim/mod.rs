@@ -322,11 +322,18 @@ impl SimProvider {
         let shared = matches!(place, LedgerPlace::Shared(_));
         let (ledger, position) = match place {
             LedgerPlace::File(path) => {
+                let started = std::time::Instant::now();
                 let opened = LedgerFile::open(&path, LEDGER_LOCK_WAIT)?;
-                (
-                    Ledger::new(opened.records, Backing::File(opened.file)),
-                    opened.rng,
-                )
+                let read = started.elapsed();
+                let instances = opened.records.len();
+                let ledger = Ledger::new(opened.records, Backing::File(opened.file));
+                log::debug!(
+                    "simulated cloud: {instances} instances read from {} in {:.1} ms, indexed in {:.1} ms",
+                    path.display(),
+                    read.as_secs_f64() * 1e3,
+                    (started.elapsed() - read).as_secs_f64() * 1e3,
+                );
+                (ledger, opened.rng)
             }
             LedgerPlace::Shared(url) => {
                 let (ledger, update) = SharedLedger::open(&url)?;
