@@ -350,22 +350,27 @@ fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
         .find(1)
         .select(ModelRow::as_select())
         .get_result(conn)?;
-    let machines = machines::table
+    // Lists of the exact size (counted in the same snapshot): with a
+    // million machines, lists grown by doubling would copy each several
+    // times and hold the old copy beside the new while they move.
+    let machine_count: i64 = machines::table.count().get_result(conn)?;
+    let mut machines = Vec::with_capacity(usize::try_from(machine_count).unwrap_or(0));
+    for row in machines::table
         .select(MachineShownRow::as_select())
         .load_iter::<MachineShownRow, diesel::connection::DefaultLoadingMode>(conn)?
-        .map(|row| {
-            let machine = MachineShown::try_from(row?)?;
-            Ok((machine.id, Some(machine)))
-        })
-        .collect::<Result<_, StoreError>>()?;
-    let units = units::table
+    {
+        let machine = MachineShown::try_from(row?)?;
+        machines.push((machine.id, Some(machine)));
+    }
+    let unit_count: i64 = units::table.count().get_result(conn)?;
+    let mut units = Vec::with_capacity(usize::try_from(unit_count).unwrap_or(0));
+    for row in units::table
         .select(UnitShownRow::as_select())
         .load_iter::<UnitShownRow, diesel::connection::DefaultLoadingMode>(conn)?
-        .map(|row| {
-            let unit = UnitShown::try_from(row?)?;
-            Ok((unit.name.clone(), Some(unit)))
-        })
-        .collect::<Result<_, StoreError>>()?;
+    {
+        let unit = UnitShown::try_from(row?)?;
+        units.push((unit.name.clone(), Some(unit)));
+    }
     let applications = applications::table
         .select(ApplicationRow::as_select())
         .load(conn)?
