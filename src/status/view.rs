@@ -95,7 +95,48 @@ impl StatusInfo {
 
 /// `ms` (milliseconds since the epoch) as RFC 3339 in UTC, to the second:
 /// `2026-11-25T12:34:56Z`.
+///
+/// Years 0 to 9999 (every time a store holds) are written digit by digit
+/// into a buffer of the text's fixed width: a million machines' status
+/// formats millions of these as it is read whole. Others go through
+/// [`format!`], which writes any width and sign.
 pub fn rfc3339(ms: i64) -> String {
+    let (year, month, day, of_day) = civil_time(ms);
+    if !(0..=9999).contains(&year) {
+        return rfc3339_formatted(ms);
+    }
+    let mut text = *b"0000-00-00T00:00:00Z";
+    for (at, width, value) in [
+        (0, 4, year),
+        (5, 2, month),
+        (8, 2, day),
+        (11, 2, of_day / 3600),
+        (14, 2, of_day % 3600 / 60),
+        (17, 2, of_day % 60),
+    ] {
+        let mut rest = value;
+        for place in text[at..at + width].iter_mut().rev() {
+            *place = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// [`rfc3339`] through [`format!`], for any year.
+fn rfc3339_formatted(ms: i64) -> String {
+    let (year, month, day, of_day) = civil_time(ms);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// The UTC year, month, day and second of the day of `ms` (milliseconds
+/// since the epoch).
+fn civil_time(ms: i64) -> (i64, i64, i64, i64) {
     let secs = ms.div_euclid(1000);
     let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's `civil_from_days`.
@@ -108,12 +149,7 @@ pub fn rfc3339(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    (year, month, day, of_day)
 }
 
 /// What a unit's status is made from of its machine: the machine's state
@@ -679,6 +715,7 @@ fn applications_view(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -957,6 +994,20 @@ mod tests {
                 crate::api::webhooks::parse_rfc3339_ms(text),
                 Some(ms - ms % 1000)
             );
+        }
+    }
+
+    proptest! {
+        /// The digit-by-digit form writes what `format!` writes, for
+        /// any time a store holds and for times far outside it.
+        #[test]
+        fn times_are_written_as_format_writes_them(
+            ms in prop_oneof![
+                -62_167_219_200_000i64..253_402_300_800_000,
+                any::<i64>(),
+            ]
+        ) {
+            prop_assert_eq!(rfc3339(ms), rfc3339_formatted(ms));
         }
     }
 
