@@ -96,10 +96,10 @@ impl StatusInfo {
 /// `ms` (milliseconds since the epoch) as RFC 3339 in UTC, to the second:
 /// `2026-11-25T12:34:56Z`.
 ///
-/// Years 0 to 9999 (every time a store holds) are written digit by digit
-/// into a buffer of the text's fixed width: a million machines' status
-/// formats millions of these as it is read whole. Others go through
-/// [`format!`], which writes any width and sign.
+/// Years 0 to 9999 (every time berth takes from its clock) are written
+/// digit by digit into a buffer of the text's fixed width: a million
+/// machines' status formats millions of these as it is read whole. Others
+/// go through [`format!`], which writes any width and sign.
 pub fn rfc3339(ms: i64) -> String {
     let (year, month, day, of_day) = civil_time(ms);
     if !(0..=9999).contains(&year) {
