@@ -29,11 +29,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use diesel::prelude::*;
 
 use crate::domain::constraints::Setting;
-use crate::domain::machine::{Event, Machine, MachineRole, Policy};
+use crate::domain::machine::{Event, Machine, Policy};
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
 use crate::store::db::per_backend;
 use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
+use crate::store::records::stored_role;
 use crate::store::schema::{machines, units, zone_census};
 use crate::store::together::ZoneChoiceRequest;
 use crate::store::writer::Tx;
@@ -360,8 +361,7 @@ impl Store {
             let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
             let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
             for (id, role, zone) in placed {
-                let role = MachineRole::parse(&role)
-                    .ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))?;
+                let role = stored_role(&role)?;
                 let apps = applications.remove(&id).unwrap_or_default();
                 let kind = Occupant::new(role, apps).key();
                 *counts.entry((kind.clone(), zone)).or_default() += 1;

@@ -13,7 +13,7 @@ use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
 use crate::store::db::{per_backend, ROWS_PER_INSERT};
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
-use crate::store::records::{stored, to_i64, MachineRecord, MachineRow};
+use crate::store::records::{stored, stored_role, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
 use crate::store::units::load_application;
 use crate::store::writer::Tx;
@@ -884,12 +884,10 @@ fn summaries_of(
 
 /// One row as a summary.
 fn summary_of(row: SummaryRow) -> Result<MachineSummary, StoreError> {
-    let role = row.role;
     Ok(MachineSummary {
         id: stored("machine id", &row.id)?,
         state: stored("machine state", &row.state)?,
-        role: MachineRole::parse(&role)
-            .ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))?,
+        role: stored_role(&row.role)?,
         instance_id: row.instance_id,
         zone: row.zone,
         addresses: row.addresses,

@@ -26,6 +26,12 @@ where
         .map_err(|e| StoreError::Invariant(format!("{column} {value:?}: {e}")))
 }
 
+/// A machine's stored role (`MachineRole` is read by its own `parse`, not
+/// `FromStr`).
+pub(crate) fn stored_role(role: &str) -> Result<MachineRole, StoreError> {
+    MachineRole::parse(role).ok_or_else(|| StoreError::Invariant(format!("machine role {role:?}")))
+}
+
 /// [`stored`] for a nullable column.
 pub(crate) fn stored_optional<T: FromStr>(
     column: &str,
@@ -295,8 +301,7 @@ impl TryFrom<MachineRow> for MachineRecord {
             base: stored("machine base", &row.base)?,
             constraints: stored("machine constraints", &row.constraints)?,
             placement: stored_optional("machine placement", row.placement.as_deref())?,
-            role: MachineRole::parse(&row.role)
-                .ok_or_else(|| StoreError::Invariant(format!("machine role {:?}", row.role)))?,
+            role: stored_role(&row.role)?,
             machine: Machine {
                 state: stored("machine state", &row.state)?,
                 lifecycle,
