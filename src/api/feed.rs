@@ -20,9 +20,14 @@
 //!   tail. So no stream skips or repeats a change, however slow it is.
 //! - The tail is trimmed from its oldest end to [`TAIL_BYTES`] of frames,
 //!   so its memory does not grow with the log.
+//! - While no stream is open, the follower reads and keeps nothing: the
+//!   tail starts again, empty, at the store's head each time the log grows
+//!   ([`ChangeFeed::start_over_at`]). A stream opened later at an older
+//!   revision is behind it and reads that part from the store, as above.
 
 use std::collections::VecDeque;
-use std::sync::{PoisonError, RwLock, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use actix_web::web::{Bytes, BytesMut};
@@ -107,6 +112,18 @@ pub struct ChangeFeed {
     /// The newest revision in the tail; streams wait on it.
     newest: watch::Sender<i64>,
     catch_up: Semaphore,
+    /// How many streams follow the tail (see [`ChangeFeed::watcher`]).
+    watchers: Arc<AtomicUsize>,
+}
+
+/// An open stream, counted while it is held: with none, the follower
+/// keeps no tail.
+pub struct Watcher(Arc<AtomicUsize>);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl ChangeFeed {
@@ -126,7 +143,37 @@ impl ChangeFeed {
             }),
             newest: watch::channel(revision).0,
             catch_up: Semaphore::new(CATCH_UP_READERS),
+            watchers: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Counts a stream as following the tail until the returned value is
+    /// dropped.
+    pub fn watcher(&self) -> Watcher {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+        Watcher(Arc::clone(&self.watchers))
+    }
+
+    /// How many streams follow the tail.
+    pub fn watchers(&self) -> usize {
+        self.watchers.load(Ordering::Relaxed)
+    }
+
+    /// Empties the tail and makes it hold every change after `revision`
+    /// (when that is newer than what it holds), for a feed no stream
+    /// follows: nothing is read or kept for no one, and a stream that
+    /// opens later at an older revision reads that part from the store.
+    pub fn start_over_at(&self, revision: i64) {
+        {
+            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
+            if revision <= tail.complete_after.max(self.newest()) {
+                return;
+            }
+            tail.frames.clear();
+            tail.bytes = 0;
+            tail.complete_after = revision;
+        }
+        self.newest.send_replace(revision);
     }
 
     /// The newest revision the tail holds (or started at).
@@ -275,9 +322,10 @@ pub struct Following<'a> {
 }
 
 /// Keeps `shared`'s feed up with the change log: reads what follows the
-/// tail whenever the store's head moves. A failed read is retried after a
-/// second (streams wait meanwhile; none ends). Ends when the server has
-/// let go of `shared` or the store has stopped.
+/// tail whenever the store's head moves, while any stream follows it
+/// (otherwise the tail starts over at the head). A failed read is retried
+/// after a second (streams wait meanwhile; none ends). Ends when the server
+/// has let go of `shared` or the store has stopped.
 pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) {
     let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {
         return;
@@ -290,30 +338,35 @@ pub async fn keep_following<S>(shared: Weak<S>, parts: fn(&S) -> Following<'_>) 
         // Mark the head seen *before* reading, so a commit that lands
         // after the read still wakes `changed()` below.
         head.borrow_and_update();
-        let since = feed.newest();
-        let reader = store.clone();
-        // Rendered where it is read, on the blocking pool, and not on the
-        // thread that runs the server's and the engine's actors.
-        let read = blocking(move || {
-            reader
-                .changes_since(since, FOLLOW_BATCH)
-                .map(|changes| Rendered::of(&changes))
-        });
-        match read.await {
-            Ok(rendered) if !rendered.ends.is_empty() => {
-                feed.append(rendered);
-                continue;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                log::warn!("event streams: cannot read the change log after revision {since}: {e}; trying again");
-                drop(current);
-                tokio::time::sleep(RETRY_AFTER).await;
-                continue;
+        if feed.watchers() == 0 {
+            feed.start_over_at(store.revision());
+        } else {
+            let since = feed.newest();
+            let reader = store.clone();
+            // Rendered where it is read, on the blocking pool, and not on
+            // the thread that runs the server's and the engine's actors.
+            let read = blocking(move || {
+                reader
+                    .changes_since(since, FOLLOW_BATCH)
+                    .map(|changes| Rendered::of(&changes))
+            });
+            match read.await {
+                Ok(rendered) if !rendered.ends.is_empty() => {
+                    feed.append(rendered);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("event streams: cannot read the change log after revision {since}: {e}; trying again");
+                    drop(current);
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
             }
         }
         drop(current);
-        // Wake now and then to notice a server that has stopped.
+        // Wake now and then to notice a server that has stopped (and a
+        // stream opened while the log stood still).
         match tokio::time::timeout(RETRY_AFTER, head.changed()).await {
             Ok(Ok(())) | Err(_) => {}
             Ok(Err(_)) => return,
@@ -417,6 +470,46 @@ mod tests {
         }
         let (joined, last) = piece(5);
         assert_eq!((revisions(&joined), last), (vec![6, 7, 8, 9], 9));
+    }
+
+    #[test]
+    fn a_feed_no_stream_follows_starts_over_at_the_head_and_never_goes_back() {
+        let feed = ChangeFeed::new(0);
+        feed.append(Rendered::of(&(1..=5).map(change).collect::<Vec<_>>()));
+        let mut rx = feed.subscribe();
+        rx.borrow_and_update();
+        feed.start_over_at(8);
+        assert_eq!(feed.newest(), 8);
+        assert!(rx.has_changed().unwrap());
+        // What it held is let go: a stream at 5 reads from the store.
+        assert_eq!(feed.after(5), Next::Behind);
+        assert_eq!(feed.after(8), Next::Waiting);
+        // An older or the same revision changes nothing.
+        rx.borrow_and_update();
+        feed.start_over_at(7);
+        feed.start_over_at(8);
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(feed.newest(), 8);
+        assert_eq!(feed.after(7), Next::Behind);
+        // And it follows on from there.
+        feed.append(Rendered::of(&[change(9)]));
+        let Next::Frames { body, last } = feed.after(8) else {
+            panic!("expected frames");
+        };
+        assert_eq!((revisions(&body), last), (vec![9], 9));
+    }
+
+    #[test]
+    fn streams_are_counted_while_their_watchers_are_held() {
+        let feed = ChangeFeed::new(0);
+        assert_eq!(feed.watchers(), 0);
+        let one = feed.watcher();
+        let two = feed.watcher();
+        assert_eq!(feed.watchers(), 2);
+        drop(one);
+        assert_eq!(feed.watchers(), 1);
+        drop(two);
+        assert_eq!(feed.watchers(), 0);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{route_error, store_status, ErrorBody};
-use crate::api::feed::Next;
+use crate::api::feed::{Next, Watcher};
 use crate::api::Shared;
 use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::view::Status;
@@ -362,6 +362,9 @@ struct Follow {
     keep_alive: Duration,
     /// Counts this stream against the limit until it is dropped.
     _permit: OwnedSemaphorePermit,
+    /// Counts this stream as following the feed, which keeps a tail only
+    /// while some stream does.
+    _watcher: Watcher,
 }
 
 impl Follow {
@@ -463,6 +466,7 @@ pub async fn get_events(
         since,
         keep_alive: shared.state.limits.event_keep_alive,
         _permit: permit,
+        _watcher: shared.feed.watcher(),
         shared: shared.clone(),
     };
     // The first frame goes out at once, so the client knows the stream is
