@@ -22,14 +22,18 @@ use std::borrow::Borrow;
 use std::cell::{Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use actix_web::web::Bytes;
 
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::cores;
 use crate::status::filter::{FilterError, MachineRanges, StatusFilter};
-use crate::status::rendering::{Cuts, Label, Rendering, Segmenter, Whole, BLOCK};
+use crate::status::rendering::{
+    Cuts, Label, Placed, Placements, Rendering, Segmenter, Whole, BLOCK,
+};
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
     application_headers, machine_view, model_view, severity, unit_view, MachineSeen, MostSevere,
@@ -39,7 +43,12 @@ use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 /// A rendered object member, `"key":{...}`, kept whole so that joining
 /// members costs a copy and nothing more.
 struct Member {
-    text: Box<str>,
+    /// Its JSON: bytes of its own when rendered, and, once a rendering in
+    /// segments has written it whole, the same bytes within that
+    /// rendering's segment ([`Placed`]), so that the document and the
+    /// rendering hold one copy. (Behind a lock, as unit pieces are made on
+    /// every core looking at machine pieces; never contended.)
+    text: Mutex<Bytes>,
     /// Where the value starts, after the key and colon.
     value_at: usize,
 }
@@ -50,19 +59,39 @@ impl Member {
         text.push(':');
         let value_at = text.len();
         text.push_str(&to_json(value));
+        Member::with_text(text.into_bytes(), value_at)
+    }
+
+    fn with_text(text: Vec<u8>, value_at: usize) -> Member {
         Member {
-            text: text.into_boxed_str(),
+            // A boxed slice holds no spare room, and becomes bytes
+            // without another allocation.
+            text: Mutex::new(Bytes::from(text.into_boxed_slice())),
             value_at,
         }
     }
 
-    /// `"key":`
-    fn key(&self) -> &str {
-        &self.text[..self.value_at]
+    fn text(&self) -> MutexGuard<'_, Bytes> {
+        self.text.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn value(&self) -> &str {
-        &self.text[self.value_at..]
+    fn len(&self) -> usize {
+        self.text().len()
+    }
+
+    /// `write` of the member's `"key":` and its value.
+    fn with_parts<R>(&self, write: impl FnOnce(&[u8], &[u8]) -> R) -> R {
+        let text = self.text();
+        let (key, value) = text.split_at(self.value_at);
+        write(key, value)
+    }
+}
+
+impl Placed for Member {
+    fn place(&self, bytes: Bytes) {
+        let mut text = self.text();
+        debug_assert_eq!(bytes, *text, "a piece's bytes as written");
+        *text = bytes;
     }
 }
 
@@ -123,9 +152,9 @@ impl UnitPiece {
     /// Renders the piece again for its machine's new state.
     fn render(&mut self, machine: Option<MachineSeen>) {
         let view = unit_view(&self.unit, machine);
-        let mut text = String::from(self.member.key());
-        text.push_str(&to_json(&view));
-        self.member.text = text.into_boxed_str();
+        let mut text = self.member.with_parts(|key, _| key.to_vec());
+        text.extend_from_slice(to_json(&view).as_bytes());
+        self.member = Member::with_text(text, self.member.value_at);
         self.severity = severity(&view.workload_status.current);
     }
 }
@@ -493,15 +522,15 @@ impl StatusDocument {
         let pieces: usize = self
             .machines
             .values()
-            .map(|m| m.member.text.len() + 16)
+            .map(|m| m.member.len() + 16)
             .sum::<usize>()
             + self
                 .units
                 .values()
-                .map(|u| u.member.text.len() + 24)
+                .map(|u| u.member.len() + 24)
                 .sum::<usize>();
         let mut out = Vec::with_capacity(pieces + 4096);
-        self.render_into(&mut out, &mut Whole, |_| false);
+        self.render_into(&mut out, &mut Whole, |_| false, None);
         out
     }
 
@@ -516,7 +545,8 @@ impl StatusDocument {
         let touched = std::mem::take(&mut *self.touched.borrow_mut());
         let trusted =
             touched.since.is_some() && touched.since == previous.as_ref().map(|p| p.generation());
-        let mut segmenter = Segmenter::after(previous);
+        let placements = Placements::default();
+        let mut segmenter = Segmenter::after(previous).placing(&placements);
         let mut out = Vec::with_capacity(1 << 18);
         let skip = |label: &Label| {
             trusted
@@ -528,7 +558,7 @@ impl StatusDocument {
                     _ => false,
                 }
         };
-        self.render_into(&mut out, &mut segmenter, skip);
+        self.render_into(&mut out, &mut segmenter, skip, Some(&placements));
         let rendering = segmenter.finish(&mut out);
         self.touched.borrow_mut().since = Some(rendering.generation());
         rendering
@@ -536,18 +566,20 @@ impl StatusDocument {
 
     /// Writes the whole status into `out` block by block, telling `cuts`
     /// where segments start and letting it supply the blocks `untouched`
-    /// says are as they were.
-    fn render_into(
-        &self,
+    /// says are as they were; noting in `placements` the pieces written
+    /// whole and where.
+    fn render_into<'a>(
+        &'a self,
         out: &mut Vec<u8>,
         cuts: &mut impl Cuts,
         untouched: impl Fn(&Label) -> bool,
+        placements: Option<&Placements<'a>>,
     ) {
         self.render_model(out);
         out.extend_from_slice(b",\"machines\":");
         // Hosts block by block, each with its containers; a container
         // whose host is gone at the top, where its host would be.
-        let mut machines = Members::open(out);
+        let mut machines = Members::open(out).noting(placements);
         let mut next = self.machines.keys().next().copied();
         while let Some(first) = next {
             let block = first.host_number() / BLOCK;
@@ -589,10 +621,10 @@ impl StatusDocument {
             }
             write_extended(
                 out,
-                header,
+                header.as_bytes(),
                 "units",
                 Some(|out: &mut Vec<u8>| {
-                    let mut units = Members::open(out);
+                    let mut units = Members::open(out).noting(placements);
                     let mut next = self.units_of(name).next().map(|(n, _)| n.number());
                     while let Some(first) = next {
                         let block = first / BLOCK;
@@ -908,7 +940,7 @@ impl StatusDocument {
                 }
                 members.close();
             });
-            write_extended(out, header, "units", nested);
+            write_extended(out, header.as_bytes(), "units", nested);
         }
         applications.close();
     }
@@ -922,22 +954,32 @@ fn block_end(block: u64) -> Option<u64> {
 /// Writes `member` with the `nested` members under it as `key` (left out
 /// when there are none).
 fn write_with_nested<'a>(
-    members: &mut Members<'_>,
-    member: &Member,
+    members: &mut Members<'_, '_, 'a>,
+    member: &'a Member,
     key: &str,
     nested: impl Iterator<Item = &'a Member>,
 ) {
     let mut nested = nested.peekable();
-    let any = nested.peek().is_some();
-    let out = members.raw_key(member.key());
-    let write_nested = any.then_some(|out: &mut Vec<u8>| {
-        let mut inner = Members::open(out);
-        for one in nested {
-            inner.push(one);
-        }
-        inner.close();
+    if nested.peek().is_none() {
+        members.push(member);
+        return;
+    }
+    let placements = members.placements;
+    member.with_parts(|member_key, value| {
+        let out = members.raw_key(member_key);
+        write_extended(
+            out,
+            value,
+            key,
+            Some(|out: &mut Vec<u8>| {
+                let mut inner = Members::open(out).noting(placements);
+                for one in nested {
+                    inner.push(one);
+                }
+                inner.close();
+            }),
+        );
     });
-    write_extended(out, member.value(), key, write_nested);
 }
 
 /// The fewest machines or units whose pieces are made on more than one
@@ -1026,7 +1068,7 @@ fn render_machines<M: Borrow<MachinePiece>>(machines: &BTreeMap<MachineId, M>, o
 /// its containers under it; a container whose host is among `machines` is
 /// left to its host.
 fn write_hosts<'a, M: Borrow<MachinePiece> + 'a>(
-    members: &mut Members<'_>,
+    members: &mut Members<'_, '_, 'a>,
     machines: &'a BTreeMap<MachineId, M>,
     run: impl Iterator<Item = (&'a MachineId, &'a M)>,
 ) {
@@ -1043,36 +1085,54 @@ fn write_hosts<'a, M: Borrow<MachinePiece> + 'a>(
 }
 
 /// Writes a JSON object's members one by one.
-struct Members<'a> {
-    out: &'a mut Vec<u8>,
+struct Members<'o, 'p, 'a> {
+    out: &'o mut Vec<u8>,
     first: bool,
+    /// Where to note the pieces written whole, when writing a rendering
+    /// in segments.
+    placements: Option<&'p Placements<'a>>,
 }
 
-impl<'a> Members<'a> {
-    fn open(out: &'a mut Vec<u8>) -> Members<'a> {
+impl<'o, 'p, 'a> Members<'o, 'p, 'a> {
+    fn open(out: &'o mut Vec<u8>) -> Members<'o, 'p, 'a> {
         out.push(b'{');
-        Members { out, first: true }
+        Members {
+            out,
+            first: true,
+            placements: None,
+        }
+    }
+
+    /// Notes the pieces [`push`](Self::push)ed in `placements`.
+    fn noting(self, placements: Option<&'p Placements<'a>>) -> Members<'o, 'p, 'a> {
+        Members { placements, ..self }
     }
 
     /// Writes the next member's key; the caller writes its value.
     fn key(&mut self, key: &str) -> &mut Vec<u8> {
-        self.raw_key(&format!("{}:", to_json(&key)))
+        self.raw_key(format!("{}:", to_json(&key)).as_bytes())
     }
 
     /// Writes the next member's key, already rendered (`"key":`); the
     /// caller writes its value.
-    fn raw_key(&mut self, rendered: &str) -> &mut Vec<u8> {
+    fn raw_key(&mut self, rendered: &[u8]) -> &mut Vec<u8> {
         if !self.first {
             self.out.push(b',');
         }
         self.first = false;
-        self.out.extend_from_slice(rendered.as_bytes());
+        self.out.extend_from_slice(rendered);
         self.out
     }
 
-    /// Writes a whole rendered member.
-    fn push(&mut self, member: &Member) {
-        self.raw_key(&member.text);
+    /// Writes a whole rendered member, noting where.
+    fn push(&mut self, member: &'a Member) {
+        let placements = self.placements;
+        let out = self.raw_key(&[]);
+        let start = out.len();
+        out.extend_from_slice(&member.text());
+        if let Some(placements) = placements {
+            placements.note(member, start..out.len());
+        }
     }
 
     fn close(self) {
@@ -1104,20 +1164,20 @@ impl<'a> Members<'a> {
 /// when `nested` is `None` (as serde leaves out an empty map).
 fn write_extended(
     out: &mut Vec<u8>,
-    object: &str,
+    object: &[u8],
     key: &str,
     nested: Option<impl FnOnce(&mut Vec<u8>)>,
 ) {
-    match (object.strip_suffix('}'), nested) {
+    match (object.strip_suffix(b"}"), nested) {
         (Some(open), Some(nested)) => {
-            out.extend_from_slice(open.as_bytes());
+            out.extend_from_slice(open);
             out.push(b',');
             out.extend_from_slice(to_json(&key).as_bytes());
             out.push(b':');
             nested(out);
             out.push(b'}');
         }
-        _ => out.extend_from_slice(object.as_bytes()),
+        _ => out.extend_from_slice(object),
     }
 }
 
@@ -1818,6 +1878,51 @@ mod tests {
                     first: false
                 },
             ]
+        );
+    }
+
+    /// How many of `document`'s machine and unit pieces hold their bytes
+    /// within one of `rendering`'s segments.
+    fn pieces_within(document: &StatusDocument, rendering: &Rendering) -> usize {
+        let segments: Vec<Bytes> = rendering.pieces().collect();
+        let machines = document.machines.values().map(|m| &m.member);
+        let units = document.units.values().map(|u| &u.member);
+        machines
+            .chain(units)
+            .filter(|member| {
+                let text = member.text();
+                segments
+                    .iter()
+                    .any(|s| s.as_ptr_range().contains(&text.as_ptr()))
+            })
+            .count()
+    }
+
+    #[test]
+    fn pieces_written_into_a_rendering_share_its_bytes_until_they_change() {
+        let n = 3 * BLOCK;
+        let before = large(n, 10);
+        let mut document = StatusDocument::of(&before, "sim");
+        let pieces = usize::try_from(2 * n).unwrap();
+        let first = Arc::new(document.render_segments(None));
+        assert_eq!(pieces_within(&document, &first), pieces);
+
+        // A machine changes state: its piece and its unit's are rendered
+        // again with bytes of their own, until the next rendering.
+        let mut after = before.clone();
+        after.revision += 1;
+        after.machines[7].machine.state = MachineState::Starting;
+        document.apply(delta(&before, &after));
+        assert_eq!(pieces_within(&document, &first), pieces - 2);
+        let second = Arc::new(document.render_segments(Some(Arc::clone(&first))));
+        assert_eq!(pieces_within(&document, &second), pieces);
+        assert_eq!(second.to_vec(), document.render());
+
+        // With no rendering left, the pieces still hold what they say.
+        drop((first, second));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&document.render()).unwrap(),
+            viewed(&after)
         );
     }
 

@@ -14,6 +14,11 @@
 //! the memory of two renderings is what they do not share, and compressing
 //! costs what changed.
 //!
+//! The document's pieces written whole into a segment are noted as they
+//! are written ([`Placements`]), and once the segment is made each takes
+//! its bytes from it ([`Placed::place`]): a piece and the rendering then
+//! hold one copy of its text, not two.
+//!
 //! # Guarantees
 //!
 //! - The segments joined are the document's rendering, byte for byte,
@@ -23,7 +28,9 @@
 //!   [`crate::status::gzip`]), and the member's CRC-32 is the segments'
 //!   combined.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -193,22 +200,51 @@ impl Cuts for Whole {
     }
 }
 
+/// A piece of the document that can take its text from a segment it was
+/// written into whole, so that the two share one copy.
+pub trait Placed {
+    /// `bytes` are the piece's text, as written, within a segment.
+    fn place(&self, bytes: Bytes);
+}
+
+/// The pieces written whole into the segment being written, each with
+/// where it is in it (from the segment's start).
+#[derive(Default)]
+pub struct Placements<'a>(RefCell<Vec<(&'a dyn Placed, Range<usize>)>>);
+
+impl<'a> Placements<'a> {
+    /// Notes that `piece` is at `at` of the segment being written.
+    pub fn note(&self, piece: &'a dyn Placed, at: Range<usize>) {
+        self.0.borrow_mut().push((piece, at));
+    }
+
+    /// Hands each noted piece its bytes in `segment`, once it is made,
+    /// and forgets them.
+    fn settle(&self, segment: &Bytes) {
+        for (piece, at) in self.0.borrow_mut().drain(..) {
+            piece.place(segment.slice(at));
+        }
+    }
+}
+
 /// Makes a [`Rendering`] from what the document writes, reusing the
 /// previous rendering's segments that come out the same.
-pub struct Segmenter {
+pub struct Segmenter<'p, 'a> {
     /// The previous rendering's segments not yet compared with.
     previous: HashMap<Label, Arc<Segment>>,
     label: Label,
     segments: Vec<(Label, Arc<Segment>)>,
     fresh: usize,
+    /// The pieces written into the current segment, to hand their bytes.
+    placements: Option<&'p Placements<'a>>,
 }
 
-impl Segmenter {
+impl<'p, 'a> Segmenter<'p, 'a> {
     /// A segmenter that compares with `previous`, if any. Each of its
     /// segments is let go of once compared (unless something else holds
     /// it), so that making a rendering that shares little with the last
     /// one does not hold both whole.
-    pub fn after(previous: Option<Arc<Rendering>>) -> Segmenter {
+    pub fn after(previous: Option<Arc<Rendering>>) -> Segmenter<'p, 'a> {
         let previous = match previous.map(Arc::try_unwrap) {
             None => Vec::new(),
             Some(Ok(only)) => only.segments,
@@ -219,6 +255,16 @@ impl Segmenter {
             label: Label::Head,
             segments: Vec::new(),
             fresh: 0,
+            placements: None,
+        }
+    }
+
+    /// Hands the pieces `placements` notes their bytes in each segment as
+    /// it is made.
+    pub fn placing(self, placements: &'p Placements<'a>) -> Segmenter<'p, 'a> {
+        Segmenter {
+            placements: Some(placements),
+            ..self
         }
     }
 
@@ -246,12 +292,15 @@ impl Segmenter {
             self.fresh += 1;
             Arc::new(Segment::of(out))
         });
+        if let Some(placements) = self.placements {
+            placements.settle(&segment.plain);
+        }
         self.segments.push((self.label.clone(), segment));
         out.clear();
     }
 }
 
-impl Cuts for Segmenter {
+impl Cuts for Segmenter<'_, '_> {
     fn cut(&mut self, out: &mut Vec<u8>, next: Label) {
         self.close(out);
         self.label = next;
