@@ -12,6 +12,9 @@
 //! ([`Ledger::absorb`]).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::HashTable;
 
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::records::{Batch, Change, Record};
@@ -24,15 +27,67 @@ pub(super) enum Backing {
     Shared(SharedLedger),
 }
 
+/// Records found by a key they hold (an instance id, a client token): a
+/// table of positions in the ledger's records, hashed by the key, so that
+/// a million keys are not held twice.
+struct KeyIndex {
+    positions: HashTable<usize>,
+    key: fn(&Record) -> Option<&str>,
+}
+
+impl KeyIndex {
+    fn new(key: fn(&Record) -> Option<&str>, capacity: usize) -> KeyIndex {
+        KeyIndex {
+            positions: HashTable::with_capacity(capacity),
+            key,
+        }
+    }
+
+    /// Where the record with `key` is among `records`.
+    fn find(&self, records: &[Record], hashes: &RandomState, key: &str) -> Option<usize> {
+        let holds = |&at: &usize| records.get(at).and_then(self.key) == Some(key);
+        self.positions.find(hashes.hash_one(key), holds).copied()
+    }
+
+    /// Indexes the record at `at` of `records` by its key, if it has one
+    /// (in place of another record with the same key).
+    fn insert(&mut self, records: &[Record], hashes: &RandomState, at: usize) {
+        let Some(key) = records.get(at).and_then(self.key) else {
+            return;
+        };
+        let key_of = self.key;
+        let hash = hashes.hash_one(key);
+        let holds = |&other: &usize| records.get(other).and_then(key_of) == Some(key);
+        match self.positions.find_mut(hash, holds) {
+            Some(position) => *position = at,
+            None => {
+                let rehash = |&other: &usize| {
+                    hashes.hash_one(records.get(other).and_then(key_of).unwrap_or_default())
+                };
+                self.positions.insert_unique(hash, at, rehash);
+            }
+        }
+    }
+
+    /// Indexes every one of `records` again, after positions moved.
+    fn rebuild(&mut self, records: &[Record], hashes: &RandomState) {
+        self.positions.clear();
+        for at in 0..records.len() {
+            self.insert(records, hashes, at);
+        }
+    }
+}
+
 /// The in-memory index, and the file behind it.
 pub(super) struct Ledger {
     /// Every record, in `seq` order (records are never removed, and each
     /// new one has the next `seq`).
     by_seq: Vec<Record>,
-    /// Instance id to `seq`.
-    seq_of: HashMap<String, u64>,
-    /// Client token to `seq`, for idempotent launches.
-    by_token: HashMap<String, u64>,
+    /// Instance id to record.
+    ids: KeyIndex,
+    /// Client token to record, for idempotent launches.
+    tokens: KeyIndex,
+    hashes: RandomState,
     /// Live, non-container instances per zone, for capacity.
     live_in_zone: HashMap<String, usize>,
     /// Each host's containers (`seq`s), ever made; their count numbers
@@ -43,8 +98,12 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger holding `records` (read back from `backing`).
-    pub fn new(records: Vec<Record>, backing: Backing) -> Ledger {
+    /// A ledger holding `records` (read back from `backing`, in any
+    /// order).
+    pub fn new(mut records: Vec<Record>, backing: Backing) -> Ledger {
+        // In launch order, each is indexed where it lands (a shared
+        // ledger is read in the order of its rows' last changes).
+        records.sort_by_key(|r| r.seq);
         // Sized for what is read back, so that a million records are not
         // hashed again each time a map doubles.
         let tokens = records
@@ -53,8 +112,9 @@ impl Ledger {
             .count();
         let mut ledger = Ledger {
             by_seq: Vec::with_capacity(records.len()),
-            seq_of: HashMap::with_capacity(records.len()),
-            by_token: HashMap::with_capacity(tokens),
+            ids: KeyIndex::new(|r| Some(&r.entry.id), records.len()),
+            tokens: KeyIndex::new(|r| r.entry.client_token.as_deref(), tokens),
+            hashes: RandomState::new(),
             live_in_zone: HashMap::new(),
             containers: HashMap::new(),
             next_seq: 0,
@@ -67,11 +127,13 @@ impl Ledger {
     }
 
     pub fn get(&self, id: &str) -> Option<&Record> {
-        self.seq_of.get(id).and_then(|&seq| self.at(seq))
+        let at = self.ids.find(&self.by_seq, &self.hashes, id)?;
+        self.by_seq.get(at)
     }
 
     pub fn by_token(&self, token: &str) -> Option<&Record> {
-        self.by_token.get(token).and_then(|&seq| self.at(seq))
+        let at = self.tokens.find(&self.by_seq, &self.hashes, token)?;
+        self.by_seq.get(at)
     }
 
     fn position(&self, seq: u64) -> Option<usize> {
@@ -83,7 +145,7 @@ impl Ledger {
     }
 
     pub fn contains_id(&self, id: &str) -> bool {
-        self.seq_of.contains_key(id)
+        self.get(id).is_some()
     }
 
     pub fn live_in_zone(&self, zone: &str) -> usize {
@@ -147,6 +209,7 @@ impl Ledger {
     /// Takes in records another cloud wrote or changed: new ones are
     /// added, known ones take the state, agent and time they have now.
     pub fn absorb(&mut self, records: Vec<Record>) {
+        let mut new = Vec::new();
         for record in records {
             if self.position(record.seq).is_some() {
                 self.apply(&Change {
@@ -156,8 +219,13 @@ impl Ledger {
                     changed_at_ms: record.changed_at_ms,
                 });
             } else {
-                self.insert(record);
+                new.push(record);
             }
+        }
+        // Read in the order of their last changes: added in launch order.
+        new.sort_by_key(|r| r.seq);
+        for record in new {
+            self.insert(record);
         }
     }
 
@@ -169,10 +237,6 @@ impl Ledger {
             record.entry.tags.share_with(&last.entry.tags);
         }
         self.next_seq = self.next_seq.max(seq + 1);
-        self.seq_of.insert(record.entry.id.clone(), seq);
-        if let Some(token) = &record.entry.client_token {
-            self.by_token.insert(token.clone(), seq);
-        }
         if let Some(host) = &record.entry.host_instance {
             self.containers.entry(host.clone()).or_default().push(seq);
         }
@@ -191,15 +255,23 @@ impl Ledger {
         }
         match self.by_seq.last() {
             Some(last) if last.seq >= seq => {
-                // Out of order (not how launches are made): keep the order.
+                // Out of order (not how launches are made): keep the order,
+                // and index again the records that moved.
                 let i = self.by_seq.partition_point(|r| r.seq < seq);
                 if self.by_seq.get(i).is_some_and(|r| r.seq == seq) {
                     self.by_seq[i] = record;
                 } else {
                     self.by_seq.insert(i, record);
                 }
+                self.ids.rebuild(&self.by_seq, &self.hashes);
+                self.tokens.rebuild(&self.by_seq, &self.hashes);
             }
-            _ => self.by_seq.push(record),
+            _ => {
+                self.by_seq.push(record);
+                let at = self.by_seq.len() - 1;
+                self.ids.insert(&self.by_seq, &self.hashes, at);
+                self.tokens.insert(&self.by_seq, &self.hashes, at);
+            }
         }
     }
 
@@ -266,6 +338,38 @@ mod tests {
         assert_eq!(ledger.get("i-3").map(|r| r.seq), Some(2));
         assert_eq!(ledger.get("i-4").map(|r| r.seq), None);
         assert_eq!(ledger.next_seq(), 3);
+    }
+
+    #[test]
+    fn records_are_found_by_id_and_token_however_they_arrive() {
+        let n = 1000_u64;
+        // Read back in a scrambled order (as a shared ledger's rows come,
+        // by their last change), then more taken in out of order.
+        let scrambled = (0..n).map(|k| (k * 7919) % n).filter(|seq| seq % 10 != 3);
+        let mut ledger = Ledger::new(
+            scrambled
+                .map(|seq| record(seq, &format!("i-{seq}"), "a", None))
+                .collect(),
+            Backing::Memory,
+        );
+        ledger.absorb(
+            (0..n)
+                .rev()
+                .filter(|seq| seq % 10 == 3)
+                .map(|seq| record(seq, &format!("i-{seq}"), "a", None))
+                .collect(),
+        );
+        for seq in 0..n {
+            let id = format!("i-{seq}");
+            assert_eq!(ledger.get(&id).map(|r| r.seq), Some(seq), "{id}");
+            assert!(ledger.contains_id(&id));
+            let token = format!("token-{id}");
+            assert_eq!(ledger.by_token(&token).map(|r| r.seq), Some(seq), "{token}");
+        }
+        assert!(ledger.get(&format!("i-{n}")).is_none());
+        assert!(ledger.by_token("i-1").is_none());
+        let seqs: Vec<u64> = ledger.records().map(|r| r.seq).collect();
+        assert_eq!(seqs, (0..n).collect::<Vec<_>>());
     }
 
     #[test]
