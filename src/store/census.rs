@@ -350,13 +350,21 @@ impl Store {
                     machines::zone.assume_not_null(),
                 ))
                 .load(tx.conn)?;
-            let mut applications: HashMap<String, BTreeSet<String>> = HashMap::new();
+            // Most machines hold one unit: a list with room for one name
+            // each (`Occupant::new` takes out repeats), not a set whose
+            // first node has room for eleven.
+            let mut applications: HashMap<String, Vec<String>> = HashMap::new();
             for (machine, application) in units::table
                 .filter(units::machine_id.is_not_null())
                 .select((units::machine_id.assume_not_null(), units::application))
                 .load::<(String, String)>(tx.conn)?
             {
-                applications.entry(machine).or_default().insert(application);
+                let names = applications
+                    .entry(machine)
+                    .or_insert_with(|| Vec::with_capacity(1));
+                if !names.contains(&application) {
+                    names.push(application);
+                }
             }
             let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
             let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
