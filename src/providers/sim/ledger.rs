@@ -17,7 +17,7 @@ use std::hash::{BuildHasher, RandomState};
 use hashbrown::HashTable;
 
 use crate::providers::sim::file::LedgerFile;
-use crate::providers::sim::records::{Batch, Change, Record};
+use crate::providers::sim::records::{AgentState, Batch, Change, Record};
 use crate::providers::sim::shared::SharedLedger;
 
 /// Where the ledger is kept besides memory.
@@ -75,6 +75,15 @@ impl KeyIndex {
         for at in 0..records.len() {
             self.insert(records, hashes, at);
         }
+    }
+}
+
+/// Lets go of the one-time password of an agent that has connected: it is
+/// spent (the file keeps it, as a cloud keeps user data), and a million of
+/// them are 64 MB.
+fn forget_spent_password(record: &mut Record) {
+    if record.entry.agent == AgentState::Connected {
+        record.password = None;
     }
 }
 
@@ -231,6 +240,7 @@ impl Ledger {
 
     fn insert(&mut self, mut record: Record) {
         let seq = record.seq;
+        forget_spent_password(&mut record);
         // Launches in a row carry the same controller's and model's tags:
         // one copy of them serves all.
         if let Some(last) = self.by_seq.last() {
@@ -284,6 +294,7 @@ impl Ledger {
         record.entry.state = change.state;
         record.entry.agent = change.agent;
         record.changed_at_ms = change.changed_at_ms;
+        forget_spent_password(record);
         if held && !record.holds_capacity() {
             if let Some(live) = self.live_in_zone.get_mut(&record.entry.zone) {
                 *live = live.saturating_sub(1);
@@ -295,6 +306,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contracts::secrets::Secret;
     use crate::domain::hardware::Hardware;
     use crate::domain::instance::InstanceState;
     use std::collections::BTreeMap;
@@ -370,6 +382,40 @@ mod tests {
         assert!(ledger.by_token("i-1").is_none());
         let seqs: Vec<u64> = ledger.records().map(|r| r.seq).collect();
         assert_eq!(seqs, (0..n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_connected_agents_password_is_let_go_and_a_waiting_ones_kept() {
+        let with_password = |seq: u64, agent: AgentState| {
+            let mut r = record(seq, &format!("i-{seq}"), "a", None);
+            r.entry.agent = agent;
+            r.password = Some(Secret::new(format!("password-{seq}")));
+            r
+        };
+        let mut ledger = Ledger::new(
+            vec![
+                with_password(0, AgentState::Waiting),
+                with_password(1, AgentState::Connected),
+                with_password(2, AgentState::Waiting),
+            ],
+            Backing::Memory,
+        );
+        let has_password = |ledger: &Ledger, id: &str| ledger.get(id).unwrap().password.is_some();
+        assert!(has_password(&ledger, "i-0"));
+        assert!(!has_password(&ledger, "i-1"));
+        ledger
+            .commit(Batch {
+                changes: vec![Change {
+                    seq: 0,
+                    state: InstanceState::Running,
+                    agent: AgentState::Connected,
+                    changed_at_ms: 5,
+                }],
+                ..Batch::default()
+            })
+            .unwrap();
+        assert!(!has_password(&ledger, "i-0"));
+        assert!(has_password(&ledger, "i-2"));
     }
 
     #[test]
