@@ -1116,18 +1116,24 @@ impl<'o, 'p, 'a> Members<'o, 'p, 'a> {
     /// Writes the next member's key, already rendered (`"key":`); the
     /// caller writes its value.
     fn raw_key(&mut self, rendered: &[u8]) -> &mut Vec<u8> {
+        let out = self.next();
+        out.extend_from_slice(rendered);
+        out
+    }
+
+    /// Writes the comma before the next member, unless it is the first.
+    fn next(&mut self) -> &mut Vec<u8> {
         if !self.first {
             self.out.push(b',');
         }
         self.first = false;
-        self.out.extend_from_slice(rendered);
         self.out
     }
 
     /// Writes a whole rendered member, noting where.
     fn push(&mut self, member: &'a Member) {
         let placements = self.placements;
-        let out = self.raw_key(&[]);
+        let out = self.next();
         let start = out.len();
         out.extend_from_slice(&member.text());
         if let Some(placements) = placements {
