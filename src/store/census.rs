@@ -350,9 +350,9 @@ impl Store {
                     machines::zone.assume_not_null(),
                 ))
                 .load(tx.conn)?;
-            // Most machines hold one unit: a list with room for one name
-            // each (`Occupant::new` takes out repeats), not a set whose
-            // first node has room for eleven.
+            // Most machines hold one unit: a list of each machine's
+            // applications, once each, with room for one name, not a set
+            // whose first node has room for eleven.
             let mut applications: HashMap<String, Vec<String>> = HashMap::new();
             for (machine, application) in units::table
                 .filter(units::machine_id.is_not_null())
