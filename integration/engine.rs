@@ -14,7 +14,7 @@ use berth::contracts::provider::{tags, ControllerLink, LaunchRequest, Provider, 
 use berth::domain::constraints::{Constraints, Key};
 use berth::domain::instance::{Instance, InstanceState};
 use berth::domain::instance_types::Catalogue;
-use berth::domain::machine::MachineState;
+use berth::domain::machine::{is_settled, MachineState};
 use berth::domain::names::{ApplicationName, MachineId};
 use berth::domain::placement::parse_to_list;
 use berth::engine::broker::RateLimits;
@@ -183,6 +183,53 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: 
         .map(|(z, n)| (z.to_string(), n))
         .collect();
     assert_eq!(zones_of(&status, "wordpress"), four_each);
+}
+
+/// A controller holds leases only on the machines it works on: those
+/// waiting for an actor are claimed when their turn comes, so a long line
+/// costs the renewals nothing.
+async fn machines_waiting_their_turn_hold_no_lease(backend: Backend) {
+    let sim = SimConfig {
+        agent_delay_ms: 30,
+        ..SimConfig::default()
+    };
+    let config = ProvisionerConfig {
+        max_machine_actors: 3,
+        ..fast_provisioner()
+    };
+    let app = spawn_engine(backend, sim, config).await;
+    // Once a first machine has started, the engine follows the change log:
+    // the deploy below reaches it there, not in its first read.
+    deploy(app.store(), "mysql", 1, "", "").await;
+    until(app.store(), "1 started", all_started(1)).await;
+    deploy(app.store(), "wordpress", 12, "", "").await;
+    let mut most_leased = 0;
+    let mut samples = 0;
+    loop {
+        let status = app.store().status().unwrap();
+        let now = berth::store::now_ms();
+        let leased = status
+            .machines
+            .iter()
+            .filter(|m| !is_settled(m.state()))
+            .filter(|m| m.lease.as_ref().is_some_and(|l| l.is_live(now)))
+            .count();
+        most_leased = most_leased.max(leased);
+        samples += 1;
+        if all_started(13)(&status) {
+            break;
+        }
+        assert!(samples < 20_000, "the 13 machines did not start");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(
+        most_leased >= 1,
+        "no lease was ever seen ({samples} samples)"
+    );
+    assert!(
+        most_leased <= 3,
+        "{most_leased} unsettled machines leased at once, with room for 3 actors"
+    );
 }
 
 async fn zones_known(store: &Store) {
@@ -966,6 +1013,7 @@ on_each_backend! {
         nine_units_spread_three_per_zone_and_a_second_applications_three_one_per_zone,
         settled_machines_keep_no_actor_alive,
         machines_beyond_the_actor_limit_wait_their_turn_and_all_start,
+        machines_waiting_their_turn_hold_no_lease,
         a_zone_disabled_by_an_administrator_gets_no_new_machines,
         a_zone_out_of_capacity_sends_machines_to_the_next_zone,
         an_explicit_zone_placement_is_honoured,

@@ -64,9 +64,11 @@ struct StoreChanged {
     /// The zones, when they changed: applied before the machines, so that
     /// a machine never chooses from zones older than its own revision.
     zones: Option<Vec<ZoneRecord>>,
-    /// The machines among `machines` that need an actor and whose lease
-    /// this controller now holds: only these get a new actor here.
-    claimed: HashSet<MachineId>,
+    /// The machines among `machines` that need an actor and are this
+    /// controller's to work on (its share, or ones it held): only these get
+    /// an actor here, those it does not hold after waiting in line for
+    /// their lease to be claimed.
+    wanted: HashSet<MachineId>,
 }
 
 /// A machine that needs an actor but waits for room, with what the
@@ -82,6 +84,8 @@ struct Waiting {
     /// Whether this controller may claim it whoever's share it is (it was
     /// found unheld twice in a row, or this controller holds it).
     anyone: bool,
+    /// Whether an administrator retried it: its actor hears [`Retry`].
+    retried: bool,
 }
 
 pub struct Provisioner {
@@ -210,14 +214,20 @@ impl Provisioner {
         vanished: bool,
         anyone: bool,
     ) {
-        if self.queued.insert(id) {
-            self.waiting.push_back(Waiting {
-                id,
-                adopt: adopt.map(Box::new),
-                vanished,
-                since: std::time::Instant::now(),
-                anyone,
-            });
+        self.line_up(Waiting {
+            id,
+            adopt: adopt.map(Box::new),
+            vanished,
+            since: std::time::Instant::now(),
+            anyone,
+            retried: false,
+        });
+    }
+
+    /// Puts `waiting` in line, unless its machine is in line already.
+    fn line_up(&mut self, waiting: Waiting) {
+        if self.queued.insert(waiting.id) {
+            self.waiting.push_back(waiting);
             self.report_actors();
         }
     }
@@ -364,7 +374,7 @@ impl Provisioner {
                     };
                     act.queued.remove(&id);
                     if needs_actor(machine.record.state()) {
-                        act.spawn_actor(machine, entry.adopt.map(|a| *a), ctx);
+                        act.spawn_actor_for(machine, entry.adopt.map(|a| *a), entry.retried, ctx);
                         if entry.vanished {
                             if let Some((_, actor)) = act.actors.get(&id) {
                                 actor.do_send(InstanceChanged(InstanceState::Terminated));
@@ -593,7 +603,6 @@ impl Provisioner {
         let store = self.shared.store.clone();
         let me = ctx.address();
         let generation = self.generation;
-        let leases = self.shared.leases.clone();
         let peers = self.peers.clone();
         ctx.spawn(
             async move {
@@ -652,10 +661,11 @@ impl Provisioner {
                         .blocking(move |s| s.engine_machines(Some(&ids)))
                         .await?;
                     // Those needing work that no other controller holds,
-                    // and that hash to this one, are claimed; the sweep
-                    // takes any a controller leaves unclaimed.
+                    // and that hash to this one, are this one's to do:
+                    // they wait in line and are claimed at admission; the
+                    // sweep takes any a controller leaves unclaimed.
                     let now = now_ms();
-                    let wanted: Vec<MachineId> = {
+                    let wanted: HashSet<MachineId> = {
                         let peers = peers.read().unwrap_or_else(PoisonError::into_inner);
                         machines
                             .iter()
@@ -668,15 +678,13 @@ impl Provisioner {
                             .map(|m| m.record.id)
                             .collect()
                     };
-                    let claimed = store.claim_machines(wanted, leases.ttl()).await?;
-                    leases.claimed(&claimed);
                     if me
                         .send(StoreChanged {
                             machines,
                             removed,
                             retried,
                             zones,
-                            claimed: claimed.into_iter().collect(),
+                            wanted,
                         })
                         .await
                         .is_err()
@@ -797,13 +805,22 @@ impl Provisioner {
         let serial_mark = self.next_serial;
         let shared = self.shared.clone();
         let generation = self.generation;
+        // With more machines in line than it has room for actors, this
+        // controller could start none it took over any sooner, and the
+        // machines unheld would be mostly its own line: it looks again once
+        // the line is shorter.
+        let sweep = self.waiting.len() < self.shared.max_machine_actors;
         let work = async move {
             let renewed = shared.store.renew_leases(shared.leases.ttl()).await?;
             let (reconciler, peers) = take_part(&shared).await?;
-            let unheld = shared
-                .store
-                .blocking(|s| s.unheld_machines(now_ms()))
-                .await?;
+            let unheld = if sweep {
+                shared
+                    .store
+                    .blocking(|s| s.unheld_machines(now_ms()))
+                    .await?
+            } else {
+                Vec::new()
+            };
             Ok::<_, StoreError>((renewed, reconciler, peers, unheld))
         };
         ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
@@ -1101,6 +1118,7 @@ impl Handler<StoreChanged> for Provisioner {
                 actor.do_send(Gone);
             }
         }
+        let mut lined_up = false;
         for machine in msg.machines {
             let id = machine.record.id;
             if machine.record.state() == MachineState::Started {
@@ -1114,7 +1132,8 @@ impl Handler<StoreChanged> for Provisioner {
                 // Read afresh when its turn comes.
                 continue;
             }
-            if !msg.claimed.contains(&id) && !self.shared.holds(&machine.record) {
+            let held = self.shared.holds(&machine.record);
+            if !held && !msg.wanted.contains(&id) {
                 // Another controller works on it now.
                 if let Some((_, actor)) = self.actors.remove(&id) {
                     log::info!("machine {id}: another controller holds it now");
@@ -1141,12 +1160,26 @@ impl Handler<StoreChanged> for Provisioner {
                         },
                     ));
                 }
+                None if !needs_actor(machine.record.state()) => {}
+                None if held => self.spawn_actor_for(machine, None, retried, ctx),
                 None => {
-                    if needs_actor(machine.record.state()) {
-                        self.spawn_actor_for(machine, None, retried, ctx);
-                    }
+                    // Claimed when its turn comes: a controller holds
+                    // leases only on the machines it works on now, so a
+                    // long line costs its renewals nothing.
+                    self.line_up(Waiting {
+                        id,
+                        adopt: None,
+                        vanished: false,
+                        since: std::time::Instant::now(),
+                        anyone: false,
+                        retried,
+                    });
+                    lined_up = true;
                 }
             }
+        }
+        if lined_up {
+            self.admit_waiting(ctx);
         }
     }
 }
