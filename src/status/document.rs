@@ -36,7 +36,7 @@ use crate::status::rendering::{
 };
 use crate::status::snapshot::{MachineShown, StatusDelta, StatusSnapshot, UnitShown};
 use crate::status::view::{
-    application_headers, machine_view, model_view, severity, unit_view, MachineSeen, MostSevere,
+    application_headers, machine_view, model_view, severity, unit_view, MachineSeen, SEVERITIES,
 };
 use crate::store::records::{ApplicationRecord, ModelRecord, RelationRecord};
 
@@ -193,6 +193,9 @@ pub struct StatusDocument {
     /// stale.
     headers: RefCell<BTreeMap<ApplicationName, Box<str>>>,
     stale_headers: RefCell<StaleHeaders>,
+    /// What each application's header takes from all its units, kept as
+    /// they change ([`UnitsFold`]).
+    folds: HashMap<ApplicationName, UnitsFold>,
     /// The blocks changes have touched since the rendering in segments
     /// this document made last (see [`StatusDocument::render_segments`]).
     touched: RefCell<Touched>,
@@ -249,6 +252,141 @@ impl StaleHeaders {
     }
 }
 
+/// What an application's header takes from all its units, kept as units
+/// and machines change, so that making the header again costs in
+/// proportion to what changed and not to how many units it has.
+#[derive(Default)]
+struct UnitsFold {
+    /// How many of its units' workload statuses have each severity.
+    severities: [usize; SEVERITIES],
+    /// What the machines its principal units are on cost an hour
+    /// together, each machine once, in millionths of a dollar.
+    cost: u64,
+}
+
+impl UnitsFold {
+    /// The most severe rank any of its units has.
+    fn worst(&self) -> Option<usize> {
+        self.severities.iter().rposition(|n| *n > 0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cost == 0 && self.severities.iter().all(|n| *n == 0)
+    }
+}
+
+/// Counts a unit piece of `application` of severity `rank` in or out.
+fn count_severity(
+    folds: &mut HashMap<ApplicationName, UnitsFold>,
+    application: &ApplicationName,
+    rank: usize,
+    counted: bool,
+) {
+    let fold = match folds.get_mut(application) {
+        Some(fold) => fold,
+        None => folds.entry(application.clone()).or_default(),
+    };
+    if let Some(n) = fold.severities.get_mut(rank) {
+        *n = if counted { *n + 1 } else { n.saturating_sub(1) };
+    }
+}
+
+/// Counts in what every machine costs the applications whose principal
+/// units are on it, from a document that had none counted: unit by unit in
+/// order, each application's in one sum, a machine paid for by its first
+/// principal unit of the application.
+fn count_all_costs(
+    folds: &mut HashMap<ApplicationName, UnitsFold>,
+    machines: &BTreeMap<MachineId, MachinePiece>,
+    units: &BTreeMap<UnitName, UnitPiece>,
+    units_on: &HashMap<MachineId, NameSet>,
+) {
+    let mut add = |application: &ApplicationName, cost: u64| {
+        if cost > 0 {
+            let fold = folds.entry(application.clone()).or_default();
+            fold.cost = fold.cost.saturating_add(cost);
+        }
+    };
+    let mut current: Option<(&ApplicationName, u64)> = None;
+    for (name, piece) in units {
+        let application = name.application();
+        match &mut current {
+            Some((of, _)) if *of == application => {}
+            _ => {
+                if let Some((of, cost)) = current.take() {
+                    add(of, cost);
+                }
+                current = Some((application, 0));
+            }
+        }
+        if piece.unit.principal.is_some() {
+            continue;
+        }
+        let Some(machine) = piece.unit.machine else {
+            continue;
+        };
+        let Some(price) = machines.get(&machine).and_then(|m| m.hourly_price) else {
+            continue;
+        };
+        let first = units_on.get(&machine).and_then(|on| {
+            on.into_iter().find(|on| {
+                on.application() == application
+                    && (*on == name || units.get(*on).is_some_and(|p| p.unit.principal.is_none()))
+            })
+        });
+        if let (Some(first), Some((_, cost))) = (first, &mut current) {
+            if first == name {
+                *cost = cost.saturating_add(price.micro_usd());
+            }
+        }
+    }
+    if let Some((of, cost)) = current {
+        add(of, cost);
+    }
+}
+
+/// Counts what `machines` cost the applications whose principal units
+/// are on them in (`counted`) or out: each machine's price once for each
+/// application with a principal unit on it.
+fn count_costs(
+    folds: &mut HashMap<ApplicationName, UnitsFold>,
+    machine_pieces: &BTreeMap<MachineId, MachinePiece>,
+    unit_pieces: &BTreeMap<UnitName, UnitPiece>,
+    units_on: &HashMap<MachineId, NameSet>,
+    machines: impl IntoIterator<Item = MachineId>,
+    counted: bool,
+) {
+    let mut paying: Vec<&ApplicationName> = Vec::new();
+    for machine in machines {
+        let Some(price) = machine_pieces
+            .get(&machine)
+            .and_then(|piece| piece.hourly_price)
+        else {
+            continue;
+        };
+        paying.clear();
+        for unit in units_on.get(&machine).into_iter().flatten() {
+            let principal = unit_pieces
+                .get(unit)
+                .is_some_and(|piece| piece.unit.principal.is_none());
+            if principal && !paying.contains(&unit.application()) {
+                paying.push(unit.application());
+            }
+        }
+        for application in &paying {
+            let fold = match folds.get_mut(*application) {
+                Some(fold) => fold,
+                None => folds.entry((*application).clone()).or_default(),
+            };
+            fold.cost = if counted {
+                fold.cost.saturating_add(price.micro_usd())
+            } else {
+                fold.cost.saturating_sub(price.micro_usd())
+            };
+        }
+    }
+}
+
 impl StatusDocument {
     /// An empty document; [`apply`](StatusDocument::apply) the whole
     /// state to it ([`Store::status_shown`](crate::store::Store::status_shown)).
@@ -270,6 +408,7 @@ impl StatusDocument {
                 all: true,
                 applications: BTreeSet::new(),
             }),
+            folds: HashMap::new(),
             touched: RefCell::new(Touched::default()),
             packed: [0, 0],
         }
@@ -311,6 +450,20 @@ impl StatusDocument {
     pub fn apply(&mut self, delta: StatusDelta) {
         self.mark_stale_headers(&delta);
         self.mark_touched(&delta);
+        // The machines whose cost to their applications the delta may
+        // change, counted out before and in again after; all of them when
+        // the delta is the whole state.
+        let costed = (!self.is_empty()).then(|| self.machines_costed_by(&delta));
+        if let Some(machines) = &costed {
+            count_costs(
+                &mut self.folds,
+                &self.machines,
+                &self.units,
+                &self.units_on,
+                machines.iter().copied(),
+                false,
+            );
+        }
         self.revision = self.revision.max(delta.revision);
         if let Some(model) = delta.model {
             self.model = model;
@@ -365,7 +518,9 @@ impl StatusDocument {
             let state = self.machines.get(&machine).map(MachinePiece::seen);
             for name in self.units_on.get(&machine).into_iter().flatten() {
                 if let Some(piece) = self.units.get_mut(name) {
+                    count_severity(&mut self.folds, name.application(), piece.severity, false);
                     piece.render(state);
+                    count_severity(&mut self.folds, name.application(), piece.severity, true);
                     touched.unit(name);
                     if let Some(principal) = &piece.unit.principal {
                         touched.unit(principal);
@@ -383,11 +538,15 @@ impl StatusDocument {
         for ((name, _), piece) in units.into_iter().zip(pieces) {
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
             let now_under = piece.as_ref().and_then(|p| p.unit.principal.clone());
+            if let Some(piece) = &piece {
+                count_severity(&mut self.folds, name.application(), piece.severity, true);
+            }
             let before = match piece {
                 Some(piece) => self.units.insert(name.clone(), piece),
                 None => self.units.remove(&name),
             };
             if let Some(before) = before {
+                count_severity(&mut self.folds, name.application(), before.severity, false);
                 if let Some(was_on) = before.unit.machine {
                     forget(&mut self.units_on, &was_on, &name);
                 }
@@ -405,7 +564,34 @@ impl StatusDocument {
                 self.units_on.entry(machine).or_default().insert(name);
             }
         }
+        match costed {
+            Some(machines) => count_costs(
+                &mut self.folds,
+                &self.machines,
+                &self.units,
+                &self.units_on,
+                machines,
+                true,
+            ),
+            None => count_all_costs(&mut self.folds, &self.machines, &self.units, &self.units_on),
+        }
+        self.folds.retain(|_, fold| !fold.is_empty());
         self.pack();
+    }
+
+    /// The machines whose cost to their applications `delta` may change:
+    /// the machines it changes, and those the units it changes are on
+    /// before and after.
+    fn machines_costed_by(&self, delta: &StatusDelta) -> Vec<MachineId> {
+        let mut machines: Vec<MachineId> = delta.machines.iter().map(|(id, _)| *id).collect();
+        for (name, unit) in &delta.units {
+            let before = self.units.get(name).and_then(|piece| piece.unit.machine);
+            let after = unit.as_ref().and_then(|unit| unit.machine);
+            machines.extend(before.into_iter().chain(after));
+        }
+        machines.sort_unstable();
+        machines.dedup();
+        machines
     }
 
     /// Builds the trees of machines and of units again, full, each time
@@ -808,7 +994,7 @@ impl StatusDocument {
     fn units_of<'a>(
         &'a self,
         application: &ApplicationName,
-    ) -> impl Iterator<Item = (&'a UnitName, &'a UnitPiece)> + 'a {
+    ) -> impl DoubleEndedIterator<Item = (&'a UnitName, &'a UnitPiece)> + 'a {
         let first = UnitName::new(application.clone(), 0);
         let last = UnitName::new(application.clone(), u64::MAX);
         self.units.range(first..=last)
@@ -831,8 +1017,8 @@ impl StatusDocument {
     /// Each application's view without units, rendered: with its
     /// relations, the most severe status of all its units and what all
     /// their machines cost. Kept, and made again only for the applications
-    /// changes have touched since, so a request after a small change does
-    /// not fold every unit of the model again.
+    /// changes have touched since, from their [`UnitsFold`]s, so a request
+    /// after a small change does not fold every unit of the model again.
     fn headers(&self) -> Ref<'_, BTreeMap<ApplicationName, Box<str>>> {
         let stale = std::mem::take(&mut *self.stale_headers.borrow_mut());
         if !stale.is_empty() {
@@ -845,20 +1031,24 @@ impl StatusDocument {
             if !stale.all {
                 views.retain(|name, _| stale.applications.contains(name));
             }
-            // Each stale application's units in one pass: the most severe
-            // workload status (the rule `fold_application_status` also
-            // follows), and the price of each machine its principal units
-            // are on, once per machine (as `fold_application_cost` counts,
-            // without a set of every machine).
+            // Each stale application's fold of its units, kept as they
+            // changed: what the machines its principal units are on cost,
+            // once per machine (as `fold_application_cost` counts), and its
+            // most severe workload status (the rule
+            // `fold_application_status` follows).
             for (name, view) in &mut views {
-                let mut worst = MostSevere::default();
-                for (unit, piece) in self.units_of(name) {
-                    worst.see_ranked(piece.severity, piece);
-                    if let Some(price) = self.first_principal_price(unit, piece) {
-                        view.hourly_cost = view.hourly_cost + price;
-                    }
-                }
-                if let Some(piece) = worst.most() {
+                let Some(fold) = self.folds.get(name) else {
+                    continue;
+                };
+                view.hourly_cost = view.hourly_cost + HourlyPrice::from_micro_usd(fold.cost);
+                // The most severe unit, the later of equals: the search
+                // from the end stops at the first of the worst rank.
+                let most_severe = fold.worst().and_then(|worst| {
+                    self.units_of(name)
+                        .rev()
+                        .find(|(_, piece)| piece.severity == worst)
+                });
+                if let Some((_, piece)) = most_severe {
                     view.application_status =
                         unit_view(&piece.unit, seen_on(&piece.unit, &self.machines))
                             .workload_status;
@@ -878,28 +1068,6 @@ impl StatusDocument {
             );
         }
         self.headers.borrow()
-    }
-
-    /// The price of `unit`'s machine if `unit` is a principal unit and the
-    /// first of its application's principal units on that machine (so
-    /// that an application pays for each machine once).
-    fn first_principal_price(&self, unit: &UnitName, piece: &UnitPiece) -> Option<HourlyPrice> {
-        if piece.unit.principal.is_some() {
-            return None;
-        }
-        let machine = piece.unit.machine?;
-        let first = self.units_on.get(&machine)?.into_iter().find(|on| {
-            on.application() == unit.application()
-                && (*on == unit
-                    || self
-                        .units
-                        .get(*on)
-                        .is_some_and(|p| p.unit.principal.is_none()))
-        })?;
-        if first != unit {
-            return None;
-        }
-        self.machines.get(&machine)?.hourly_price
     }
 
     /// Writes the applications `headers` (rendered, in name order) with
@@ -2038,6 +2206,66 @@ mod tests {
                     count(&after, state),
                     "seed {seed}"
                 );
+            }
+        }
+    }
+
+    /// Each application's fold counted afresh from every unit: its units
+    /// by severity, and each machine its principal units are on priced
+    /// once.
+    fn folds_counted_whole(document: &StatusDocument) -> BTreeMap<String, (Vec<usize>, u64)> {
+        let mut folds: BTreeMap<String, (Vec<usize>, u64)> = BTreeMap::new();
+        let mut priced: BTreeSet<(String, MachineId)> = BTreeSet::new();
+        for (name, piece) in &document.units {
+            let application = name.application().to_string();
+            let fold = folds
+                .entry(application.clone())
+                .or_insert_with(|| (vec![0; SEVERITIES], 0));
+            fold.0[piece.severity] += 1;
+            let price = piece
+                .unit
+                .machine
+                .filter(|_| piece.unit.principal.is_none())
+                .and_then(|m| Some((m, document.machines.get(&m)?.hourly_price?)));
+            if let Some((machine, price)) = price {
+                if priced.insert((application, machine)) {
+                    fold.1 += price.micro_usd();
+                }
+            }
+        }
+        folds
+    }
+
+    #[test]
+    fn application_folds_kept_through_changes_equal_a_count_of_every_unit() {
+        let check = |document: &StatusDocument, label: &str| {
+            let kept: BTreeMap<String, (Vec<usize>, u64)> = document
+                .folds
+                .iter()
+                .map(|(name, fold)| (name.to_string(), (fold.severities.to_vec(), fold.cost)))
+                .collect();
+            // An application whose units all went keeps no fold.
+            let whole: BTreeMap<_, _> = folds_counted_whole(document)
+                .into_iter()
+                .filter(|(_, (severities, cost))| *cost > 0 || severities.iter().any(|n| *n > 0))
+                .collect();
+            assert_eq!(kept, whole, "{label}");
+        };
+        for seed in 1..300 {
+            let mut previous = snapshot(seed);
+            let mut document = StatusDocument::of(&previous, "sim");
+            check(&document, &format!("seed {seed}, read whole"));
+            let mut dice = Dice(seed | 1);
+            for step in 0..6 {
+                let mut next = if step % 2 == 0 {
+                    mix(&previous, &snapshot(seed + 1000 * (step + 1)), &mut dice)
+                } else {
+                    snapshot(seed + 1000 * (step + 1))
+                };
+                next.revision = previous.revision + 1;
+                document.apply(delta(&previous, &next));
+                check(&document, &format!("seed {seed} step {step}"));
+                previous = next;
             }
         }
     }

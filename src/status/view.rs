@@ -421,6 +421,9 @@ const WORKLOAD_SEVERITY: [&str; 7] = [
     "error",
 ];
 
+/// How many ranks [`severity`] has.
+pub(crate) const SEVERITIES: usize = WORKLOAD_SEVERITY.len();
+
 /// Where a workload status ranks among [`WORKLOAD_SEVERITY`]: an
 /// application shows the most severe of its units'.
 pub(crate) fn severity(status: &str) -> usize {
