@@ -150,7 +150,9 @@ async fn settled_machines_keep_no_actor_alive(backend: Backend) {
     .await;
 }
 
-async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: Backend) {
+/// An engine with room for 3 machine actors, whose simulated agents check
+/// in after 30 ms, so that a deploy of more machines makes a line.
+async fn engine_with_room_for_three_actors(backend: Backend) -> TestApp {
     let sim = SimConfig {
         agent_delay_ms: 30,
         ..SimConfig::default()
@@ -159,7 +161,11 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: 
         max_machine_actors: 3,
         ..fast_provisioner()
     };
-    let app = spawn_engine(backend, sim, config).await;
+    spawn_engine(backend, sim, config).await
+}
+
+async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: Backend) {
+    let app = engine_with_room_for_three_actors(backend).await;
     deploy(app.store(), "wordpress", 12, "", "").await;
     let engine = app.engine().clone();
     let watcher = actix_web::rt::spawn(async move {
@@ -189,15 +195,7 @@ async fn machines_beyond_the_actor_limit_wait_their_turn_and_all_start(backend: 
 /// waiting for an actor are claimed when their turn comes, so a long line
 /// costs the renewals nothing.
 async fn machines_waiting_their_turn_hold_no_lease(backend: Backend) {
-    let sim = SimConfig {
-        agent_delay_ms: 30,
-        ..SimConfig::default()
-    };
-    let config = ProvisionerConfig {
-        max_machine_actors: 3,
-        ..fast_provisioner()
-    };
-    let app = spawn_engine(backend, sim, config).await;
+    let app = engine_with_room_for_three_actors(backend).await;
     // Once a first machine has started, the engine follows the change log:
     // the deploy below reaches it there, not in its first read.
     deploy(app.store(), "mysql", 1, "", "").await;
