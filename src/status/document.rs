@@ -275,6 +275,19 @@ impl UnitsFold {
     }
 }
 
+/// Changes `application`'s fold, made empty if it has none yet (its name
+/// is copied only then).
+fn update_fold(
+    folds: &mut HashMap<ApplicationName, UnitsFold>,
+    application: &ApplicationName,
+    update: impl FnOnce(&mut UnitsFold),
+) {
+    match folds.get_mut(application) {
+        Some(fold) => update(fold),
+        None => update(folds.entry(application.clone()).or_default()),
+    }
+}
+
 /// Counts a unit piece of `application` of severity `rank` in or out.
 fn count_severity(
     folds: &mut HashMap<ApplicationName, UnitsFold>,
@@ -282,67 +295,11 @@ fn count_severity(
     rank: usize,
     counted: bool,
 ) {
-    let fold = match folds.get_mut(application) {
-        Some(fold) => fold,
-        None => folds.entry(application.clone()).or_default(),
-    };
-    if let Some(n) = fold.severities.get_mut(rank) {
-        *n = if counted { *n + 1 } else { n.saturating_sub(1) };
-    }
-}
-
-/// Counts in what every machine costs the applications whose principal
-/// units are on it, from a document that had none counted: unit by unit in
-/// order, each application's in one sum, a machine paid for by its first
-/// principal unit of the application.
-fn count_all_costs(
-    folds: &mut HashMap<ApplicationName, UnitsFold>,
-    machines: &BTreeMap<MachineId, MachinePiece>,
-    units: &BTreeMap<UnitName, UnitPiece>,
-    units_on: &HashMap<MachineId, NameSet>,
-) {
-    let mut add = |application: &ApplicationName, cost: u64| {
-        if cost > 0 {
-            let fold = folds.entry(application.clone()).or_default();
-            fold.cost = fold.cost.saturating_add(cost);
+    update_fold(folds, application, |fold| {
+        if let Some(n) = fold.severities.get_mut(rank) {
+            *n = if counted { *n + 1 } else { n.saturating_sub(1) };
         }
-    };
-    let mut current: Option<(&ApplicationName, u64)> = None;
-    for (name, piece) in units {
-        let application = name.application();
-        match &mut current {
-            Some((of, _)) if *of == application => {}
-            _ => {
-                if let Some((of, cost)) = current.take() {
-                    add(of, cost);
-                }
-                current = Some((application, 0));
-            }
-        }
-        if piece.unit.principal.is_some() {
-            continue;
-        }
-        let Some(machine) = piece.unit.machine else {
-            continue;
-        };
-        let Some(price) = machines.get(&machine).and_then(|m| m.hourly_price) else {
-            continue;
-        };
-        let first = units_on.get(&machine).and_then(|on| {
-            on.into_iter().find(|on| {
-                on.application() == application
-                    && (*on == name || units.get(*on).is_some_and(|p| p.unit.principal.is_none()))
-            })
-        });
-        if let (Some(first), Some((_, cost))) = (first, &mut current) {
-            if first == name {
-                *cost = cost.saturating_add(price.micro_usd());
-            }
-        }
-    }
-    if let Some((of, cost)) = current {
-        add(of, cost);
-    }
+    });
 }
 
 /// Counts what `machines` cost the applications whose principal units
@@ -374,15 +331,13 @@ fn count_costs(
             }
         }
         for application in &paying {
-            let fold = match folds.get_mut(*application) {
-                Some(fold) => fold,
-                None => folds.entry((*application).clone()).or_default(),
-            };
-            fold.cost = if counted {
-                fold.cost.saturating_add(price.micro_usd())
-            } else {
-                fold.cost.saturating_sub(price.micro_usd())
-            };
+            update_fold(folds, application, |fold| {
+                fold.cost = if counted {
+                    fold.cost.saturating_add(price.micro_usd())
+                } else {
+                    fold.cost.saturating_sub(price.micro_usd())
+                };
+            });
         }
     }
 }
@@ -451,8 +406,8 @@ impl StatusDocument {
         self.mark_stale_headers(&delta);
         self.mark_touched(&delta);
         // The machines whose cost to their applications the delta may
-        // change, counted out before and in again after; all of them when
-        // the delta is the whole state.
+        // change, counted out before and in again after; every machine, in
+        // order, when the delta fills an empty document.
         let costed = (!self.is_empty()).then(|| self.machines_costed_by(&delta));
         if let Some(machines) = &costed {
             count_costs(
@@ -573,7 +528,14 @@ impl StatusDocument {
                 machines,
                 true,
             ),
-            None => count_all_costs(&mut self.folds, &self.machines, &self.units, &self.units_on),
+            None => count_costs(
+                &mut self.folds,
+                &self.machines,
+                &self.units,
+                &self.units_on,
+                self.machines.keys().copied(),
+                true,
+            ),
         }
         self.folds.retain(|_, fold| !fold.is_empty());
         self.pack();
