@@ -45,7 +45,7 @@ impl KeyIndex {
 
     /// Where the record with `key` is among `records`.
     fn find(&self, records: &[Record], hashes: &RandomState, key: &str) -> Option<usize> {
-        let holds = |&at: &usize| records.get(at).and_then(self.key) == Some(key);
+        let holds = holding(records, self.key, key);
         self.positions.find(hashes.hash_one(key), holds).copied()
     }
 
@@ -57,8 +57,7 @@ impl KeyIndex {
         };
         let key_of = self.key;
         let hash = hashes.hash_one(key);
-        let holds = |&other: &usize| records.get(other).and_then(key_of) == Some(key);
-        match self.positions.find_mut(hash, holds) {
+        match self.positions.find_mut(hash, holding(records, key_of, key)) {
             Some(position) => *position = at,
             None => {
                 let rehash = |&other: &usize| {
@@ -76,6 +75,16 @@ impl KeyIndex {
             self.insert(records, hashes, at);
         }
     }
+}
+
+/// Whether the record at a position among `records` holds `key` (by
+/// `key_of`).
+fn holding<'r>(
+    records: &'r [Record],
+    key_of: fn(&Record) -> Option<&str>,
+    key: &'r str,
+) -> impl Fn(&usize) -> bool + 'r {
+    move |&at| records.get(at).and_then(key_of) == Some(key)
 }
 
 /// Lets go of the one-time password of an agent that has connected: it is
