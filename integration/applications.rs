@@ -942,6 +942,93 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
     assert_eq!(picked, summaries[1..2]);
 }
 
+/// The census as stored, checked against a count afresh of every machine.
+async fn census_counted_afresh_agrees(store: &Store) -> BTreeMap<(String, String), i64> {
+    let kept = store.zone_census().unwrap();
+    store.rebuild_zone_census().await.unwrap();
+    assert_eq!(store.zone_census().unwrap(), kept);
+    kept
+}
+
+fn counted(kind: &str, zone: &str) -> BTreeMap<(String, String), i64> {
+    BTreeMap::from([((kind.to_string(), zone.to_string()), 1)])
+}
+
+/// A unit joining or leaving a machine that holds a zone moves the machine
+/// to its new kind's count as it happens, so the census never needs
+/// counting afresh when a controller starts; only a store written before
+/// this rule is counted afresh, once.
+async fn a_unit_joining_or_leaving_a_zoned_machine_moves_the_machines_census_count(store: Store) {
+    use berth::domain::zones::{Occupant, Zone};
+    use berth::store::census::{ZoneChoice, ZoneChosen};
+    assert!(store.count_zone_census_unless_current().await.unwrap());
+    assert!(!store.count_zone_census_unless_current().await.unwrap());
+    store
+        .deploy(request("mysql", local(MYSQL, None), 1))
+        .await
+        .unwrap();
+    let id: MachineId = "0".parse().unwrap();
+    let ttl = std::time::Duration::from_secs(30);
+    store.claim_machines(vec![id], ttl).await.unwrap();
+    let allocating =
+        engine_steps::apply(&store, id, Event::StartInstance, MachineUpdate::default())
+            .await
+            .next;
+    let choice = ZoneChoice {
+        id,
+        occupant: Occupant::workload(["mysql"]),
+        zones: vec![Zone::available("a")],
+        failed: Default::default(),
+        zones_constraint: Default::default(),
+        placement_zone: None,
+        clear_retry_at: false,
+    };
+    let chosen = store.choose_zone(allocating, choice).await.unwrap();
+    assert!(matches!(chosen, ZoneChosen::Chosen(_)), "{chosen:?}");
+    assert_eq!(
+        census_counted_afresh_agrees(&store).await,
+        counted("workload:mysql", "a")
+    );
+    // A unit of another application joins the machine.
+    store
+        .deploy(request("wordpress", local(WORDPRESS, None), 0))
+        .await
+        .unwrap();
+    let joined = store
+        .add_units(app("wordpress"), 1, vec![Placement::Machine(id)])
+        .await
+        .unwrap();
+    assert_eq!(
+        census_counted_afresh_agrees(&store).await,
+        counted("workload:mysql,wordpress", "a")
+    );
+    // A subordinate joins beside mysql/0.
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    store
+        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        census_counted_afresh_agrees(&store).await,
+        counted("workload:mysql,ntp,wordpress", "a")
+    );
+    // The wordpress unit leaves, then mysql (and its subordinate with it).
+    store
+        .remove_units(vec![joined[0].unit.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        census_counted_afresh_agrees(&store).await,
+        counted("workload:mysql,ntp", "a")
+    );
+    store.remove_application(app("mysql")).await.unwrap();
+    assert_eq!(
+        census_counted_afresh_agrees(&store).await,
+        counted("workload:", "a")
+    );
+    assert!(!store.count_zone_census_unless_current().await.unwrap());
+}
+
 on_both_backends!(
     a_prepared_status_is_rendered_at_the_head_and_follows_later_writes,
     machine_summaries_show_what_a_reconciliation_needs,
@@ -973,4 +1060,5 @@ on_both_backends!(
     removing_an_application_removes_its_units_and_relations_but_not_machines,
     unknown_applications_are_not_found,
     status_reads_everything_at_one_revision,
+    a_unit_joining_or_leaving_a_zoned_machine_moves_the_machines_census_count,
 );

@@ -421,10 +421,10 @@ impl Provisioner {
                 .set_provider_zones(zones)
                 .await
                 .map_err(|e| e.to_string())?;
-            // Counted afresh: units may have joined machines since.
+            // A store written by an older berth is counted afresh once.
             shared
                 .store
-                .rebuild_zone_census()
+                .count_zone_census_unless_current()
                 .await
                 .map_err(|e| e.to_string())?;
             let revision = shared.store.revision();

@@ -20,9 +20,11 @@
 //! first's choice. (SQLite has one writer.) For the same reason a batch
 //! reads the census once and keeps its copy up with its own counts
 //! ([`Tx::census`]); a release, a rebuild or an undone operation drops the
-//! copy, and the next choice reads the table again. Each controller
-//! rebuilds the census from the machines when it starts
-//! ([`Store::rebuild_zone_census`]).
+//! copy, and the next choice reads the table again. A unit joining or
+//! leaving a machine that holds a zone moves the machine to its new kind's
+//! count in the same transaction ([`recount`]). A store written before that
+//! rule is counted afresh once, when a controller starts
+//! ([`Store::count_zone_census_unless_current`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -35,7 +37,7 @@ use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest}
 use crate::store::db::per_backend;
 use crate::store::lifecycle::{apply_to, Applied, MachineEvent, MachineUpdate};
 use crate::store::records::stored_role;
-use crate::store::schema::{machines, units, zone_census};
+use crate::store::schema::{machines, model, units, zone_census};
 use crate::store::together::ZoneChoiceRequest;
 use crate::store::writer::Tx;
 use crate::store::{Origin, Store, StoreError, IDS_PER_STATEMENT};
@@ -130,6 +132,36 @@ pub(crate) fn release(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
     }
     diesel::update(machines::table.find(id))
         .set(machines::spread_kind.eq(None::<String>))
+        .execute(tx.conn)?;
+    Ok(())
+}
+
+/// Counts machine `id` again under the kind its units make now, after a
+/// unit joined or left it: a machine that holds a zone moves from its old
+/// kind's count to its new one's. A machine without a zone, or whose kind
+/// is unchanged, is left alone.
+pub(crate) fn recount(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
+    let counted: Option<(String, Option<String>, Option<String>)> = machines::table
+        .find(id)
+        .select((machines::role, machines::spread_kind, machines::zone))
+        .get_result(tx.conn)
+        .optional()?;
+    let Some((role, counted_as, Some(zone))) = counted else {
+        return Ok(());
+    };
+    let applications: Vec<String> = units::table
+        .filter(units::machine_id.eq(id))
+        .select(units::application)
+        .load(tx.conn)?;
+    let occupant = Occupant::new(stored_role(&role)?, applications);
+    let kind = occupant.key();
+    if counted_as.as_deref() == Some(kind.as_str()) {
+        return Ok(());
+    }
+    release(tx, id)?;
+    count(tx, &occupant, &kind, &zone)?;
+    diesel::update(machines::table.find(id))
+        .set(machines::spread_kind.eq(&kind))
         .execute(tx.conn)?;
     Ok(())
 }
@@ -304,6 +336,88 @@ impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for CountsInZones<'_> 
 
 impl<Conn> RunQueryDsl<Conn> for CountsInZones<'_> {}
 
+/// Counts every machine that holds a zone afresh, by its role and the
+/// applications of its units now, and marks the census current. Only the
+/// machines whose kind is not the one they are counted as are written; the
+/// census itself is small and written whole.
+fn rebuild(tx: &mut Tx<'_>) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    *tx.census() = None;
+    // Most machines hold one unit: a list of each machine's applications,
+    // once each, with room for one name, not a set whose first node has
+    // room for eleven.
+    let mut applications: HashMap<String, Vec<String>> = HashMap::new();
+    for (machine, application) in units::table
+        .filter(units::machine_id.is_not_null())
+        .select((units::machine_id.assume_not_null(), units::application))
+        .load::<(String, String)>(tx.conn)?
+    {
+        let names = applications
+            .entry(machine)
+            .or_insert_with(|| Vec::with_capacity(1));
+        if !names.contains(&application) {
+            names.push(application);
+        }
+    }
+    let counted: Vec<(String, String, Option<String>, Option<String>)> = machines::table
+        .filter(
+            machines::zone
+                .is_not_null()
+                .or(machines::spread_kind.is_not_null()),
+        )
+        .select((
+            machines::id,
+            machines::role,
+            machines::zone,
+            machines::spread_kind,
+        ))
+        .load(tx.conn)?;
+    let mut rekinded: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
+    let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for (id, role, zone, counted_as) in counted {
+        let kind = match zone {
+            Some(zone) => {
+                let role = stored_role(&role)?;
+                let apps = applications.remove(&id).unwrap_or_default();
+                let kind = Occupant::new(role, apps).key();
+                *counts.entry((kind.clone(), zone)).or_default() += 1;
+                Some(kind)
+            }
+            None => None,
+        };
+        if kind != counted_as {
+            rekinded.entry(kind).or_default().push(id);
+        }
+    }
+    let mut rewritten = 0;
+    for (kind, ids) in rekinded {
+        rewritten += ids.len();
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
+            diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
+                .set(machines::spread_kind.eq(&kind))
+                .execute(tx.conn)?;
+        }
+    }
+    diesel::delete(zone_census::table).execute(tx.conn)?;
+    for ((kind, zone), machines) in counts {
+        diesel::insert_into(zone_census::table)
+            .values((
+                zone_census::kind.eq(kind),
+                zone_census::zone.eq(zone),
+                zone_census::machines.eq(machines),
+            ))
+            .execute(tx.conn)?;
+    }
+    diesel::update(model::table.find(1))
+        .set(model::zone_census_current.eq(true))
+        .execute(tx.conn)?;
+    log::debug!(
+        "zone census counted afresh in {:.1} ms; {rewritten} machines counted as another kind",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
 impl Store {
     /// Chooses machine `choice.id`'s zone from the census and writes the
     /// choice ([`Event::ZoneChosen`]) to the machine as `current` left it,
@@ -330,68 +444,32 @@ impl Store {
     }
 
     /// Counts every machine that holds a zone afresh, by its role and the
-    /// applications of its units now.
+    /// applications of its units now ([`rebuild`]).
     ///
     /// # Errors
     ///
     /// [`StoreError::Database`] and the writer's errors.
     pub async fn rebuild_zone_census(&self) -> Result<(), StoreError> {
+        self.write(rebuild).await
+    }
+
+    /// Counts the census afresh if the store does not say it is current: a
+    /// store written before units joining and leaving machines were
+    /// counted as they happen ([`recount`]). Whether it was counted.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] and the writer's errors.
+    pub async fn count_zone_census_unless_current(&self) -> Result<bool, StoreError> {
         self.write(|tx| {
-            *tx.census() = None;
-            diesel::delete(zone_census::table).execute(tx.conn)?;
-            diesel::update(machines::table.filter(machines::spread_kind.is_not_null()))
-                .set(machines::spread_kind.eq(None::<String>))
-                .execute(tx.conn)?;
-            let placed: Vec<(String, String, String)> = machines::table
-                .filter(machines::zone.is_not_null())
-                .select((
-                    machines::id,
-                    machines::role,
-                    machines::zone.assume_not_null(),
-                ))
-                .load(tx.conn)?;
-            // Most machines hold one unit: a list of each machine's
-            // applications, once each, with room for one name, not a set
-            // whose first node has room for eleven.
-            let mut applications: HashMap<String, Vec<String>> = HashMap::new();
-            for (machine, application) in units::table
-                .filter(units::machine_id.is_not_null())
-                .select((units::machine_id.assume_not_null(), units::application))
-                .load::<(String, String)>(tx.conn)?
-            {
-                let names = applications
-                    .entry(machine)
-                    .or_insert_with(|| Vec::with_capacity(1));
-                if !names.contains(&application) {
-                    names.push(application);
-                }
+            let current: bool = model::table
+                .find(1)
+                .select(model::zone_census_current)
+                .get_result(tx.conn)?;
+            if !current {
+                rebuild(tx)?;
             }
-            let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
-            for (id, role, zone) in placed {
-                let role = stored_role(&role)?;
-                let apps = applications.remove(&id).unwrap_or_default();
-                let kind = Occupant::new(role, apps).key();
-                *counts.entry((kind.clone(), zone)).or_default() += 1;
-                by_kind.entry(kind).or_default().push(id);
-            }
-            for (kind, ids) in by_kind {
-                for chunk in ids.chunks(IDS_PER_STATEMENT) {
-                    diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
-                        .set(machines::spread_kind.eq(&kind))
-                        .execute(tx.conn)?;
-                }
-            }
-            for ((kind, zone), machines) in counts {
-                diesel::insert_into(zone_census::table)
-                    .values((
-                        zone_census::kind.eq(kind),
-                        zone_census::zone.eq(zone),
-                        zone_census::machines.eq(machines),
-                    ))
-                    .execute(tx.conn)?;
-            }
-            Ok(())
+            Ok(!current)
         })
         .await
     }

@@ -388,8 +388,16 @@ pub(crate) fn delete_unit_rows(tx: &mut Tx<'_>, unit: &str) -> Result<(), StoreE
         diesel::delete(units::table.find(&name)).execute(tx.conn)?;
         tx.record(Entity::Unit, name, ChangeKind::Removed, "");
     }
+    let machine: Option<Option<String>> = units::table
+        .find(unit)
+        .select(units::machine_id)
+        .get_result(tx.conn)
+        .optional()?;
     if diesel::delete(units::table.find(unit)).execute(tx.conn)? > 0 {
         tx.record(Entity::Unit, unit, ChangeKind::Removed, "");
+    }
+    if let Some(Some(machine)) = machine {
+        crate::store::census::recount(tx, &machine)?;
     }
     Ok(())
 }

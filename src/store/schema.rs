@@ -11,6 +11,7 @@ diesel::table! {
         config -> Text,
         next_machine -> BigInt,
         hourly_budget -> Nullable<Text>,
+        zone_census_current -> Bool,
     }
 }
 

@@ -125,6 +125,7 @@ fn insert_unit(
         )?)
         .execute(tx.conn)?;
     record_new_unit(tx, &name, machine);
+    crate::store::census::recount(tx, &machine.to_string())?;
     Ok(name)
 }
 

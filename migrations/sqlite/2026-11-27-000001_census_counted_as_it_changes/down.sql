@@ -1,0 +1,1 @@
+ALTER TABLE model DROP COLUMN zone_census_current;
