@@ -194,6 +194,10 @@ impl Application {
                 .unwrap_or_else(|| format!("{scheme}://{address}")),
             ca_cert: tls.as_ref().and_then(|identity| identity.ca_cert.clone()),
         };
+        // The engine starts once the status is read: its own first read
+        // of every machine and instance would take the cores and the
+        // memory the status's read needs, and the API answers sooner.
+        let status = status.await.unwrap_or_default();
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::start(
             store.clone(),
@@ -224,7 +228,6 @@ impl Application {
                 price_ceiling: config.provisioner.price_ceiling(),
             }),
         };
-        let status = status.await.unwrap_or_default();
         let server =
             api::server_with_status(listener, state, status, tls.map(|identity| identity.config))
                 .map_err(AppError::Api)?;
