@@ -1592,3 +1592,32 @@ on_both_backends!(
     state_survives_closing_and_reopening_the_store,
     a_retrying_machine_keeps_its_attempts_failed_zones_and_message,
 );
+
+/// PostgreSQL's `plan_cache_mode` on a connection.
+fn plan_cache_mode(conn: &mut berth::store::db::Conn) -> Result<String, StoreError> {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        plan_cache_mode: String,
+    }
+    let berth::store::db::Conn::Postgres(conn) = conn else {
+        return Err(StoreError::Invariant("not PostgreSQL".into()));
+    };
+    let setting: Setting = diesel::sql_query("SHOW plan_cache_mode").get_result(conn)?;
+    Ok(setting.plan_cache_mode)
+}
+
+/// On PostgreSQL the readers plan every statement for the table as it is
+/// (a plan kept from a fresh database's first reads, made while `units`
+/// was small, scanned the whole table for every list of machine ids later
+/// in a large deploy); the writer keeps its plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_readers_plan_each_statement_afresh_and_the_writer_keeps_its_plans() {
+    let (store, _guard) = crate::support::postgres_store();
+    for _ in 0..3 {
+        assert_eq!(store.read(plan_cache_mode).unwrap(), "force_custom_plan");
+    }
+    let writers = store.write(|tx| plan_cache_mode(tx.conn)).await.unwrap();
+    assert_eq!(writers, "auto");
+}
