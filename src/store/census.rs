@@ -22,7 +22,7 @@
 //! ([`Tx::census`]); a release, a rebuild or an undone operation drops the
 //! copy, and the next choice reads the table again. A unit joining or
 //! leaving a machine that holds a zone moves the machine to its new kind's
-//! count in the same transaction ([`recount`]). A store written before that
+//! count in the same transaction (`recount`). A store written before that
 //! rule is counted afresh once, when a controller starts
 //! ([`Store::count_zone_census_unless_current`]).
 
@@ -444,7 +444,7 @@ impl Store {
     }
 
     /// Counts every machine that holds a zone afresh, by its role and the
-    /// applications of its units now ([`rebuild`]).
+    /// applications of its units now (`rebuild`).
     ///
     /// # Errors
     ///
@@ -455,7 +455,7 @@ impl Store {
 
     /// Counts the census afresh if the store does not say it is current: a
     /// store written before units joining and leaving machines were
-    /// counted as they happen ([`recount`]). Whether it was counted.
+    /// counted as they happen (`recount`). Whether it was counted.
     ///
     /// # Errors
     ///
