@@ -119,20 +119,27 @@ pub(crate) fn release(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
     };
     *tx.census() = None;
     if let Some(zone) = zone {
-        diesel::update(zone_census::table.find((&kind, &zone)))
-            .set(zone_census::machines.eq(zone_census::machines - 1))
-            .execute(tx.conn)?;
-        diesel::delete(
-            zone_census::table
-                .filter(zone_census::kind.eq(&kind))
-                .filter(zone_census::zone.eq(&zone))
-                .filter(zone_census::machines.le(0)),
-        )
-        .execute(tx.conn)?;
+        uncount(tx, &kind, &zone)?;
     }
     diesel::update(machines::table.find(id))
         .set(machines::spread_kind.eq(None::<String>))
         .execute(tx.conn)?;
+    Ok(())
+}
+
+/// Counts one machine fewer of kind `kind` in `zone`, and forgets the
+/// count when none is left. The caller drops the batch's copy.
+fn uncount(tx: &mut Tx<'_>, kind: &str, zone: &str) -> Result<(), StoreError> {
+    diesel::update(zone_census::table.find((kind, zone)))
+        .set(zone_census::machines.eq(zone_census::machines - 1))
+        .execute(tx.conn)?;
+    diesel::delete(
+        zone_census::table
+            .filter(zone_census::kind.eq(kind))
+            .filter(zone_census::zone.eq(zone))
+            .filter(zone_census::machines.le(0)),
+    )
+    .execute(tx.conn)?;
     Ok(())
 }
 
@@ -158,7 +165,10 @@ pub(crate) fn recount(tx: &mut Tx<'_>, id: &str) -> Result<(), StoreError> {
     if counted_as.as_deref() == Some(kind.as_str()) {
         return Ok(());
     }
-    release(tx, id)?;
+    if let Some(counted_as) = &counted_as {
+        *tx.census() = None;
+        uncount(tx, counted_as, &zone)?;
+    }
     count(tx, &occupant, &kind, &zone)?;
     diesel::update(machines::table.find(id))
         .set(machines::spread_kind.eq(&kind))
