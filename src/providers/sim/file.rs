@@ -195,22 +195,23 @@ impl LedgerFile {
     ///
     /// SQLite's error; the transaction is rolled back.
     pub fn write(&mut self, batch: &Batch) -> QueryResult<()> {
+        // Statements of one text each, so the connection prepares each
+        // once and keeps it: a row at a time, where a multi-row insert of
+        // each batch's size was parsed every time, and diesel never keeps
+        // its own `UPDATE`s prepared.
         self.conn.immediate_transaction(|conn| {
-            let rows: Vec<Row> = batch.inserts.iter().map(Row::from_record).collect();
-            for chunk in rows.chunks(INSERT_CHUNK) {
+            for record in &batch.inserts {
                 diesel::insert_into(sim_instances::table)
-                    .values(chunk)
+                    .values(Row::from_record(record))
                     .execute(conn)?;
             }
             for change in &batch.changes {
-                diesel::update(
-                    sim_instances::table.filter(sim_instances::seq.eq(to_i64(change.seq))),
-                )
-                .set((
-                    sim_instances::state.eq(change.state.as_str()),
-                    sim_instances::agent.eq(change.agent.as_str()),
-                    sim_instances::changed_at_ms.eq(change.changed_at_ms),
-                ))
+                SetInstanceState {
+                    seq: to_i64(change.seq),
+                    state: change.state.as_str(),
+                    agent: change.agent.as_str(),
+                    changed_at_ms: change.changed_at_ms,
+                }
                 .execute(conn)?;
             }
             if let Some(rng) = batch.rng {
@@ -225,6 +226,40 @@ impl LedgerFile {
         })
     }
 }
+
+/// A change to one instance's state, agent and time: one statement of one
+/// text, so the connection prepares it once and keeps it.
+struct SetInstanceState<'a> {
+    seq: i64,
+    state: &'a str,
+    agent: &'a str,
+    changed_at_ms: i64,
+}
+
+impl diesel::query_builder::QueryId for SetInstanceState<'_> {
+    type QueryId = SetInstanceState<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite> for SetInstanceState<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::sqlite::Sqlite>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{BigInt, Text};
+        out.push_sql("UPDATE sim_instances SET state = ");
+        out.push_bind_param::<Text, _>(self.state)?;
+        out.push_sql(", agent = ");
+        out.push_bind_param::<Text, _>(self.agent)?;
+        out.push_sql(", changed_at_ms = ");
+        out.push_bind_param::<BigInt, _>(&self.changed_at_ms)?;
+        out.push_sql(" WHERE seq = ");
+        out.push_bind_param::<BigInt, _>(&self.seq)?;
+        Ok(())
+    }
+}
+
+impl<Conn> RunQueryDsl<Conn> for SetInstanceState<'_> {}
 
 fn is_busy(e: &diesel::result::Error) -> bool {
     let text = e.to_string();
@@ -379,6 +414,64 @@ mod tests {
         expected[0].changed_at_ms = 11;
         assert_eq!(reopened.records, expected);
         assert_eq!(reopened.rng, Some(rng));
+    }
+
+    /// The texts the connection newly kept prepared, in order.
+    fn keep_count(file: &mut LedgerFile) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+        use diesel::connection::{Instrumentation, InstrumentationEvent};
+        struct Kept(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+        impl Instrumentation for Kept {
+            fn on_connection_event(&mut self, event: InstrumentationEvent<'_>) {
+                if let InstrumentationEvent::CacheQuery { sql, .. } = event {
+                    self.0.lock().unwrap().push(sql.to_string());
+                }
+            }
+        }
+        let kept = std::sync::Arc::default();
+        file.conn.set_instrumentation(Kept(std::sync::Arc::clone(&kept)));
+        kept
+    }
+
+    #[test]
+    fn a_ledger_file_prepares_each_statement_once_however_many_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let mut opened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        let kept = keep_count(&mut opened.file);
+        for round in 0..3u64 {
+            // Batches of different sizes, as launches and their changes come.
+            let first = round * 10;
+            opened
+                .file
+                .write(&Batch {
+                    inserts: (first..first + 1 + round)
+                        .map(|seq| record(seq, &format!("i-{seq}")))
+                        .collect(),
+                    changes: (first..first + 1 + round)
+                        .map(|seq| Change {
+                            seq,
+                            state: InstanceState::Running,
+                            agent: AgentState::Connected,
+                            changed_at_ms: 11,
+                        })
+                        .collect(),
+                    rng: None,
+                })
+                .unwrap();
+        }
+        let kept = kept.lock().unwrap();
+        let kinds: Vec<&str> = kept
+            .iter()
+            .map(|sql| sql.split_whitespace().next().unwrap_or(""))
+            .collect();
+        assert_eq!(kinds, ["INSERT", "UPDATE"], "{kept:#?}");
+        drop(opened);
+        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(reopened.records.len(), 6);
+        assert!(reopened
+            .records
+            .iter()
+            .all(|r| r.entry.state == InstanceState::Running && r.changed_at_ms == 11));
     }
 
     #[test]
