@@ -417,7 +417,7 @@ mod tests {
     }
 
     /// The texts the connection newly kept prepared, in order.
-    fn keep_count(file: &mut LedgerFile) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    fn kept_statements(file: &mut LedgerFile) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
         use diesel::connection::{Instrumentation, InstrumentationEvent};
         struct Kept(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
         impl Instrumentation for Kept {
@@ -428,7 +428,8 @@ mod tests {
             }
         }
         let kept = std::sync::Arc::default();
-        file.conn.set_instrumentation(Kept(std::sync::Arc::clone(&kept)));
+        file.conn
+            .set_instrumentation(Kept(std::sync::Arc::clone(&kept)));
         kept
     }
 
@@ -437,7 +438,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.sqlite");
         let mut opened = LedgerFile::open(&path, Duration::ZERO).unwrap();
-        let kept = keep_count(&mut opened.file);
+        let kept = kept_statements(&mut opened.file);
         for round in 0..3u64 {
             // Batches of different sizes, as launches and their changes come.
             let first = round * 10;
