@@ -1029,8 +1029,70 @@ async fn a_unit_joining_or_leaving_a_zoned_machine_moves_the_machines_census_cou
     assert!(!store.count_zone_census_unless_current().await.unwrap());
 }
 
+/// Machines read by id come back each once, with the applications of
+/// their units, whatever the length of the list: lists are bound at a few
+/// lengths on SQLite (the last id repeated), and in lists of at most 1,024.
+async fn machines_read_by_id_come_back_each_once_whatever_the_length_of_the_list(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 1030))
+        .await
+        .unwrap();
+    store
+        .add_machines(AddMachines {
+            count: 5,
+            ..AddMachines::default()
+        })
+        .await
+        .unwrap();
+    let all: Vec<MachineId> = (0..1035u64).map(MachineId::new).collect();
+    for (from, count) in [
+        (0, 1),
+        (1029, 3),
+        (7, 5),
+        (0, 512),
+        (3, 1024),
+        (0, 1025),
+        (0, 1035),
+    ] {
+        let wanted = &all[from..from + count];
+        let read = store.engine_machines(Some(wanted)).unwrap();
+        let ids: Vec<MachineId> = read.iter().map(|m| m.record.id).collect();
+        assert_eq!(ids, wanted, "{count} ids from {from}");
+        for machine in &read {
+            let expected: Vec<&str> = if machine.record.id.host_number() < 1030 {
+                vec!["wordpress"]
+            } else {
+                vec![]
+            };
+            assert_eq!(
+                machine
+                    .applications
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+                expected,
+                "machine {}",
+                machine.record.id
+            );
+        }
+    }
+    // Ids nothing matches, alone or among others, read nothing for them.
+    let missing = [
+        MachineId::new(5000),
+        MachineId::new(5001),
+        MachineId::new(2),
+    ];
+    let read = store.engine_machines(Some(&missing)).unwrap();
+    assert_eq!(
+        read.iter().map(|m| m.record.id).collect::<Vec<_>>(),
+        [MachineId::new(2)]
+    );
+    assert!(store.engine_machines(Some(&[])).unwrap().is_empty());
+}
+
 on_both_backends!(
     a_prepared_status_is_rendered_at_the_head_and_follows_later_writes,
+    machines_read_by_id_come_back_each_once_whatever_the_length_of_the_list,
     machine_summaries_show_what_a_reconciliation_needs,
     a_status_document_brought_forward_shows_what_a_fresh_read_shows,
     the_seed_sequence_gives_one_2g_machine_and_two_3g_machines,

@@ -69,6 +69,110 @@ macro_rules! per_backend {
 }
 pub(crate) use per_backend;
 
+/// `column IN (...)` over a list of keys, as a filter the connection keeps
+/// prepared. diesel's own list (`eq_any`) is fine on PostgreSQL, where it
+/// is one array bound to `= ANY(...)`; on SQLite it is one `?` per key,
+/// and diesel prepares such a statement afresh on every call: a read of a
+/// thousand machines parsed its statement of a thousand parameters each
+/// time. Here, on SQLite, the list is bound at one of a few lengths
+/// ([`padded_len`]), the last key repeated to fill it (which matches
+/// nothing more), so each length is prepared once and kept.
+pub(crate) struct AmongKeys<'a, C: Expression<SqlType = diesel::sql_types::Text>> {
+    column: C,
+    keys: &'a [String],
+    any: diesel::dsl::EqAny<C, &'a [String]>,
+}
+
+impl<'a, C> AmongKeys<'a, C>
+where
+    C: Expression<SqlType = diesel::sql_types::Text> + Copy,
+{
+    /// `column` is one of `keys` (at most [`KEYS_PER_LIST`] of them, and at
+    /// least one).
+    pub(crate) fn new(column: C, keys: &'a [String]) -> Self {
+        debug_assert!(!keys.is_empty() && keys.len() <= KEYS_PER_LIST);
+        AmongKeys {
+            column,
+            keys,
+            any: column.eq_any(keys),
+        }
+    }
+}
+
+/// Most keys one [`AmongKeys`] list binds (SQLite's limit is 32,766
+/// parameters).
+pub(crate) const KEYS_PER_LIST: usize = 1024;
+
+/// The length a list of `n` keys is bound at on SQLite: the next power of
+/// two, so that a connection keeps at most eleven statements per query.
+pub(crate) fn padded_len(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+impl<C: Expression<SqlType = diesel::sql_types::Text>> Expression for AmongKeys<'_, C> {
+    type SqlType = diesel::sql_types::Bool;
+}
+
+impl<C: Expression<SqlType = diesel::sql_types::Text>, QS> diesel::AppearsOnTable<QS>
+    for AmongKeys<'_, C>
+where
+    C: diesel::AppearsOnTable<QS>,
+{
+}
+
+impl<C: Expression<SqlType = diesel::sql_types::Text>, QS> diesel::SelectableExpression<QS>
+    for AmongKeys<'_, C>
+where
+    C: diesel::SelectableExpression<QS>,
+{
+}
+
+impl<C: Expression<SqlType = diesel::sql_types::Text>> diesel::expression::ValidGrouping<()>
+    for AmongKeys<'_, C>
+{
+    type IsAggregate = diesel::expression::is_aggregate::Never;
+}
+
+impl<C: Expression<SqlType = diesel::sql_types::Text>> diesel::query_builder::QueryId
+    for AmongKeys<'_, C>
+{
+    type QueryId = ();
+    // Keyed by its text, which varies with the list's length.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<'a, C> diesel::query_builder::QueryFragment<MultiBackend> for AmongKeys<'a, C>
+where
+    C: Expression<SqlType = diesel::sql_types::Text>
+        + diesel::query_builder::QueryFragment<MultiBackend>,
+    diesel::dsl::EqAny<C, &'a [String]>: diesel::query_builder::QueryFragment<MultiBackend>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, MultiBackend>,
+    ) -> QueryResult<()> {
+        if !matches!(out.backend(), MultiBackend::Sqlite(_)) {
+            return self.any.walk_ast(out);
+        }
+        let Some(last) = self.keys.last() else {
+            // Never made empty; as `eq_any` does, it matches nothing.
+            out.push_sql("1=0");
+            return Ok(());
+        };
+        self.column.walk_ast(out.reborrow())?;
+        out.push_sql(" IN (");
+        for i in 0..padded_len(self.keys.len()) {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            let key = self.keys.get(i).unwrap_or(last);
+            out.push_bind_param::<diesel::sql_types::Text, _>(key)?;
+        }
+        out.push_sql(")");
+        Ok(())
+    }
+}
+
 /// Where the state lives, parsed from `--database-url`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseUrl {
@@ -240,6 +344,16 @@ pub fn run_migrations(conn: &mut Conn) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_lists_are_bound_at_powers_of_two_up_to_the_longest_list() {
+        let lengths: Vec<usize> = [1, 2, 3, 5, 512, 513, 1000, 1024]
+            .into_iter()
+            .map(padded_len)
+            .collect();
+        assert_eq!(lengths, [1, 2, 4, 8, 512, 1024, 1024, 1024]);
+        assert_eq!(padded_len(KEYS_PER_LIST), KEYS_PER_LIST);
+    }
 
     #[test]
     fn postgres_urls_name_postgres_and_anything_else_a_sqlite_file() {

@@ -11,7 +11,7 @@ use crate::domain::machine::{Event, MachineRole, MachineState, Policy};
 use crate::domain::names::{ApplicationName, ContainerType, MachineId};
 use crate::domain::placement::{Placement, SshTarget};
 use crate::domain::reconcile::MachineSummary;
-use crate::store::db::{per_backend, ROWS_PER_INSERT};
+use crate::store::db::{per_backend, AmongKeys, KEYS_PER_LIST, ROWS_PER_INSERT};
 use crate::store::lifecycle::{apply_tx, load_machine, MachineEvent, MachineUpdate};
 use crate::store::records::{stored, stored_role, to_i64, MachineRecord, MachineRow};
 use crate::store::schema::{machines, model, units};
@@ -640,9 +640,6 @@ fn applications_by_machine(
     by_machine
 }
 
-/// Most ids one `IN (...)` list carries (SQLite's parameter limit is 32766).
-const IDS_PER_QUERY: usize = 1000;
-
 impl Store {
     /// Machines (all of them, or those with the given ids) with the
     /// applications of the units on them.
@@ -666,16 +663,16 @@ impl Store {
                     let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
                     let mut rows = Vec::new();
                     let mut placements = Vec::new();
-                    for chunk in keys.chunks(IDS_PER_QUERY) {
+                    for chunk in keys.chunks(KEYS_PER_LIST) {
                         rows.extend(
                             machines::table
-                                .filter(machines::id.eq_any(chunk))
+                                .filter(AmongKeys::new(machines::id, chunk))
                                 .select(MachineRow::as_select())
                                 .load::<MachineRow>(conn)?,
                         );
                         placements.extend(
                             units::table
-                                .filter(units::machine_id.eq_any(chunk))
+                                .filter(AmongKeys::new(units::machine_id.assume_not_null(), chunk))
                                 .select((units::machine_id, units::application))
                                 .load::<(Option<String>, String)>(conn)?,
                         );
