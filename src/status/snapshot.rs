@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
-use crate::store::db::{AmongKeys, Conn};
+use crate::store::db::Conn;
 use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
     ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
@@ -25,9 +25,8 @@ use crate::store::schema::{
 use crate::store::zones::ZoneRecord;
 use crate::store::{Entity, Store, StoreError};
 
-/// Keys per list read at once: a power of two, which a full list is bound
-/// at as it is ([`AmongKeys`]).
-const IDS_PER_READ: usize = 512;
+/// Ids per `IN (...)` list, well under SQLite's bound-parameter limit.
+const IDS_PER_READ: usize = 500;
 
 /// The whole state at one revision.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -307,7 +306,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     delta.machines = rows_by_key(machine_ids, |ids| {
         machines::table
             .select(MachineShownRow::as_select())
-            .filter(AmongKeys::new(machines::id, ids))
+            .filter(machines::id.eq_any(ids))
             .load(conn)?
             .into_iter()
             .map(|row| Ok((row.id.clone(), MachineShown::try_from(row)?)))
@@ -316,7 +315,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     delta.applications = rows_by_key(application_names, |names| {
         applications::table
             .select(ApplicationRow::as_select())
-            .filter(AmongKeys::new(applications::name, names))
+            .filter(applications::name.eq_any(names))
             .load(conn)?
             .into_iter()
             .map(|row| Ok((row.name.clone(), ApplicationRecord::try_from(row)?)))
@@ -325,7 +324,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     delta.units = rows_by_key(unit_names, |names| {
         units::table
             .select(UnitShownRow::as_select())
-            .filter(AmongKeys::new(units::name, names))
+            .filter(units::name.eq_any(names))
             .load(conn)?
             .into_iter()
             .map(|row| Ok((row.name.clone(), UnitShown::try_from(row)?)))
@@ -334,7 +333,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     delta.relations = rows_by_key(relation_keys, |keys| {
         Ok(relations::table
             .select(RelationRecord::as_select())
-            .filter(AmongKeys::new(relations::key, keys))
+            .filter(relations::key.eq_any(keys))
             .load(conn)?
             .into_iter()
             .map(|relation: RelationRecord| (relation.key.clone(), relation))
