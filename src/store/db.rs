@@ -78,7 +78,7 @@ pub(crate) use per_backend;
 /// ([`padded_len`]), the last key repeated to fill it (which matches
 /// nothing more), so each length is prepared once and kept. Kept
 /// statements hold memory in proportion to their parameters: the engine's
-/// reads of machines (lists of up to a thousand) use this; the status's
+/// reads of machines (lists of up to [`KEYS_PER_LIST`]) use this; the status's
 /// reads by key keep diesel's lists, as keeping theirs on every reader
 /// connection held about 10 MB more at 100,000 machines.
 pub(crate) struct AmongKeys<'a, C: Expression<SqlType = diesel::sql_types::Text>> {
