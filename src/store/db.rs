@@ -353,6 +353,7 @@ pub fn run_migrations(conn: &mut Conn) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
 
     #[test]
     fn key_lists_are_bound_at_powers_of_four_up_to_the_longest_list() {
@@ -365,6 +366,86 @@ mod tests {
             [1, 1, 4, 4, 16, 64, 64, 256, 256, 1024, 1024, 1024]
         );
         assert_eq!(padded_len(KEYS_PER_LIST), KEYS_PER_LIST);
+    }
+
+    /// The indexes SQLite keeps on the change log.
+    fn change_log_indexes(conn: &mut SqliteConnection) -> Vec<String> {
+        #[derive(QueryableByName)]
+        struct Named {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            name: String,
+        }
+        diesel::sql_query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'changes'",
+        )
+        .load::<Named>(conn)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.name)
+        .collect()
+    }
+
+    #[test]
+    fn an_sqlite_change_log_written_before_it_was_keyed_by_revision_is_kept_whole_and_in_order() {
+        const KEYED: &str = "2026-11-27-000002_change_log_keyed_by_revision";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.db");
+        {
+            // A store as the migrations before left it, with changes in it.
+            let mut conn = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+            while conn
+                .pending_migrations(SQLITE_MIGRATIONS)
+                .unwrap()
+                .first()
+                .is_some_and(|next| next.name().to_string() != KEYED)
+            {
+                conn.run_next_migration(SQLITE_MIGRATIONS).unwrap();
+            }
+            assert_eq!(
+                change_log_indexes(&mut conn).len(),
+                1,
+                "the revision's own index"
+            );
+            conn.batch_execute(
+                "INSERT INTO changes (revision, entity, entity_id, change, detail, origin, at_ms) VALUES
+                     (3, 'machine', '0', 'updated', 'state=allocating', 'engine', 30),
+                     (1, 'zone', 'sim-a', 'created', 'available=true', 'user', 10),
+                     (2, 'machine', '0', 'created', 'state=pending', 'user', 20);
+                 UPDATE log_head SET revision = 3;",
+            )
+            .unwrap();
+        }
+
+        let store = Store::open(&DatabaseUrl::Sqlite(path.clone())).unwrap();
+        let kept: Vec<(i64, String, String, i64)> = store
+            .changes_since(0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.revision, c.id, c.detail, c.at_ms))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (1, "sim-a".to_string(), "available=true".to_string(), 10),
+                (2, "0".to_string(), "state=pending".to_string(), 20),
+                (3, "0".to_string(), "state=allocating".to_string(), 30),
+            ]
+        );
+        assert_eq!(store.changes_since(2, 10).unwrap().len(), 1);
+        let (indexes, keyed_by_revision) = store
+            .read(|conn| match conn {
+                Conn::Sqlite(c) => {
+                    let keyed: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                        "(SELECT count(*) FROM changes WHERE rowid = revision)",
+                    ))
+                    .get_result(c)?;
+                    Ok((change_log_indexes(c), keyed))
+                }
+                Conn::Postgres(_) => unreachable!("an SQLite store"),
+            })
+            .unwrap();
+        assert!(indexes.is_empty(), "no index beside the table: {indexes:?}");
+        assert_eq!(keyed_by_revision, 3, "each change's row id is its revision");
     }
 
     #[test]
