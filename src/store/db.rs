@@ -341,13 +341,23 @@ pub fn pool(url: &DatabaseUrl, size: u32) -> Result<Pool, StoreError> {
         .map_err(|e| StoreError::Connect(e.to_string()))
 }
 
-/// Brings the schema up to date.
+/// Brings the schema up to date, saying so in the log when there was
+/// anything to do (a migration may rewrite a large table once).
 pub fn run_migrations(conn: &mut Conn) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
     let result = match conn {
-        Conn::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|_| ()),
-        Conn::Postgres(c) => c.run_pending_migrations(POSTGRES_MIGRATIONS).map(|_| ()),
+        Conn::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS),
+        Conn::Postgres(c) => c.run_pending_migrations(POSTGRES_MIGRATIONS),
     };
-    result.map_err(|e| StoreError::Migration(e.to_string()))
+    let applied = result.map_err(|e| StoreError::Migration(e.to_string()))?;
+    if let Some(last) = applied.last() {
+        log::info!(
+            "store: {} schema migration(s) applied in {:.1} s, up to {last}",
+            applied.len(),
+            started.elapsed().as_secs_f64(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
