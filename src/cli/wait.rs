@@ -4,7 +4,10 @@
 //! It reads the status, then follows the change log from the status's
 //! revision and reads the status again after each machine change, so it
 //! wakes as soon as anything happens and misses nothing; when no event
-//! stream can be had it polls with backoff. On a terminal it draws a
+//! stream can be had it polls with backoff. During a burst of changes its
+//! reads come no closer together than twice the time the last took, so
+//! that with a large model (where a read takes most of a second) it does
+//! not spend its time, and the controller's, reading the whole status. On a terminal it draws a
 //! progress bar; elsewhere it prints a plain line each time the counts
 //! change. Machines being removed are not waited for. Machines in error
 //! end the wait too (exit 0), each with a `WARNING` line saying why it
@@ -177,8 +180,10 @@ pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<()
     let mut follower = Follower::new(&client);
     let mut progress = Progress { last: None };
     loop {
+        let reading = Instant::now();
         let status: Status = client.get(PATH)?;
         let tally = Tally::of(&status);
+        let read_took = reading.elapsed();
         progress.show(&tally, io)?;
         if tally.done() {
             progress.finish(io)?;
@@ -197,7 +202,21 @@ pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<()
             progress.finish(io)?;
             return Err(CliError::Timeout(tally.timeout_message(timeout)));
         }
+        // Changes come in bursts; a read of the whole model costs this
+        // process its parsing and the controller a rendering, so reads
+        // come no closer together than the last one took.
+        let pause = pause_before_reading(reading.elapsed(), read_took);
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(pause.min(left));
     }
+}
+
+/// How long to wait, `since_read` after the start of a status read that
+/// took `read_took`, before reading the status again: so that at most
+/// about half of the time goes to reading it, however large the model.
+/// A small model's read takes milliseconds, and so does the pause.
+pub fn pause_before_reading(since_read: Duration, read_took: Duration) -> Duration {
+    (read_took * 2).saturating_sub(since_read)
 }
 
 #[cfg(test)]
@@ -259,6 +278,19 @@ mod tests {
 
     fn id(s: &str) -> MachineId {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn status_reads_are_paced_to_take_at_most_half_the_time() {
+        let ms = Duration::from_millis;
+        // A large model's read took 800 ms and a change came at once:
+        // the next read starts 1.6 s after the last one started.
+        assert_eq!(pause_before_reading(ms(800), ms(800)), ms(800));
+        assert_eq!(pause_before_reading(ms(1_000), ms(800)), ms(600));
+        // The change came later than that: no pause.
+        assert_eq!(pause_before_reading(ms(2_000), ms(800)), Duration::ZERO);
+        // A small model's read: a pause of as little.
+        assert_eq!(pause_before_reading(ms(3), ms(2)), ms(1));
     }
 
     #[test]
