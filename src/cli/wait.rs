@@ -4,14 +4,14 @@
 //! It reads the status, then follows the change log from the status's
 //! revision and reads the status again after each machine change, so it
 //! wakes as soon as anything happens and misses nothing; when no event
-//! stream can be had it polls with backoff. During a burst of changes its
-//! reads come no closer together than twice the time the last took, so
-//! that with a large model (where a read takes most of a second) it does
-//! not spend its time, and the controller's, reading the whole status. On a terminal it draws a
-//! progress bar; elsewhere it prints a plain line each time the counts
-//! change. Machines being removed are not waited for. Machines in error
-//! end the wait too (exit 0), each with a `WARNING` line saying why it
-//! failed.
+//! stream can be had it polls with backoff. During a burst of changes a
+//! read starts no sooner than twice the last read's time after that one
+//! started, so that with a large model (where a read takes most of a
+//! second) it does not spend its time, and the controller's, reading the
+//! whole status. On a terminal it draws a progress bar; elsewhere it
+//! prints a plain line each time the counts change. Machines being
+//! removed are not waited for. Machines in error end the wait too (exit
+//! 0), each with a `WARNING` line saying why it failed.
 
 use std::time::{Duration, Instant};
 
@@ -203,8 +203,8 @@ pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<()
             return Err(CliError::Timeout(tally.timeout_message(timeout)));
         }
         // Changes come in bursts; a read of the whole model costs this
-        // process its parsing and the controller a rendering, so reads
-        // come no closer together than the last one took.
+        // process its parsing and the controller a rendering, so the next
+        // read waits until twice the last one's time has passed.
         let pause = pause_before_reading(reading.elapsed(), read_took);
         let left = deadline.saturating_duration_since(Instant::now());
         std::thread::sleep(pause.min(left));
@@ -215,7 +215,7 @@ pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<()
 /// took `read_took`, before reading the status again: so that at most
 /// about half of the time goes to reading it, however large the model.
 /// A small model's read takes milliseconds, and so does the pause.
-pub fn pause_before_reading(since_read: Duration, read_took: Duration) -> Duration {
+fn pause_before_reading(since_read: Duration, read_took: Duration) -> Duration {
     (read_took * 2).saturating_sub(since_read)
 }
 

@@ -426,7 +426,7 @@ mod tests {
             .unwrap();
         }
 
-        let store = Store::open(&DatabaseUrl::Sqlite(path.clone())).unwrap();
+        let store = Store::open(&DatabaseUrl::Sqlite(path)).unwrap();
         let kept: Vec<(i64, String, String, i64)> = store
             .changes_since(0, 10)
             .unwrap()

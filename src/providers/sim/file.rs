@@ -79,10 +79,6 @@ const SCHEMA: &str = "
 /// The `sim_meta` key of the generator's position (`seed:word_pos`).
 pub(super) const RNG_KEY: &str = "rng";
 
-/// Rows per INSERT statement, well under SQLite's limit of bound
-/// parameters per statement.
-pub(super) const INSERT_CHUNK: usize = 1000;
-
 #[derive(Queryable, Selectable, Insertable)]
 #[diesel(table_name = sim_instances)]
 #[diesel(check_for_backend(diesel::sqlite::Sqlite, diesel::pg::Pg))]

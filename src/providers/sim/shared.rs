@@ -34,9 +34,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Text};
 use diesel::PgConnection;
 
 use crate::providers::sim::error::SimError;
-use crate::providers::sim::file::{
-    parse_rng, sim_instances, sim_meta, to_i64, Row, INSERT_CHUNK, RNG_KEY,
-};
+use crate::providers::sim::file::{parse_rng, sim_instances, sim_meta, to_i64, Row, RNG_KEY};
 use crate::providers::sim::records::{Batch, Record, RngPosition};
 use crate::store::db::POSTGRES_IDLE_IN_TRANSACTION;
 
@@ -266,6 +264,10 @@ fn read_since(conn: &mut PgConnection, seen: i64) -> QueryResult<(Update, i64)> 
         .and_then(|text| parse_rng(&text));
     Ok((Update { records, rng }, newest))
 }
+
+/// Rows per INSERT statement, well under PostgreSQL's limit of bound
+/// parameters per statement (65,535).
+const INSERT_CHUNK: usize = 1000;
 
 fn write_batch(conn: &mut PgConnection, batch: &Batch) -> QueryResult<()> {
     let rows: Vec<Row> = batch.inserts.iter().map(Row::from_record).collect();
