@@ -775,7 +775,7 @@ async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings
         Some("agent is not responding")
     );
     app.store()
-        .agents_alive(vec!["0".parse().unwrap()])
+        .agents_alive(vec!["0".parse().unwrap()], Duration::from_millis(250))
         .await
         .unwrap();
     until(app.store(), "started again", all_started(1)).await;

@@ -1,6 +1,7 @@
 //! The store's rules, each on SQLite and on PostgreSQL.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use berth::contracts::provider::ProviderZone;
 use berth::contracts::secrets::{secret_matches, Secret};
@@ -816,6 +817,41 @@ async fn a_heartbeat_brings_a_down_machine_back_to_started(store: Store) {
     assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
 }
 
+/// The simulated cloud's heartbeats leave alone a heartbeat stored a
+/// moment ago (the check-in's), write an older one, and start a machine
+/// shown down again either way.
+async fn a_vouched_heartbeat_is_written_only_over_an_older_one(store: Store) {
+    let heartbeat = |store: &Store, id: &MachineId| store.machine(id).unwrap().last_heartbeat_ms;
+    let (id, otp) = awaiting_agent(&store).await;
+    store.agent_connect(id, otp).await.unwrap();
+    let checked_in = heartbeat(&store, &id).expect("the check-in's heartbeat");
+    std::thread::sleep(Duration::from_millis(5));
+    store
+        .agents_alive(vec![id], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        heartbeat(&store, &id),
+        Some(checked_in),
+        "heard a moment ago"
+    );
+    store
+        .agents_alive(vec![id], Duration::from_millis(1))
+        .await
+        .unwrap();
+    let later = heartbeat(&store, &id).unwrap();
+    assert!(later > checked_in, "{later} after {checked_in}");
+
+    engine_steps::apply(&store, id, Event::AgentLost, MachineUpdate::default()).await;
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Down);
+    store
+        .agents_alive(vec![id], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
+    assert_eq!(heartbeat(&store, &id), Some(later));
+}
+
 async fn the_admin_token_is_made_once_and_only_its_hash_is_kept(store: Store) {
     let token = store
         .ensure_admin_token()
@@ -1560,6 +1596,7 @@ on_both_backends!(
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,
     a_heartbeat_brings_a_down_machine_back_to_started,
+    a_vouched_heartbeat_is_written_only_over_an_older_one,
     the_admin_token_is_made_once_and_only_its_hash_is_kept,
     an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing,
     engine_writes_are_marked_as_the_engines_in_the_change_log,

@@ -188,6 +188,7 @@ impl Engine {
         Arc::new(EngineLink {
             provisioner: self.provisioner.clone(),
             store: self.shared.store.clone(),
+            heard_within: self.shared.agent_down_after / 4,
         })
     }
 }
@@ -198,6 +199,11 @@ impl Engine {
 pub struct EngineLink {
     provisioner: Addr<Provisioner>,
     store: Store,
+    /// A simulated agent's heartbeat stored less than this long ago is
+    /// not written again: a quarter of the time after which a silent
+    /// agent is shown down, so that an agent reporting at least every
+    /// three quarters of it never looks silent.
+    heard_within: Duration,
 }
 
 #[async_trait]
@@ -220,7 +226,7 @@ impl ControllerLink for EngineLink {
     }
 
     async fn agents_alive(&self, machines: Vec<MachineId>) {
-        if let Err(e) = self.store.agents_alive(machines).await {
+        if let Err(e) = self.store.agents_alive(machines, self.heard_within).await {
             log::warn!("cannot record the simulated agents' heartbeats: {e}");
         }
     }

@@ -660,21 +660,40 @@ impl Store {
     }
 
     /// Agents the provider vouches for (the simulated cloud's) are alive:
-    /// their heartbeat time is now, and those shown `down` are started
+    /// their heartbeat time is now, unless one was stored less than
+    /// `heard_within` ago (a check-in a moment before, say: the row is not
+    /// written again for nothing), and those shown `down` are started
     /// again. One statement per thousand machines.
+    ///
+    /// A heartbeat kept this way is at most `heard_within` older than the
+    /// agent's last, so an agent reporting every `interval` looks silent
+    /// only after `interval + heard_within`: the caller keeps that under
+    /// the time after which a silent agent is shown down.
     ///
     /// # Errors
     ///
     /// [`StoreError::Database`] only; unknown machines are ignored.
-    pub async fn agents_alive(&self, ids: Vec<MachineId>) -> Result<(), StoreError> {
+    pub async fn agents_alive(
+        &self,
+        ids: Vec<MachineId>,
+        heard_within: Duration,
+    ) -> Result<(), StoreError> {
         let policy = self.policy();
+        let heard_within = i64::try_from(heard_within.as_millis()).unwrap_or(i64::MAX);
         self.write(move |tx| {
             tx.set_origin(Origin::Agent);
+            let heard_since = tx.now_ms.saturating_sub(heard_within);
             let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
             for chunk in keys.chunks(1000) {
-                diesel::update(machines::table.filter(machines::id.eq_any(chunk)))
-                    .set(machines::last_heartbeat_ms.eq(tx.now_ms))
-                    .execute(tx.conn)?;
+                diesel::update(
+                    machines::table.filter(machines::id.eq_any(chunk)).filter(
+                        machines::last_heartbeat_ms
+                            .is_null()
+                            .or(machines::last_heartbeat_ms.le(heard_since)),
+                    ),
+                )
+                .set(machines::last_heartbeat_ms.eq(tx.now_ms))
+                .execute(tx.conn)?;
                 let down: Vec<String> = machines::table
                     .filter(machines::id.eq_any(chunk))
                     .filter(machines::state.eq(MachineState::Down.as_str()))

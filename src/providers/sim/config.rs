@@ -49,7 +49,10 @@ pub struct SimConfig {
     /// unavailable.
     pub outages: Vec<String>,
     /// How often the simulated agents that checked in report that they are
-    /// alive, as real agents' heartbeats do.
+    /// alive, as real agents' heartbeats do. A heartbeat stored less than
+    /// a quarter of `agent_down_after_s` before is not written again, so
+    /// this must stay under three quarters of it for live agents never to
+    /// look silent.
     pub heartbeat_interval_ms: u64,
     /// The most launches one call carries, 1 to [`super::MAX_LAUNCH_BATCH`]:
     /// 5 makes the broker call the cloud as often as it calls EC2.
