@@ -23,9 +23,12 @@
 //!   most HTTP clients ask; the time a client then takes to decode 60 MB
 //!   is its own and not counted), then as it is (no `Accept-Encoding`).
 //!   The reader counts the body's bytes as they arrive and keeps none of
-//!   them, as `curl -o /dev/null` does.
-//!   A gzipped read of the (empty) status comes before the deploy, as from
-//!   a client watching it, so the controller knows gzip is wanted;
+//!   them, as `curl -o /dev/null` does. Beside it, the loopback floor:
+//!   the same number of bytes sent to as many readers at once by a bare
+//!   TCP server in the harness, one buffer written whole (what moving the
+//!   bytes alone costs on this machine). A gzipped read of the (empty)
+//!   status comes before the deploy, as from a client watching it, so the
+//!   controller knows gzip is wanted;
 //! - filtered status: once a second application of 3 units (deployed after
 //!   the first settled) has started, p50 and p99 of 20 reads each of
 //!   `?machines=1-100` and `?application=memcached`, one at a time;
@@ -416,11 +419,21 @@ async fn webhooks(server: &Server, dir: &Path) -> f64 {
     accepted as f64 / took.as_secs_f64()
 }
 
+/// How many reads each of the [`READERS`] readers makes.
+fn reads_per_reader(n: usize) -> usize {
+    if n >= 50_000 {
+        5
+    } else {
+        25
+    }
+}
+
 /// The p50 and p99 of the whole status read by [`READERS`] readers at
 /// once, gzipped if `gzip` (received, not decoded) or as it is, each to
-/// the body's last byte, taken as it arrives and not kept.
-async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64) {
-    let per_reader = if n >= 50_000 { 5 } else { 25 };
+/// the body's last byte, taken as it arrives and not kept; and the body's
+/// length.
+async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u64) {
+    let per_reader = reads_per_reader(n);
     // A client that decodes nothing: the time is the controller's.
     let client = reqwest::Client::builder()
         .no_gzip()
@@ -433,6 +446,7 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64) {
         let token = server.token.clone();
         tasks.push(tokio::spawn(async move {
             let mut times = Vec::new();
+            let mut length = 0;
             for _ in 0..per_reader {
                 let start = Instant::now();
                 let mut request = client.get(&url).bearer_auth(&token);
@@ -457,6 +471,66 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64) {
                 }
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 assert!(received > 0 && expected.is_none_or(|n| n == received));
+                length = received;
+            }
+            (times, length)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut length = 0;
+    for task in tasks {
+        let (times, read) = task.await.expect("reader");
+        all.extend(times);
+        length = read;
+    }
+    all.sort_by(f64::total_cmp);
+    (percentile(&all, 50.0), percentile(&all, 99.0), length)
+}
+
+/// The p50 and p99 of `length` bytes sent over loopback by a bare TCP
+/// server in this process, one buffer written whole (no HTTP, no
+/// rendering), to [`READERS`] readers at once, as many times as
+/// [`status_latencies`] reads: what moving the status's bytes alone costs
+/// on this machine, the floor of the status read as it is.
+async fn loopback_floor(length: u64, n: usize) -> (f64, f64) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let address = listener.local_addr().expect("address");
+    let body = std::sync::Arc::new(vec![b' '; usize::try_from(length).expect("length")]);
+    let sender = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut asked = [0u8; 1];
+                if socket.read_exact(&mut asked).await.is_ok() {
+                    let _ = socket.write_all(&body).await;
+                }
+            });
+        }
+    });
+    let mut tasks = Vec::new();
+    for _ in 0..READERS {
+        tasks.push(tokio::spawn(async move {
+            let mut buffer = vec![0u8; 256 * 1024];
+            let mut times = Vec::new();
+            for _ in 0..reads_per_reader(n) {
+                let start = Instant::now();
+                let mut socket = tokio::net::TcpStream::connect(address)
+                    .await
+                    .expect("connect");
+                socket.write_all(b"?").await.expect("ask");
+                let mut received = 0u64;
+                loop {
+                    let read = socket.read(&mut buffer).await.expect("read");
+                    if read == 0 {
+                        break;
+                    }
+                    received += read as u64;
+                }
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+                assert_eq!(received, length);
             }
             times
         }));
@@ -465,6 +539,7 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64) {
     for task in tasks {
         all.extend(task.await.expect("reader"));
     }
+    sender.abort();
     all.sort_by(f64::total_cmp);
     (percentile(&all, 50.0), percentile(&all, 99.0))
 }
@@ -594,8 +669,9 @@ async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
     }
     let settled = started.elapsed();
 
-    let (gzip_p50, gzip_p99) = status_latencies(&server, n, true).await;
-    let (p50, p99) = status_latencies(&server, n, false).await;
+    let (gzip_p50, gzip_p99, _) = status_latencies(&server, n, true).await;
+    let (p50, p99, status_bytes) = status_latencies(&server, n, false).await;
+    let (floor_p50, floor_p99) = loopback_floor(status_bytes, n).await;
     let [range_p50, range_p99, app_p50, app_p99] = filtered_status(&server, n).await;
     let mut peak_mib = server.peak_rss_mib();
     let mut one_controller = Value::Null;
@@ -634,6 +710,9 @@ async fn run(n: usize, store: BenchStore, controllers: usize) -> Value {
         "status_p99_ms": p99,
         "status_gzip_p50_ms": gzip_p50,
         "status_gzip_p99_ms": gzip_p99,
+        "status_bytes": status_bytes,
+        "loopback_floor_p50_ms": floor_p50,
+        "loopback_floor_p99_ms": floor_p99,
         "filtered_machines_p50_ms": range_p50,
         "filtered_machines_p99_ms": range_p99,
         "filtered_application_p50_ms": app_p50,
@@ -689,10 +768,13 @@ fn main() {
             f("peak_rss_mib"),
         );
             println!(
-                "{:>8} status gzipped p50 {:.1} ms, p99 {:.1} ms (as it is: the table's); filtered status: machines=1-100 p50 {:.2} ms, p99 {:.2} ms; application=memcached p50 {:.2} ms, p99 {:.2} ms",
+                "{:>8} status gzipped p50 {:.1} ms, p99 {:.1} ms (as it is: the table's; its {:.1} MB over bare loopback: p50 {:.1} ms, p99 {:.1} ms); filtered status: machines=1-100 p50 {:.2} ms, p99 {:.2} ms; application=memcached p50 {:.2} ms, p99 {:.2} ms",
                 "",
                 f("status_gzip_p50_ms"),
                 f("status_gzip_p99_ms"),
+                f("status_bytes") / 1e6,
+                f("loopback_floor_p50_ms"),
+                f("loopback_floor_p99_ms"),
                 f("filtered_machines_p50_ms"),
                 f("filtered_machines_p99_ms"),
                 f("filtered_application_p50_ms"),
