@@ -24,9 +24,9 @@
 //!   is its own and not counted), then as it is (no `Accept-Encoding`).
 //!   The reader counts the body's bytes as they arrive and keeps none of
 //!   them, as `curl -o /dev/null` does. Beside it, the loopback floor:
-//!   the same number of bytes sent to as many readers at once by a bare
-//!   TCP server in the harness, one buffer written whole (what moving the
-//!   bytes alone costs on this machine). A gzipped read of the (empty)
+//!   the same number of bytes sent to as many readers at once, read the
+//!   same way, by a bare HTTP server in the harness that writes one
+//!   buffer whole (what moving the bytes alone costs on this machine). A gzipped read of the (empty)
 //!   status comes before the deploy, as from a client watching it, so the
 //!   controller knows gzip is wanted;
 //! - filtered status: once a second application of 3 units (deployed after
@@ -487,47 +487,65 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u
     (percentile(&all, 50.0), percentile(&all, 99.0), length)
 }
 
-/// The p50 and p99 of `length` bytes sent over loopback by a bare TCP
-/// server in this process, one buffer written whole (no HTTP, no
-/// rendering), to [`READERS`] readers at once, as many times as
-/// [`status_latencies`] reads: what moving the status's bytes alone costs
-/// on this machine, the floor of the status read as it is.
+/// The p50 and p99 of `length` bytes sent over loopback by a bare HTTP
+/// server in this process, one buffer written whole after a fixed header
+/// (no routing, no rendering), to [`READERS`] readers at once, read by the
+/// same client in the same way and as many times as [`status_latencies`]
+/// reads: what moving the status's bytes alone costs on this machine, the
+/// floor of the status read as it is.
 async fn loopback_floor(length: u64, n: usize) -> (f64, f64) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("listen");
-    let address = listener.local_addr().expect("address");
-    let body = std::sync::Arc::new(vec![b' '; usize::try_from(length).expect("length")]);
+    let url = format!("http://{}/", listener.local_addr().expect("address"));
+    let mut response = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    )
+    .into_bytes();
+    response.resize(
+        response.len() + usize::try_from(length).expect("length"),
+        b' ',
+    );
+    let response = std::sync::Arc::new(response);
     let sender = tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            let body = body.clone();
+            let response = response.clone();
             tokio::spawn(async move {
-                let mut asked = [0u8; 1];
-                if socket.read_exact(&mut asked).await.is_ok() {
-                    let _ = socket.write_all(&body).await;
+                // Each request whole (a GET has no body), then its answer.
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while let Ok(read) = socket.read(&mut buffer).await {
+                    if read == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buffer[..read]);
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        if socket.write_all(&response).await.is_err() {
+                            return;
+                        }
+                    }
                 }
             });
         }
     });
+    let client = reqwest::Client::builder()
+        .no_gzip()
+        .build()
+        .expect("client");
     let mut tasks = Vec::new();
     for _ in 0..READERS {
+        let client = client.clone();
+        let url = url.clone();
         tasks.push(tokio::spawn(async move {
-            let mut buffer = vec![0u8; 256 * 1024];
             let mut times = Vec::new();
             for _ in 0..reads_per_reader(n) {
                 let start = Instant::now();
-                let mut socket = tokio::net::TcpStream::connect(address)
-                    .await
-                    .expect("connect");
-                socket.write_all(b"?").await.expect("ask");
+                let mut response = client.get(&url).send().await.expect("floor");
                 let mut received = 0u64;
-                loop {
-                    let read = socket.read(&mut buffer).await.expect("read");
-                    if read == 0 {
-                        break;
-                    }
-                    received += read as u64;
+                while let Some(chunk) = response.chunk().await.expect("floor body") {
+                    received += chunk.len() as u64;
                 }
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 assert_eq!(received, length);
