@@ -428,13 +428,17 @@ fn reads_per_reader(n: usize) -> usize {
     }
 }
 
-/// The p50 and p99 of the whole status read by [`READERS`] readers at
-/// once, gzipped if `gzip` (received, not decoded) or as it is, each to
-/// the body's last byte, taken as it arrives and not kept; and the body's
-/// length.
-async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u64) {
-    let per_reader = reads_per_reader(n);
-    // A client that decodes nothing: the time is the controller's.
+/// The p50 and p99 of [`READERS`] readers at once each reading `url`
+/// `per_reader` times (with `token` if given, asking for gzip if `gzip`),
+/// each to the body's last byte, taken as it arrives and not kept; and the
+/// body's length.
+async fn concurrent_reads(
+    url: String,
+    token: Option<String>,
+    gzip: bool,
+    per_reader: usize,
+) -> (f64, f64, u64) {
+    // A client that decodes nothing: the time is the server's.
     let client = reqwest::Client::builder()
         .no_gzip()
         .build()
@@ -442,18 +446,21 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u
     let mut tasks = Vec::new();
     for _ in 0..READERS {
         let client = client.clone();
-        let url = format!("{}/v1/status", server.url);
-        let token = server.token.clone();
+        let url = url.clone();
+        let token = token.clone();
         tasks.push(tokio::spawn(async move {
             let mut times = Vec::new();
             let mut length = 0;
             for _ in 0..per_reader {
                 let start = Instant::now();
-                let mut request = client.get(&url).bearer_auth(&token);
+                let mut request = client.get(&url);
+                if let Some(token) = &token {
+                    request = request.bearer_auth(token);
+                }
                 if gzip {
                     request = request.header("Accept-Encoding", "gzip");
                 }
-                let mut response = request.send().await.expect("status");
+                let mut response = request.send().await.expect("read");
                 assert_eq!(
                     response
                         .headers()
@@ -464,9 +471,9 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u
                 let expected = response.content_length();
                 // The body as it arrives, counted and dropped (as `curl -o
                 // /dev/null` takes it): gathering 60 MB into one buffer is
-                // the client's work, not the controller's.
+                // the client's work, not the server's.
                 let mut received = 0u64;
-                while let Some(chunk) = response.chunk().await.expect("status body") {
+                while let Some(chunk) = response.chunk().await.expect("body") {
                     received += chunk.len() as u64;
                 }
                 times.push(start.elapsed().as_secs_f64() * 1e3);
@@ -485,6 +492,14 @@ async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u
     }
     all.sort_by(f64::total_cmp);
     (percentile(&all, 50.0), percentile(&all, 99.0), length)
+}
+
+/// The p50 and p99 of the whole status read by [`READERS`] readers at
+/// once, gzipped if `gzip` (received, not decoded) or as it is; and the
+/// body's length.
+async fn status_latencies(server: &Server, n: usize, gzip: bool) -> (f64, f64, u64) {
+    let url = format!("{}/v1/status", server.url);
+    concurrent_reads(url, Some(server.token.clone()), gzip, reads_per_reader(n)).await
 }
 
 /// The p50 and p99 of `length` bytes sent over loopback by a bare HTTP
@@ -530,36 +545,10 @@ async fn loopback_floor(length: u64, n: usize) -> (f64, f64) {
             });
         }
     });
-    let client = reqwest::Client::builder()
-        .no_gzip()
-        .build()
-        .expect("client");
-    let mut tasks = Vec::new();
-    for _ in 0..READERS {
-        let client = client.clone();
-        let url = url.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut times = Vec::new();
-            for _ in 0..reads_per_reader(n) {
-                let start = Instant::now();
-                let mut response = client.get(&url).send().await.expect("floor");
-                let mut received = 0u64;
-                while let Some(chunk) = response.chunk().await.expect("floor body") {
-                    received += chunk.len() as u64;
-                }
-                times.push(start.elapsed().as_secs_f64() * 1e3);
-                assert_eq!(received, length);
-            }
-            times
-        }));
-    }
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await.expect("reader"));
-    }
+    let (p50, p99, received) = concurrent_reads(url, None, false, reads_per_reader(n)).await;
     sender.abort();
-    all.sort_by(f64::total_cmp);
-    (percentile(&all, 50.0), percentile(&all, 99.0))
+    assert_eq!(received, length);
+    (p50, p99)
 }
 
 /// The p50 and p99 of 20 reads, one at a time, of the status at `query`.
