@@ -38,7 +38,7 @@ use crate::store::leases::RECONCILE_JOB;
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
 use crate::store::zones::ZoneRecord;
-use crate::store::{now_ms, Entity, Origin, StoreError};
+use crate::store::{millis, now_ms, Entity, Origin, StoreError};
 
 /// Change-log entries read at once while following the log.
 const CHANGES_PER_READ: i64 = 10_000;
@@ -950,7 +950,7 @@ impl Provisioner {
         if after.is_zero() || !self.shared.leases.holds_job(RECONCILE_JOB) {
             return;
         }
-        let before = now_ms() - i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+        let before = now_ms() - millis(after);
         let store = self.shared.store.clone();
         ctx.spawn(
             async move { store.blocking(move |s| s.silent_agents(before)).await }

@@ -3,7 +3,7 @@
 //! write appends entries; the engine, the status document and event
 //! streams follow them.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +82,12 @@ impl Change {
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map(millis)
         .unwrap_or(0)
+}
+
+/// `duration` in whole milliseconds, as the store keeps times (the
+/// longest durations held at `i64::MAX`).
+pub fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

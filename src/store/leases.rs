@@ -28,7 +28,7 @@ use crate::domain::names::MachineId;
 use crate::store::db::per_backend;
 use crate::store::records::{stored, MachineLease};
 use crate::store::schema::{leases, machines};
-use crate::store::{now_ms, Store, StoreError, IDS_PER_STATEMENT};
+use crate::store::{millis, now_ms, Store, StoreError, IDS_PER_STATEMENT};
 
 /// The prefix of each controller's own lease, which says it is alive.
 pub const CONTROLLER_LEASE_PREFIX: &str = "controller:";
@@ -36,10 +36,6 @@ pub const CONTROLLER_LEASE_PREFIX: &str = "controller:";
 /// The job lease of reconciliation with the cloud: the stray sweep,
 /// instances gone behind berth's back, new addresses, and agents' heartbeats.
 pub const RECONCILE_JOB: &str = "reconcile";
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
 
 /// What a renewal kept.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

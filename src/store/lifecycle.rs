@@ -42,7 +42,7 @@ use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
 use crate::store::together::{AgentCheckIn, EngineSave};
 use crate::store::writer::Tx;
-use crate::store::{now_ms, ChangeKind, Entity, Origin, Store, StoreError};
+use crate::store::{millis, now_ms, ChangeKind, Entity, Origin, Store, StoreError};
 
 /// How long an agent that checks in before its machine's instance is
 /// recorded is held while the engine records it (usually a commit away),
@@ -188,8 +188,7 @@ pub(super) fn decide(
             password = Some(secret);
         }
         Effect::ScheduleRetry { after } => {
-            let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-            update.retry_at_ms = Some(now_ms.saturating_add(after_ms));
+            update.retry_at_ms = Some(now_ms.saturating_add(millis(*after)));
             if next.state == MachineState::Retrying {
                 // Status says why and when, in Juju's words.
                 let cause = next.lifecycle.last_error.as_deref().map(retry_cause);
@@ -679,7 +678,7 @@ impl Store {
         heard_within: Duration,
     ) -> Result<(), StoreError> {
         let policy = self.policy();
-        let heard_within = i64::try_from(heard_within.as_millis()).unwrap_or(i64::MAX);
+        let heard_within = millis(heard_within);
         self.write(move |tx| {
             tx.set_origin(Origin::Agent);
             let heard_since = tx.now_ms.saturating_sub(heard_within);

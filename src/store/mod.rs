@@ -51,7 +51,7 @@ pub mod units;
 pub mod writer;
 pub mod zones;
 
-pub use change_log::{now_ms, Change, ChangeKind, Entity, Origin};
+pub use change_log::{millis, now_ms, Change, ChangeKind, Entity, Origin};
 pub use error::StoreError;
 pub(crate) use model::model_constraints_tx;
 
