@@ -26,9 +26,9 @@
 //!   them, as `curl -o /dev/null` does. Beside it, the loopback floor:
 //!   the same number of bytes sent to as many readers at once, read the
 //!   same way, by a bare HTTP server in the harness that writes one
-//!   buffer whole (what moving the bytes alone costs on this machine). A gzipped read of the (empty)
-//!   status comes before the deploy, as from a client watching it, so the
-//!   controller knows gzip is wanted;
+//!   buffer whole (what moving the bytes alone costs on this machine). A
+//!   gzipped read of the (empty) status comes before the deploy, as from
+//!   a client watching it, so the controller knows gzip is wanted;
 //! - filtered status: once a second application of 3 units (deployed after
 //!   the first settled) has started, p50 and p99 of 20 reads each of
 //!   `?machines=1-100` and `?application=memcached`, one at a time;
