@@ -1658,3 +1658,63 @@ async fn postgres_readers_plan_each_statement_afresh_and_the_writer_keeps_its_pl
     let writers = store.write(|tx| plan_cache_mode(tx.conn)).await.unwrap();
     assert_eq!(writers, "auto");
 }
+
+/// SQLite's `temp_store` on a connection: 2 when temporary files (the
+/// statement journal among them) are kept in memory.
+fn sqlite_temp_store(conn: &mut berth::store::db::Conn) -> Result<i32, StoreError> {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        temp_store: i32,
+    }
+    let berth::store::db::Conn::Sqlite(conn) = conn else {
+        return Err(StoreError::Invariant("not SQLite".into()));
+    };
+    let setting: Setting = diesel::sql_query("PRAGMA temp_store").get_result(conn)?;
+    Ok(setting.temp_store)
+}
+
+/// On SQLite the writer keeps each operation's statement journal in memory
+/// and leaves the write-ahead log to the checkpointer thread: its own
+/// checkpoint waits for 8,192 pages, and yet a few hundred machines' writes
+/// reach the database file itself within moments, with no connection
+/// closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_reach_the_database_file_through_the_checkpointer() {
+    use berth::store::checkpointer::CHECKPOINT_AFTER;
+    use berth::store::db::DatabaseUrl;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let store = Store::open(&DatabaseUrl::Sqlite(path.clone())).unwrap();
+    assert_eq!(
+        store.write(|tx| sqlite_temp_store(tx.conn)).await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store.read(sqlite_temp_store).unwrap(),
+        0,
+        "readers keep SQLite's default"
+    );
+    // What opening wrote is checkpointed first.
+    tokio::time::sleep(CHECKPOINT_AFTER * 5).await;
+    let file_bytes = || std::fs::metadata(&path).unwrap().len();
+    let before = file_bytes();
+    add_machines(&store, 500).await;
+    let grew = crate::support::eventually(
+        "the database file to grow",
+        Duration::from_secs(10),
+        || async {
+            let now = file_bytes();
+            if now >= before + 64 * 1024 {
+                Ok(now)
+            } else {
+                Err(format!("{now} bytes, {before} before the writes"))
+            }
+        },
+    )
+    .await;
+    assert!(grew > before);
+    assert_eq!(machine_ids(&store).len(), 500);
+}

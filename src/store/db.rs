@@ -272,6 +272,11 @@ impl Manager {
         Manager { url, readers: true }
     }
 
+    /// The database these connections are to.
+    pub fn url(&self) -> &DatabaseUrl {
+        &self.url
+    }
+
     /// Opens one connection, with SQLite's settings applied.
     pub fn connect(&self) -> Result<Conn, diesel::ConnectionError> {
         match &self.url {
@@ -287,6 +292,21 @@ impl Manager {
                     SQLITE_BUSY_TIMEOUT.as_millis()
                 ))
                 .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                if !self.readers {
+                    // Every operation of a batch runs in its own savepoint,
+                    // and SQLite keeps the pages a savepoint may have to
+                    // restore in a statement journal that spills to a
+                    // temporary file past 64 KiB: a batch of a thousand
+                    // saves wrote it with a system call per page. In
+                    // memory it lives only until the batch commits. The
+                    // log is checkpointed beside the writer, not in its
+                    // commits (see `crate::store::checkpointer`).
+                    conn.batch_execute(
+                        "PRAGMA temp_store = MEMORY;
+                         PRAGMA wal_autocheckpoint = 8192;",
+                    )
+                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                }
                 Ok(Conn::Sqlite(conn))
             }
             DatabaseUrl::Postgres(url) => {

@@ -27,13 +27,15 @@
 //! - the status snapshot and delta reads are written in
 //!   [`crate::status::snapshot`], beside the rest of status.
 //! - [`change_log`], [`writer`]: the change log's vocabulary and the single
-//!   writer with group commit; [`error`]: [`StoreError`].
+//!   writer with group commit; [`checkpointer`]: SQLite's log copied into
+//!   its file beside the writer; [`error`]: [`StoreError`].
 //! - [`db`], [`schema`], [`records`]: connections, the diesel schema and
 //!   rows turned into domain types.
 
 pub mod applications;
 pub mod census;
 pub mod change_log;
+pub mod checkpointer;
 pub mod credentials;
 pub mod db;
 pub mod error;

@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::domain::zones::ZoneCensus;
 use crate::store::census::ZoneChosen;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
+use crate::store::checkpointer::{self, Nudge};
 use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
 use crate::store::error::StoreError;
 use crate::store::lifecycle::{Applied, CheckIn};
@@ -392,9 +393,16 @@ impl Writer {
         head: Arc<watch::Sender<i64>>,
     ) -> Result<Writer, StoreError> {
         let (queue, jobs) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+        let checkpoints = if manager.url().is_sqlite() {
+            Some(checkpointer::spawn(Manager::readers(
+                manager.url().clone(),
+            ))?)
+        } else {
+            None
+        };
         thread::Builder::new()
             .name("berth-store-writer".into())
-            .spawn(move || write_loop(conn, manager, jobs, &head))
+            .spawn(move || write_loop(conn, manager, jobs, &head, checkpoints.as_ref()))
             .map_err(|e| StoreError::Connect(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer { queue })
     }
@@ -517,6 +525,7 @@ fn write_loop(
     manager: Manager,
     mut jobs: mpsc::Receiver<Box<dyn Job>>,
     head: &watch::Sender<i64>,
+    checkpoints: Option<&Nudge>,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut conn = Some(conn);
@@ -551,6 +560,11 @@ fn write_loop(
         }
         if let Ok(Some(revision)) = &committed {
             advance_head(head, *revision);
+        }
+        if committed.is_ok() {
+            if let Some(checkpoints) = checkpoints {
+                checkpoints.committed();
+            }
         }
         let outcome = committed.map(|_| ());
         for job in batch.drain(..) {
