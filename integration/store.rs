@@ -1677,9 +1677,9 @@ fn sqlite_temp_store(conn: &mut berth::store::db::Conn) -> Result<i32, StoreErro
 
 /// On SQLite the writer keeps each operation's statement journal in memory
 /// and leaves the write-ahead log to the checkpointer thread: its own
-/// checkpoint waits for 8,192 pages, and yet a few hundred machines' writes
-/// reach the database file itself within moments, with no connection
-/// closed.
+/// checkpoint waits for `WRITER_CHECKPOINT_PAGES` (8,192), and yet a few
+/// hundred machines' writes reach the database file itself within
+/// moments, with no connection closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writes_reach_the_database_file_through_the_checkpointer() {
     use berth::store::checkpointer::CHECKPOINT_AFTER;

@@ -10,6 +10,7 @@ use diesel::prelude::*;
 use diesel::{PgConnection, SqliteConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
+use crate::store::checkpointer::WRITER_CHECKPOINT_PAGES;
 use crate::store::error::StoreError;
 
 /// How long an SQLite connection waits for another writer's lock before it
@@ -299,12 +300,13 @@ impl Manager {
                     // temporary file past 64 KiB: a batch of a thousand
                     // saves wrote it with a system call per page. In
                     // memory it lives only until the batch commits. The
-                    // log is checkpointed beside the writer, not in its
-                    // commits (see `crate::store::checkpointer`).
-                    conn.batch_execute(
+                    // log is checkpointed beside the writer, and in its
+                    // commits only past a larger size (see
+                    // `crate::store::checkpointer`).
+                    conn.batch_execute(&format!(
                         "PRAGMA temp_store = MEMORY;
-                         PRAGMA wal_autocheckpoint = 8192;",
-                    )
+                         PRAGMA wal_autocheckpoint = {WRITER_CHECKPOINT_PAGES};"
+                    ))
                     .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 }
                 Ok(Conn::Sqlite(conn))
