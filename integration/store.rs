@@ -1718,3 +1718,71 @@ async fn sqlite_writes_reach_the_database_file_through_the_checkpointer() {
     assert!(grew > before);
     assert_eq!(machine_ids(&store).len(), 500);
 }
+
+/// The environment variable under which
+/// [`vouched_heartbeats_hold_little_of_sqlites_memory`] measures, in a
+/// process of its own.
+const MEASURE_SQLITE_MEMORY: &str = "BERTH_TEST_MEASURE_SQLITE_MEMORY";
+
+/// A cloud vouching for 30,000 agents at once: every heartbeat is
+/// written, and SQLite's memory grows by less than the pages those
+/// machines fill. The writer keeps what a write's savepoint would undo in
+/// memory until the write ends, so one write for them all would hold a
+/// copy of every page they changed (10 MB here).
+///
+/// SQLite counts its memory for the whole process, and other tests use it
+/// at the same time: the test runs itself again in a process of its own
+/// and measures there.
+#[test]
+fn vouched_heartbeats_hold_little_of_sqlites_memory() {
+    if std::env::var_os(MEASURE_SQLITE_MEMORY).is_none() {
+        let name = "store::vouched_heartbeats_hold_little_of_sqlites_memory";
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(MEASURE_SQLITE_MEMORY, "1")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&run.stdout);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            run.status.success() && out.contains("1 passed"),
+            "the measuring process: {}\n{out}\n{err}",
+            run.status
+        );
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use berth::store::db::DatabaseUrl;
+        use libsqlite3_sys::{sqlite3_memory_highwater, sqlite3_memory_used};
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&DatabaseUrl::Sqlite(dir.path().join("berth.db"))).unwrap();
+        let ids = add_machines(&store, 30_000).await;
+        // SAFETY: both read SQLite's counters (the second resets its high
+        // mark to what is in use), with no other requirement.
+        let before = unsafe {
+            let used = sqlite3_memory_used();
+            sqlite3_memory_highwater(1);
+            used
+        };
+        store
+            .agents_alive(ids.clone(), Duration::ZERO)
+            .await
+            .unwrap();
+        // SAFETY: as above.
+        let grew = unsafe { sqlite3_memory_highwater(0) } - before;
+        let machines = store.machines().unwrap();
+        assert_eq!(machines.len(), ids.len());
+        assert!(
+            machines.iter().all(|m| m.last_heartbeat_ms.is_some()),
+            "every vouched machine's heartbeat is written"
+        );
+        println!("SQLite's memory grew by {grew} bytes");
+        assert!(grew < 5 << 20, "SQLite's memory grew by {grew} bytes");
+    });
+}

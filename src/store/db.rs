@@ -299,7 +299,10 @@ impl Manager {
                     // restore in a statement journal that spills to a
                     // temporary file past 64 KiB: a batch of a thousand
                     // saves wrote it with a system call per page. In
-                    // memory it lives only until the batch commits. The
+                    // memory it lives only until its operation ends, and
+                    // holds a copy of every page the operation changed:
+                    // an operation that changes rows by the hundred
+                    // thousand is split (as `Store::agents_alive` is). The
                     // log is checkpointed beside the writer, and in its
                     // commits only past a larger size (see
                     // `crate::store::checkpointer`).

@@ -662,7 +662,16 @@ impl Store {
     /// their heartbeat time is now, unless one was stored less than
     /// `heard_within` ago (a check-in a moment before, say: the row is not
     /// written again for nothing), and those shown `down` are started
-    /// again. One statement per thousand machines.
+    /// again.
+    ///
+    /// Each [`VOUCHED_PER_WRITE`] machines are a write of their own. A
+    /// write runs in a savepoint, and on SQLite the writer keeps what that
+    /// savepoint would undo in memory until it ends (the writer's
+    /// `temp_store` is `MEMORY`; see [`crate::store::db`]): one write for
+    /// every machine a cloud vouches for would hold a copy of every page
+    /// of the machines table at once (40 MB with 100,000 machines). The
+    /// writes are queued together, so they still share the writer's
+    /// batches.
     ///
     /// A heartbeat kept this way is at most `heard_within` older than the
     /// agent's last, so an agent reporting every `interval` looks silent
@@ -671,7 +680,8 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Database`] only; unknown machines are ignored.
+    /// [`StoreError::Database`] only; unknown machines are ignored. The
+    /// writes before a failed one stay.
     pub async fn agents_alive(
         &self,
         ids: Vec<MachineId>,
@@ -679,13 +689,13 @@ impl Store {
     ) -> Result<(), StoreError> {
         let policy = self.policy();
         let heard_within = millis(heard_within);
-        self.write(move |tx| {
-            tx.set_origin(Origin::Agent);
-            let heard_since = tx.now_ms.saturating_sub(heard_within);
-            let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
-            for chunk in keys.chunks(1000) {
+        let writes = ids.chunks(VOUCHED_PER_WRITE).map(|chunk| {
+            let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+            self.write(move |tx| {
+                tx.set_origin(Origin::Agent);
+                let heard_since = tx.now_ms.saturating_sub(heard_within);
                 diesel::update(
-                    machines::table.filter(machines::id.eq_any(chunk)).filter(
+                    machines::table.filter(machines::id.eq_any(&keys)).filter(
                         machines::last_heartbeat_ms
                             .is_null()
                             .or(machines::last_heartbeat_ms.le(heard_since)),
@@ -694,7 +704,7 @@ impl Store {
                 .set(machines::last_heartbeat_ms.eq(tx.now_ms))
                 .execute(tx.conn)?;
                 let down: Vec<String> = machines::table
-                    .filter(machines::id.eq_any(chunk))
+                    .filter(machines::id.eq_any(&keys))
                     .filter(machines::state.eq(MachineState::Down.as_str()))
                     .select(machines::id)
                     .load(tx.conn)?;
@@ -702,12 +712,17 @@ impl Store {
                     let id: MachineId = stored("machine id", &id)?;
                     apply_tx(tx, MachineEvent::new(id, Event::AgentConnected), &policy)?;
                 }
-            }
-            Ok(())
-        })
-        .await
+                Ok(())
+            })
+        });
+        futures_util::future::try_join_all(writes).await?;
+        Ok(())
     }
 }
+
+/// How many machines [`Store::agents_alive`] writes in one write (and one
+/// statement).
+pub const VOUCHED_PER_WRITE: usize = 1000;
 
 /// Fields that change beside the lifecycle record when the engine (or a
 /// user operation) saves a machine.
