@@ -598,6 +598,48 @@ async fn an_engine_save_from_a_stale_state_is_a_conflict_and_changes_nothing(sto
     );
 }
 
+/// A save that keeps the machine's instance (on SQLite, written without
+/// naming `instance_id`, guarded by the instance the engine holds) leaves
+/// the instance as it is; and when the engine holds another instance than
+/// the stored one, the machine still ends as the engine decided it, as any
+/// save would write it.
+async fn a_save_that_keeps_the_instance_writes_the_machine_as_decided(store: Store) {
+    let instance = |store: &Store| {
+        store
+            .machine(&machine("0"))
+            .unwrap()
+            .machine
+            .lifecycle
+            .instance_id
+    };
+    let (id, otp) = awaiting_agent(&store).await;
+    store.agent_connect(id, otp).await.unwrap();
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
+    assert_eq!(instance(&store).as_deref(), Some("i-1"));
+
+    // The engine believes the machine runs another instance.
+    let mut believed = store.machine(&id).unwrap().machine;
+    believed.lifecycle.instance_id = Some("i-2".into());
+    let before = store.revision();
+    let applied = store
+        .apply(believed, MachineEvent::new(id, Event::AgentLost))
+        .await
+        .unwrap();
+    assert_eq!(applied.next.state, MachineState::Down);
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Down);
+    assert_eq!(
+        instance(&store).as_deref(),
+        Some("i-2"),
+        "written as decided"
+    );
+    assert_eq!(store.revision(), before + 1, "one change logged");
+
+    // And back, keeping it.
+    engine_steps::apply(&store, id, Event::AgentConnected, MachineUpdate::default()).await;
+    assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
+    assert_eq!(instance(&store).as_deref(), Some("i-2"));
+}
+
 async fn the_writer_sets_keeps_and_clears_each_optional_column(store: Store) {
     let id = add_machine(&store, AddMachines::default()).await[0];
     let step = |event: Event, update: MachineUpdate| engine_steps::apply(&store, id, event, update);
@@ -1586,6 +1628,7 @@ on_both_backends!(
     the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
     zone_choices_in_one_batch_see_each_other,
     engine_saves_at_once_leave_what_each_alone_would,
+    a_save_that_keeps_the_instance_writes_the_machine_as_decided,
     check_ins_at_once_each_get_their_own_answer,
     zone_choices_at_once_each_get_their_own_answer,
     the_writer_sets_keeps_and_clears_each_optional_column,

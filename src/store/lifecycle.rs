@@ -36,7 +36,7 @@ use crate::domain::machine::{
 };
 use crate::domain::names::MachineId;
 use crate::store::census;
-use crate::store::db::per_backend;
+use crate::store::db::{per_backend, Conn};
 use crate::store::machine_save::SaveRow;
 use crate::store::records::{stored, MachineLease, MachineRecord, MachineRow};
 use crate::store::schema::{machines, units};
@@ -139,6 +139,8 @@ pub(super) struct Decision {
     pub(super) update: MachineUpdate,
     /// Neither the lifecycle nor any other field changes: nothing to write.
     pub(super) unchanged: bool,
+    /// The machine's instance is the one it was decided from.
+    pub(super) keeps_instance: bool,
 }
 
 /// The one conflict of the lifecycle: `event` is not accepted by machine
@@ -215,6 +217,7 @@ pub(super) fn decide(
         update.clear_retry_at = false;
     }
     let unchanged = next == *current && update == MachineUpdate::default();
+    let keeps_instance = next.lifecycle.instance_id == current.lifecycle.instance_id;
     Ok(Decision {
         applied: Applied {
             next,
@@ -223,6 +226,7 @@ pub(super) fn decide(
         },
         update,
         unchanged,
+        keeps_instance,
     })
 }
 
@@ -246,7 +250,8 @@ pub(super) fn write(
     } else if decision.unchanged {
         Ok(())
     } else {
-        save_machine(tx, &id, expected, next, &decision.update, fence)
+        let instance = Instance::kept_if(decision.keeps_instance);
+        save_machine(tx, &id, expected, next, &decision.update, fence, instance)
     }
 }
 
@@ -571,6 +576,7 @@ impl Store {
                 &noted,
                 &MachineUpdate::default(),
                 Some(&holder),
+                Instance::Kept,
             )
         })
         .await
@@ -761,6 +767,32 @@ pub struct MachineUpdate {
 ///
 /// [`StoreError::NotFound`] if the machine has gone;
 /// [`StoreError::Conflict`] if it is no longer in `expected`.
+/// Whether a save keeps the instance the machine was read or decided with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Instance {
+    /// It does, as far as the caller knows.
+    Kept,
+    /// It may not: a new instance, or none.
+    Written,
+}
+
+impl Instance {
+    fn kept_if(kept: bool) -> Instance {
+        if kept {
+            Instance::Kept
+        } else {
+            Instance::Written
+        }
+    }
+}
+
+/// Writes `machine` with `update` (see [`SaveRow::save`]).
+///
+/// On SQLite, a save that keeps the machine's `instance` goes first in the
+/// shape that leaves `instance_id` alone (and so its index), guarded by
+/// that instance; if the stored machine turns out to have another, the
+/// save is written whole after all, as any other save is. Either way the
+/// machine ends as `machine`.
 fn save_machine(
     tx: &mut Tx<'_>,
     id: &MachineId,
@@ -768,13 +800,22 @@ fn save_machine(
     machine: &Machine,
     update: &MachineUpdate,
     fence: Option<&str>,
+    instance: Instance,
 ) -> Result<(), StoreError> {
     if releases_zone(expected, machine) {
         census::release(tx, &id.to_string())?;
     }
     let row = SaveRow::of(id, machine, update);
-    let save = row.save(expected, machine, update, fence, tx.now_ms);
-    let found = per_backend!(tx.conn, conn => save.execute(conn)?);
+    let mut found = 0;
+    if let (Conn::Sqlite(conn), Instance::Kept) = (&mut *tx.conn, instance) {
+        found = row
+            .save::<true>(expected, machine, update, fence, tx.now_ms)
+            .execute(conn)?;
+    }
+    if found == 0 {
+        let save = row.save::<false>(expected, machine, update, fence, tx.now_ms);
+        found = per_backend!(tx.conn, conn => save.execute(conn)?);
+    }
     if found == 0 {
         return Err(why_not_saved(tx, id, expected, fence)?);
     }

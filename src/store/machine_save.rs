@@ -23,7 +23,15 @@ use crate::store::records::stored_zone_refusals;
 /// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
 /// the value (which may be `NULL`, to clear it). `expected_state`, when
 /// given, is the state the machine must still be in.
-pub(super) struct SaveMachine<'a> {
+///
+/// `KEEPS_INSTANCE` is a second shape, for a save that keeps the machine's
+/// instance: `instance_id` is left out of the `SET` list and the machine
+/// must still have that instance. SQLite rewrites the entry of every index
+/// on a column the `SET` list names, whatever its value, and the index of
+/// instance ids is in random order: a save naming `instance_id` dirtied a
+/// page of it for every machine saved. (PostgreSQL leaves an index alone
+/// when its columns keep their values, and has no need of this shape.)
+pub(super) struct SaveMachine<'a, const KEEPS_INSTANCE: bool = false> {
     id: &'a str,
     expected_state: Option<&'a str>,
     state: &'a str,
@@ -73,12 +81,16 @@ impl<T> Kept<T> {
     }
 }
 
-impl diesel::query_builder::QueryId for SaveMachine<'_> {
-    type QueryId = SaveMachine<'static>;
+impl<const KEEPS_INSTANCE: bool> diesel::query_builder::QueryId
+    for SaveMachine<'_, KEEPS_INSTANCE>
+{
+    // One prepared statement for each shape.
+    type QueryId = SaveMachine<'static, KEEPS_INSTANCE>;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<DB> diesel::query_builder::QueryFragment<DB> for SaveMachine<'_>
+impl<DB, const KEEPS_INSTANCE: bool> diesel::query_builder::QueryFragment<DB>
+    for SaveMachine<'_, KEEPS_INSTANCE>
 where
     DB: diesel::backend::Backend
         + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
@@ -101,8 +113,10 @@ where
         use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
         out.push_sql("UPDATE machines SET state = ");
         out.push_bind_param::<Text, _>(self.state)?;
-        out.push_sql(", instance_id = ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
+        if !KEEPS_INSTANCE {
+            out.push_sql(", instance_id = ");
+            out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
+        }
         out.push_sql(", zone = ");
         out.push_bind_param::<Nullable<Text>, _>(&self.zone)?;
         out.push_sql(", status_message = ");
@@ -163,6 +177,10 @@ where
         out.push_bind_param::<Nullable<Text>, _>(&self.spread_kind)?;
         out.push_sql(", spread_kind) WHERE id = ");
         out.push_bind_param::<Text, _>(self.id)?;
+        if KEEPS_INSTANCE {
+            out.push_sql(" AND instance_id IS NOT DISTINCT FROM ");
+            out.push_bind_param::<Nullable<Text>, _>(&self.instance_id)?;
+        }
         out.push_sql(" AND state = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.expected_state)?;
         out.push_sql(", state)");
@@ -178,7 +196,7 @@ where
     }
 }
 
-impl<Conn> RunQueryDsl<Conn> for SaveMachine<'_> {}
+impl<Conn, const KEEPS_INSTANCE: bool> RunQueryDsl<Conn> for SaveMachine<'_, KEEPS_INSTANCE> {}
 
 pub(super) fn saturating_i32(value: u32) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
@@ -214,15 +232,16 @@ impl SaveRow {
 
     /// The save of `machine` with `update`, if it is still in `expected`
     /// (when given) and, with a `fence`, while that controller holds its
-    /// lease at `now_ms`.
-    pub(super) fn save<'a>(
+    /// lease at `now_ms`; with `KEEPS_INSTANCE`, only if the machine's
+    /// instance is still `machine`'s, which it leaves as it is.
+    pub(super) fn save<'a, const KEEPS_INSTANCE: bool>(
         &'a self,
         expected: Option<MachineState>,
         machine: &'a Machine,
         update: &'a MachineUpdate,
         fence: Option<&'a str>,
         now_ms: i64,
-    ) -> SaveMachine<'a> {
+    ) -> SaveMachine<'a, KEEPS_INSTANCE> {
         let life = &machine.lifecycle;
         let has_instance = life.instance_id.is_some();
         // No instance, so nothing it was: clear what the last one had.

@@ -239,7 +239,7 @@ fn save_machines<'a>(
     let statements: Vec<_> = rows
         .iter()
         .zip(&saves)
-        .map(|(row, s)| row.save(Some(s.expected), s.next, s.update, s.fence, now))
+        .map(|(row, s)| row.save::<false>(Some(s.expected), s.next, s.update, s.fence, now))
         .collect();
     if unwritten == Unwritten::UndoAll {
         conn.batch_execute(&format!("SAVEPOINT {GATHERED_SAVEPOINT}"))?;
