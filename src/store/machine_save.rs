@@ -2,9 +2,11 @@
 //! and the fields beside it, for one machine ([`SaveMachine`]) or, on
 //! PostgreSQL, for many at once ([`SaveMachines`]).
 //!
-//! Both forms have one shape whatever they change, so a connection
-//! prepares each once and keeps it. [`SaveRow`] renders a save's values
-//! once; both forms bind them as they are.
+//! Each form has one shape whatever it changes, so a connection prepares
+//! it once and keeps it; on SQLite a save that keeps the machine's
+//! instance has a second shape of its own, which leaves the index of
+//! instance ids alone. [`SaveRow`] renders a save's values once; both
+//! forms bind them as they are.
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
@@ -14,10 +16,11 @@ use crate::domain::names::MachineId;
 use crate::store::lifecycle::MachineUpdate;
 use crate::store::records::stored_zone_refusals;
 
-/// The machine save: one `UPDATE` of one shape whatever it changes, so the
-/// connection prepares it once and keeps it. diesel's own `UPDATE`s are
-/// never kept in its statement cache (their `SET` lists vary), and
-/// preparing the save again for every transition was most of its cost.
+/// The machine save: one `UPDATE` of one shape whatever it changes (and a
+/// second with `KEEPS_INSTANCE`), so the connection prepares each once and
+/// keeps it. diesel's own `UPDATE`s are never kept in its statement cache
+/// (their `SET` lists vary), and preparing the save again for every
+/// transition was most of its cost.
 ///
 /// Columns every save writes are bound as they are. The others come in
 /// pairs: `keep_*` leaves the column alone when true, otherwise it becomes
