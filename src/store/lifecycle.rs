@@ -139,8 +139,8 @@ pub(super) struct Decision {
     pub(super) update: MachineUpdate,
     /// Neither the lifecycle nor any other field changes: nothing to write.
     pub(super) unchanged: bool,
-    /// The machine's instance is the one it was decided from.
-    pub(super) keeps_instance: bool,
+    /// Whether the machine keeps the instance it was decided from.
+    pub(super) instance: Instance,
 }
 
 /// The one conflict of the lifecycle: `event` is not accepted by machine
@@ -217,7 +217,11 @@ pub(super) fn decide(
         update.clear_retry_at = false;
     }
     let unchanged = next == *current && update == MachineUpdate::default();
-    let keeps_instance = next.lifecycle.instance_id == current.lifecycle.instance_id;
+    let instance = if next.lifecycle.instance_id == current.lifecycle.instance_id {
+        Instance::Kept
+    } else {
+        Instance::Written
+    };
     Ok(Decision {
         applied: Applied {
             next,
@@ -226,7 +230,7 @@ pub(super) fn decide(
         },
         update,
         unchanged,
-        keeps_instance,
+        instance,
     })
 }
 
@@ -250,8 +254,15 @@ pub(super) fn write(
     } else if decision.unchanged {
         Ok(())
     } else {
-        let instance = Instance::kept_if(decision.keeps_instance);
-        save_machine(tx, &id, expected, next, &decision.update, fence, instance)
+        save_machine(
+            tx,
+            &id,
+            expected,
+            next,
+            &decision.update,
+            fence,
+            decision.instance,
+        )
     }
 }
 
@@ -759,40 +770,29 @@ pub struct MachineUpdate {
     pub spread_kind: Option<String>,
 }
 
-/// Writes a machine's lifecycle (and any extra fields) in one statement
-/// and logs the change, if the machine is still in `expected` (when given): the check is the UPDATE's own `WHERE`, so a save costs one
-/// statement, and only a save that changed nothing looks at why.
-///
-/// # Errors
-///
-/// [`StoreError::NotFound`] if the machine has gone;
-/// [`StoreError::Conflict`] if it is no longer in `expected`.
 /// Whether a save keeps the instance the machine was read or decided with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Instance {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Instance {
     /// It does, as far as the caller knows.
     Kept,
     /// It may not: a new instance, or none.
     Written,
 }
 
-impl Instance {
-    fn kept_if(kept: bool) -> Instance {
-        if kept {
-            Instance::Kept
-        } else {
-            Instance::Written
-        }
-    }
-}
-
-/// Writes `machine` with `update` (see [`SaveRow::save`]).
+/// Writes a machine's lifecycle (and any extra fields) in one statement
+/// and logs the change, if the machine is still in `expected` (when given): the check is the UPDATE's own `WHERE`, so a save costs one
+/// statement, and only a save that changed nothing looks at why.
 ///
-/// On SQLite, a save that keeps the machine's `instance` goes first in the
-/// shape that leaves `instance_id` alone (and so its index), guarded by
-/// that instance; if the stored machine turns out to have another, the
-/// save is written whole after all, as any other save is. Either way the
-/// machine ends as `machine`.
+/// On SQLite, a save that keeps the machine's `instance` is written first
+/// in the shape that leaves `instance_id` (and so its index) alone,
+/// guarded by that instance; if that matches no row, the save is written
+/// whole, as any other save is, before anything looks at why. Either way
+/// the machine ends as `machine`.
+///
+/// # Errors
+///
+/// [`StoreError::NotFound`] if the machine has gone;
+/// [`StoreError::Conflict`] if it is no longer in `expected`.
 fn save_machine(
     tx: &mut Tx<'_>,
     id: &MachineId,
