@@ -506,6 +506,9 @@ enum Misbehaviour {
     Hang,
     /// Every launch answers after a delay.
     Slow(Duration),
+    /// The victim's launch is made at the cloud, and its answer never
+    /// comes back.
+    AnswerLost,
 }
 
 #[async_trait]
@@ -536,6 +539,10 @@ impl Provider for Misbehaving {
             }
             Misbehaviour::Hang if requests.iter().any(|r| r.machine == self.victim) => {
                 std::future::pending::<()>().await
+            }
+            Misbehaviour::AnswerLost if requests.iter().any(|r| r.machine == self.victim) => {
+                self.inner.launch(requests).await;
+                return std::future::pending().await;
             }
             _ => {}
         }
@@ -643,6 +650,83 @@ async fn a_machine_removed_while_its_instance_is_starting_leaks_no_instance(back
     .await;
     assert_eq!(sim.ledger().len(), 1);
     assert_eq!(sim.ledger()[0].state, InstanceState::Terminated);
+}
+
+/// An app with the engine (fast settings) over `site`'s simulated cloud on
+/// `sim`, seen through a provider that misbehaves as `how` for machine 0.
+async fn spawn_misbehaving_on(site: &Site, sim: &Arc<SimProvider>, how: Misbehaviour) -> TestApp {
+    let provider = Arc::new(Misbehaving {
+        inner: sim.clone(),
+        victim: MachineId::new(0),
+        how,
+    });
+    spawn_app_with(Options {
+        site: Some(site.clone()),
+        cloud: Cloud::Given {
+            provider,
+            limits: RateLimits::default(),
+        },
+        engine: Some(fast_provisioner()),
+        ..Options::default()
+    })
+    .await
+}
+
+fn a_launch_whose_answer_was_lost_is_adopted_whole_when_the_engine_starts_again(backend: Backend) {
+    let site = &Site::new(backend);
+    // First life: the launch lands at the cloud, its answer never comes,
+    // and the engine stops with the machine starting and no instance
+    // recorded. (The agent would check in only much later.)
+    in_a_system_then_kill(move || async move {
+        let sim = site.open_sim(SimConfig {
+            agent_delay_ms: 600_000,
+            ..SimConfig::default()
+        });
+        let app = spawn_misbehaving_on(site, &sim, Misbehaviour::AnswerLost).await;
+        app.store()
+            .add_machines(AddMachines::default())
+            .await
+            .unwrap();
+        eventually("the launch to land", PATIENCE, || async {
+            match sim.ledger().len() {
+                1 => Ok(()),
+                n => Err(n),
+            }
+        })
+        .await;
+        let status = app.store().status().unwrap();
+        assert_eq!(status.machines[0].state(), MachineState::Starting);
+        assert_eq!(status.machines[0].instance_id(), None);
+    });
+    // Second life: any launch for the machine would panic, so it can only
+    // start on the instance the cloud has.
+    in_a_system_then_kill(move || async move {
+        let sim = site.open_sim(SimConfig {
+            agent_delay_ms: 300,
+            ..SimConfig::default()
+        });
+        let app = spawn_misbehaving_on(site, &sim, Misbehaviour::Panic).await;
+        let status = until(app.store(), "started", all_started(1)).await;
+        let ledger = sim.ledger();
+        assert_eq!(ledger.len(), 1, "nothing launched again: {ledger:?}");
+        let (machine, landed) = (&status.machines[0], &ledger[0]);
+        assert_eq!(machine.instance_id(), Some(landed.id.as_str()));
+        // Recorded whole, as the cloud describes it.
+        assert_eq!(
+            machine.machine.lifecycle.zone.as_deref(),
+            Some(landed.zone.as_str())
+        );
+        assert_eq!(
+            machine.instance_type.as_deref(),
+            Some(landed.instance_type.as_str())
+        );
+        let hardware = machine.hardware.as_deref().unwrap_or_default();
+        assert!(hardware.contains("cores="), "{hardware}");
+        assert_eq!(
+            machine.addresses,
+            berth::providers::sim::addresses_of(&landed.id)
+        );
+    });
 }
 
 /// Runs `work` in an actix system of its own, then drops the system
@@ -1038,5 +1122,6 @@ on_each_backend! {
     plain: [
         an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine,
         an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start,
+        a_launch_whose_answer_was_lost_is_adopted_whole_when_the_engine_starts_again,
     ],
 }

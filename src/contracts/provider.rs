@@ -8,7 +8,7 @@
 //! isolates the calls; a provider reaches the controller only through
 //! [`ControllerLink`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::contracts::secrets::Secret;
 use crate::domain::base::Base;
 use crate::domain::constraints::Key;
-use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance::{Instance, InstanceState, ListedInstance};
 use crate::domain::instance_types::{Catalogue, Requirements};
 use crate::domain::names::MachineId;
 
@@ -212,4 +212,30 @@ pub trait Provider: Send + Sync {
     /// Every instance tagged with this controller's id that is not yet
     /// terminated.
     async fn instances(&self, controller_uuid: &str) -> Result<Vec<Instance>, ProviderError>;
+
+    /// [`Provider::instances`] as a reconciliation compares them. A
+    /// provider that keeps its instances at hand makes these without
+    /// making each whole [`Instance`] first.
+    async fn listed_instances(
+        &self,
+        controller_uuid: &str,
+    ) -> Result<Vec<ListedInstance>, ProviderError> {
+        let instances = self.instances(controller_uuid).await?;
+        Ok(instances.iter().map(ListedInstance::of).collect())
+    }
+
+    /// Those of [`Provider::instances`] that `ids` names, in any order;
+    /// an id the provider does not list is left out.
+    async fn instances_named(
+        &self,
+        controller_uuid: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        let wanted: HashSet<String> = ids.into_iter().collect();
+        let instances = self.instances(controller_uuid).await?;
+        Ok(instances
+            .into_iter()
+            .filter(|instance| wanted.contains(&instance.id))
+            .collect())
+    }
 }

@@ -61,3 +61,39 @@ pub struct Instance {
     #[serde(default)]
     pub addresses: Vec<String>,
 }
+
+/// What a reconciliation compares of a listed instance, and no more. A
+/// controller with a million machines lists a million instances every
+/// minute or so; their hardware, type and zone would hold three times the
+/// memory. The whole [`Instance`] is asked for only for the launches a
+/// reconciliation adopts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedInstance {
+    pub id: String,
+    /// The machine named by the instance's `berth-machine` tag.
+    pub machine: Option<MachineId>,
+    pub state: InstanceState,
+    /// Its addresses, the preferred first, comma-separated (as a machine's
+    /// are stored).
+    pub addresses: String,
+}
+
+impl ListedInstance {
+    /// What a reconciliation compares of `instance`.
+    pub fn of(instance: &Instance) -> ListedInstance {
+        ListedInstance {
+            id: instance.id.clone(),
+            machine: instance.machine,
+            state: instance.state,
+            addresses: instance.addresses.join(","),
+        }
+    }
+
+    /// Its addresses one by one, the preferred first.
+    pub fn address_list(&self) -> Vec<String> {
+        if self.addresses.is_empty() {
+            return Vec::new();
+        }
+        self.addresses.split(',').map(str::to_string).collect()
+    }
+}

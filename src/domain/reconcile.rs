@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::domain::instance::{is_manual_instance, Instance};
+use crate::domain::instance::{is_manual_instance, ListedInstance};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::MachineId;
 
@@ -48,8 +48,8 @@ pub struct ReconciliationPlan {
     /// second instance of a machine that has one), sorted: to stop.
     pub strays: Vec<String>,
     /// Instances launched for machines that have not recorded them yet (a
-    /// launch in flight when the engine stopped): to take over.
-    pub adopt: HashMap<MachineId, Instance>,
+    /// launch in flight when the engine stopped), by machine: to take over.
+    pub adopt: HashMap<MachineId, String>,
     /// Machines whose recorded instance the provider no longer has.
     pub vanished: HashSet<MachineId>,
     /// Machines whose instance the provider reports at other addresses
@@ -87,7 +87,7 @@ fn expects_its_instance(state: MachineState) -> bool {
 /// per machine.
 pub fn plan_reconciliation(
     machines: &[MachineSummary],
-    instances: &[Instance],
+    instances: &[ListedInstance],
 ) -> ReconciliationPlan {
     let by_id: HashMap<MachineId, &MachineSummary> = machines.iter().map(|m| (m.id, m)).collect();
     let recorded: HashSet<&str> = machines
@@ -95,7 +95,7 @@ pub fn plan_reconciliation(
         .filter_map(|m| m.instance_id.as_deref())
         .collect();
     let mut plan = ReconciliationPlan::default();
-    let mut live: HashMap<&str, &Instance> = HashMap::new();
+    let mut live: HashMap<&str, &ListedInstance> = HashMap::new();
     for instance in instances.iter().filter(|i| !i.state.is_gone()) {
         live.insert(instance.id.as_str(), instance);
         if recorded.contains(instance.id.as_str()) {
@@ -108,7 +108,7 @@ pub fn plan_reconciliation(
                     && may_have_unrecorded_launch(machine.state)
                     && !plan.adopt.contains_key(&machine.id) =>
             {
-                plan.adopt.insert(machine.id, instance.clone());
+                plan.adopt.insert(machine.id, instance.id.clone());
             }
             _ => plan.strays.push(instance.id.clone()),
         }
@@ -119,16 +119,12 @@ pub fn plan_reconciliation(
                 // An instance that reports no address keeps the last ones
                 // known.
                 Some(listed)
-                    if !listed.addresses.is_empty()
-                        && !machine
-                            .addresses
-                            .split(',')
-                            .eq(listed.addresses.iter().map(String::as_str)) =>
+                    if !listed.addresses.is_empty() && machine.addresses != listed.addresses =>
                 {
                     plan.readdressed.push((
                         machine.id,
                         instance.to_string(),
-                        listed.addresses.clone(),
+                        listed.address_list(),
                     ));
                 }
                 Some(_) => {}
@@ -150,8 +146,18 @@ pub fn plan_reconciliation(
 /// [`plan_reconciliation`]'s, less the launches in flight (an instance
 /// tagged for a machine that is `starting` with no instance recorded),
 /// whose machines' actors will record them.
-pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> Vec<String> {
-    let plan = plan_reconciliation(machines, instances);
+pub fn periodic_strays(machines: &[MachineSummary], instances: &[ListedInstance]) -> Vec<String> {
+    let strays = plan_reconciliation(machines, instances).strays;
+    periodic_of(strays, machines, instances)
+}
+
+/// [`periodic_strays`], given the `strays` of [`plan_reconciliation`] of
+/// the same machines and instances.
+pub fn periodic_of(
+    strays: Vec<String>,
+    machines: &[MachineSummary],
+    instances: &[ListedInstance],
+) -> Vec<String> {
     let launching: HashSet<MachineId> = machines
         .iter()
         .filter(|m| m.instance_id.is_none() && m.state == MachineState::Starting)
@@ -162,7 +168,7 @@ pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> V
         .filter(|i| i.machine.is_some_and(|m| launching.contains(&m)))
         .map(|i| i.id.as_str())
         .collect();
-    plan.strays
+    strays
         .into_iter()
         .filter(|id| !in_flight.contains(id.as_str()))
         .collect()
@@ -176,8 +182,8 @@ pub fn periodic_strays(machines: &[MachineSummary], instances: &[Instance]) -> V
 /// against every machine.
 pub fn deciding_strays(
     candidates: &[String],
-    instances: &[Instance],
-) -> (Vec<Instance>, Vec<MachineId>) {
+    instances: &[ListedInstance],
+) -> (Vec<ListedInstance>, Vec<MachineId>) {
     let wanted: HashSet<&str> = candidates.iter().map(String::as_str).collect();
     let claimed: HashSet<MachineId> = instances
         .iter()
@@ -197,7 +203,6 @@ pub fn deciding_strays(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::hardware::Hardware;
     use crate::domain::instance::InstanceState;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
@@ -213,15 +218,12 @@ mod tests {
         }
     }
 
-    fn instance(id: &str, machine: Option<u64>, state: InstanceState) -> Instance {
-        Instance {
+    fn instance(id: &str, machine: Option<u64>, state: InstanceState) -> ListedInstance {
+        ListedInstance {
             id: id.to_string(),
             machine: machine.map(MachineId::new),
-            zone: "a".to_string(),
-            instance_type: "t3.micro".to_string(),
             state,
-            hardware: Hardware::default(),
-            addresses: Vec::new(),
+            addresses: String::new(),
         }
     }
 
@@ -251,7 +253,7 @@ mod tests {
             instance("i-0", Some(0), InstanceState::Running),
             instance("i-1", Some(1), InstanceState::Running),
         ];
-        listed[0].addresses = vec!["203.0.113.9".into(), "10.0.0.5".into()];
+        listed[0].addresses = "203.0.113.9,10.0.0.5".into();
         let plan = plan_reconciliation(&[known.clone(), same.clone()], &listed);
         assert_eq!(
             plan.readdressed,
@@ -294,8 +296,8 @@ mod tests {
             instance("i-3", Some(1), InstanceState::Running),
         ];
         let plan = plan_reconciliation(&machines, &instances);
-        assert_eq!(plan.adopt[&MachineId::new(0)].id, "i-1");
-        assert_eq!(plan.adopt[&MachineId::new(1)].id, "i-3");
+        assert_eq!(plan.adopt[&MachineId::new(0)], "i-1");
+        assert_eq!(plan.adopt[&MachineId::new(1)], "i-3");
         assert_eq!(plan.strays, ["i-2"]);
     }
 
@@ -371,7 +373,7 @@ mod tests {
     /// Up to 12 machines, each maybe recording one of 16 instance ids, and
     /// up to 16 instances (unique ids), each maybe tagged for one of 14
     /// machine numbers (some of which do not exist).
-    fn world() -> impl Strategy<Value = (Vec<MachineSummary>, Vec<Instance>)> {
+    fn world() -> impl Strategy<Value = (Vec<MachineSummary>, Vec<ListedInstance>)> {
         let machines = prop::collection::vec((any_state(), prop::option::of(0u8..16)), 0..12)
             .prop_map(|specs| {
                 specs
@@ -408,10 +410,12 @@ mod tests {
             for stray in plan.strays.iter().chain(&periodic_strays(&machines, &instances)) {
                 prop_assert!(!owned.contains(stray.as_str()), "{stray} is owned");
             }
-            for (machine, instance) in &plan.adopt {
-                prop_assert_eq!(instance.machine, Some(*machine));
-                prop_assert!(!owned.contains(instance.id.as_str()));
-                prop_assert!(!plan.strays.contains(&instance.id));
+            for (machine, adopted) in &plan.adopt {
+                let tagged: Vec<Option<MachineId>> =
+                    instances.iter().filter(|i| i.id == *adopted).map(|i| i.machine).collect();
+                prop_assert_eq!(tagged, vec![Some(*machine)]);
+                prop_assert!(!owned.contains(adopted.as_str()));
+                prop_assert!(!plan.strays.contains(adopted));
             }
         }
 
@@ -453,7 +457,7 @@ mod tests {
             let owned: HashSet<&str> =
                 machines.iter().filter_map(|m| m.instance_id.as_deref()).collect();
             let plan = plan_reconciliation(&machines, &instances);
-            let adopted: HashSet<&str> = plan.adopt.values().map(|i| i.id.as_str()).collect();
+            let adopted: HashSet<&str> = plan.adopt.values().map(String::as_str).collect();
             for instance in instances.iter().filter(|i| !i.state.is_gone()) {
                 let id = instance.id.as_str();
                 let places = [owned.contains(id), adopted.contains(id), plan.strays.iter().any(|s| s == id)];

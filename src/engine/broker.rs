@@ -41,11 +41,11 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::contracts::provider::{
     FailureClass, LaunchRequest, Provider, ProviderError, ProviderZone,
 };
-use crate::domain::instance::Instance;
+use crate::domain::instance::{Instance, ListedInstance};
 use crate::domain::words::word_enum;
 use crate::engine::leases::{Fence, LeaseClock};
 use crate::engine::protocol::{
-    InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
+    DescribeInstances, InstanceFailed, InstanceStarted, Launch, ListInstances, ListZones, Terminate,
 };
 use crate::engine::supervision::{hooks, kinds};
 
@@ -942,7 +942,7 @@ impl Handler<Terminate> for ProviderBroker {
 }
 
 impl Handler<ListInstances> for ProviderBroker {
-    type Result = ResponseFuture<Result<Vec<Instance>, ProviderError>>;
+    type Result = ResponseFuture<Result<Vec<ListedInstance>, ProviderError>>;
 
     fn handle(&mut self, msg: ListInstances, _ctx: &mut Context<Self>) -> Self::Result {
         let gate = self.gate.clone();
@@ -952,7 +952,29 @@ impl Handler<ListInstances> for ProviderBroker {
                 None,
                 move |provider| {
                     let controller = msg.controller_uuid.clone();
-                    async move { provider.instances(&controller).await }
+                    async move { provider.listed_instances(&controller).await }
+                },
+                |result: &Result<Vec<ListedInstance>, ProviderError>| result.as_ref().err(),
+            )
+            .await
+            .and_then(|inner| inner)
+        })
+    }
+}
+
+impl Handler<DescribeInstances> for ProviderBroker {
+    type Result = ResponseFuture<Result<Vec<Instance>, ProviderError>>;
+
+    fn handle(&mut self, msg: DescribeInstances, _ctx: &mut Context<Self>) -> Self::Result {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            gate.call(
+                CallCost::one(CallKind::Describe),
+                None,
+                move |provider| {
+                    let controller = msg.controller_uuid.clone();
+                    let ids = msg.ids.clone();
+                    async move { provider.instances_named(&controller, ids).await }
                 },
                 |result: &Result<Vec<Instance>, ProviderError>| result.as_ref().err(),
             )

@@ -15,6 +15,7 @@
 //! | [`HostEnlisted`] | ManualBroker | MachineActor | the machine waits for its agent, with the host's hardware and base |
 //! | [`Unenlist`] | MachineActor (an `ssh:` machine) | ManualBroker | the host's agent stopped and removed; the host keeps running |
 //! | [`ListInstances`], [`ListZones`] | Provisioner | ProviderBroker | what the provider has, for reconciliation |
+//! | [`DescribeInstances`] | Provisioner | ProviderBroker | the whole instances of the launches a reconciliation adopts |
 //! | [`Retry`] | administrator (`retry-provisioning`, seen in the change log by the Provisioner) | MachineActor | a machine that was in error starts again |
 //! | [`Reconcile`] | Provisioner (change-log follower) | MachineActor | the machine as someone else left it; the actor decides again |
 //! | [`Gone`] | Provisioner | MachineActor | the machine was removed; its zone is released and the actor stops |
@@ -39,7 +40,7 @@ use actix::prelude::*;
 
 use crate::contracts::provider::{InstanceStateChange, LaunchRequest, ProviderError, ProviderZone};
 use crate::domain::constraints::Setting;
-use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance::{Instance, InstanceState, ListedInstance};
 use crate::domain::machine::{Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::placement::SshTarget;
@@ -172,11 +173,21 @@ pub struct Terminate {
     pub fence: Fence,
 }
 
-/// The controller's instances, as the provider lists them.
+/// The controller's instances, as the provider lists them, with what a
+/// reconciliation compares.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<Instance>, ProviderError>")]
+#[rtype(result = "Result<Vec<ListedInstance>, ProviderError>")]
 pub struct ListInstances {
     pub controller_uuid: String,
+}
+
+/// The controller's instances that `ids` names, whole (those the provider
+/// does not list are left out).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Instance>, ProviderError>")]
+pub struct DescribeInstances {
+    pub controller_uuid: String,
+    pub ids: Vec<String>,
 }
 
 /// The provider's zones.

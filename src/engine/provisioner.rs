@@ -19,18 +19,19 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance::{Instance, InstanceState, ListedInstance};
 use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::reconcile::{
-    deciding_strays, periodic_strays, plan_reconciliation, MachineSummary,
+    deciding_strays, periodic_of, periodic_strays, plan_reconciliation, MachineSummary,
+    ReconciliationPlan,
 };
 use crate::engine::leases::{is_mine, Fence};
 use crate::engine::machine::{lost_instance_message, Host, MachineActor};
 use crate::engine::protocol::{
-    ActorStopped, GetLiveActors, Gone, InstanceChanged, ListInstances, ListZones, ProviderReport,
-    Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance, Terminate,
-    ZoneTrackerRestarted,
+    ActorStopped, DescribeInstances, GetLiveActors, Gone, InstanceChanged, ListInstances,
+    ListZones, ProviderReport, Reconcile, ReconcileNow, Retry, SetZones, Shutdown, StartInstance,
+    Terminate, ZoneTrackerRestarted,
 };
 use crate::engine::shared::Shared;
 use crate::engine::supervision::{self, hooks, kinds, Restart};
@@ -436,17 +437,21 @@ impl Provisioner {
             let (machines, instances) = read_machines_and_instances(&shared).await?;
             let (reconciler, peers) = take_part(&shared).await.map_err(|e| e.to_string())?;
             *shared_peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
+            let plan = plan_reconciliation(&machines, &instances);
             // Strays are stopped by the controller that holds the
             // reconciliation job, and only when a second look agrees.
             let candidates = if reconciler && shared.harvest.harvests_strays() {
-                plan_reconciliation(&machines, &instances).strays
+                plan.strays.clone()
             } else {
                 Vec::new()
             };
             let strays = confirm_strays(&shared, candidates, &instances).await?;
+            drop(instances);
+            let adopted = adopted_instances(&shared, &plan.adopt).await?;
             let survey = Survey {
                 machines,
-                instances,
+                plan,
+                adopted,
                 strays,
             };
             Ok::<_, String>((revision, zones, survey, reconciler))
@@ -474,11 +479,10 @@ impl Provisioner {
     fn start_from(&mut self, revision: i64, survey: Survey, ctx: &mut Context<Self>) {
         let Survey {
             machines,
-            instances,
+            plan,
+            mut adopted,
             strays,
         } = survey;
-        let plan = plan_reconciliation(&machines, &instances);
-        drop(instances);
         self.record_addresses(plan.readdressed, ctx);
         let broker = self.shared.broker.clone();
         let stop_strays = async move {
@@ -499,7 +503,6 @@ impl Provisioner {
                 }
             }
         };
-        let mut adopt = plan.adopt;
         let vanished = plan.vanished;
         ctx.wait(stop_strays.into_actor(self).map(move |(), act, ctx| {
             let mut lost = Vec::new();
@@ -508,7 +511,7 @@ impl Provisioner {
                 if !is_settled(machine.state) {
                     // Every actor's record is read when its turn comes, so
                     // the start never holds every full record at once.
-                    act.wait_for_actor(id, adopt.remove(&id), vanished.contains(&id));
+                    act.wait_for_actor(id, adopted.remove(&id), vanished.contains(&id));
                 } else if vanished.contains(&id) {
                     lost.push(id);
                 } else if machine.state == MachineState::Started {
@@ -717,17 +720,19 @@ impl Provisioner {
         let generation = self.generation;
         let work = async move {
             let (machines, instances) = read_machines_and_instances(&shared).await?;
+            let mut plan = plan_reconciliation(&machines, &instances);
             // Launches in flight are not strays: their machines' actors
-            // will record them.
+            // will record them (and nothing is adopted while they run).
             let candidates = if shared.harvest.harvests_strays() {
-                periodic_strays(&machines, &instances)
+                periodic_of(std::mem::take(&mut plan.strays), &machines, &instances)
             } else {
                 Vec::new()
             };
             let strays = confirm_strays(&shared, candidates, &instances).await?;
             Ok::<_, String>(Survey {
                 machines,
-                instances,
+                plan,
+                adopted: HashMap::new(),
                 strays,
             })
         };
@@ -737,13 +742,13 @@ impl Provisioner {
             }
             let Survey {
                 machines,
-                instances,
+                mut plan,
                 strays,
+                ..
             } = match result {
                 Ok(found) => found,
                 Err(e) => return log::warn!("provisioner: periodic reconciliation failed: {e}"),
             };
-            let mut plan = plan_reconciliation(&machines, &instances);
             act.record_addresses(std::mem::take(&mut plan.readdressed), ctx);
             if !strays.is_empty() {
                 log::info!(
@@ -912,37 +917,37 @@ impl Provisioner {
         self.taking_over = true;
         let shared = self.shared.clone();
         let generation = self.generation;
-        ctx.spawn(
-            async move { read_machines_and_instances(&shared).await }
-                .into_actor(self)
-                .map(move |result, act, ctx| {
-                    if act.generation != generation {
-                        return;
-                    }
-                    act.taking_over = false;
-                    let (summaries, instances) = match result {
-                        Ok(found) => found,
-                        Err(e) => {
-                            return log::warn!("provisioner: cannot take machines over: {e}")
-                        }
-                    };
-                    let mut plan = plan_reconciliation(&summaries, &instances);
-                    for (id, _) in machines {
-                        if act.actors.contains_key(&id) {
-                            continue;
-                        }
-                        let adopt = plan.adopt.remove(&id);
-                        if let Some(instance) = &adopt {
-                            log::info!(
-                                "machine {id}: taking over the launch of {} from a controller that stopped",
-                                instance.id
-                            );
-                        }
-                        act.wait_in_line(id, adopt, plan.vanished.contains(&id), true);
-                    }
-                    act.admit_waiting(ctx);
-                }),
-        );
+        let survey = async move {
+            let (summaries, instances) = read_machines_and_instances(&shared).await?;
+            let plan = plan_reconciliation(&summaries, &instances);
+            drop(instances);
+            let adopted = adopted_instances(&shared, &plan.adopt).await?;
+            Ok::<_, String>((plan.vanished, adopted))
+        };
+        ctx.spawn(survey.into_actor(self).map(move |result, act, ctx| {
+            if act.generation != generation {
+                return;
+            }
+            act.taking_over = false;
+            let (vanished, mut adopted) = match result {
+                Ok(found) => found,
+                Err(e) => return log::warn!("provisioner: cannot take machines over: {e}"),
+            };
+            for (id, _) in machines {
+                if act.actors.contains_key(&id) {
+                    continue;
+                }
+                let adopt = adopted.remove(&id);
+                if let Some(instance) = &adopt {
+                    log::info!(
+                        "machine {id}: taking over the launch of {} from a controller that stopped",
+                        instance.id
+                    );
+                }
+                act.wait_in_line(id, adopt, vanished.contains(&id), true);
+            }
+            act.admit_waiting(ctx);
+        }));
     }
 
     fn check_heartbeats(&mut self, ctx: &mut Context<Self>) {
@@ -981,13 +986,51 @@ async fn take_part(shared: &Shared) -> Result<(bool, Vec<String>), StoreError> {
     Ok((reconciler, peers))
 }
 
-/// What a reconciliation compares, and the strays it confirmed.
+/// What a reconciliation found: the machines it compared, its plan, and
+/// the strays it confirmed. The instances compared are let go once the
+/// plan is made.
 struct Survey {
     machines: Vec<MachineSummary>,
-    instances: Vec<Instance>,
+    plan: ReconciliationPlan,
+    /// The whole instances of the launches the plan adopts, by machine.
+    adopted: HashMap<MachineId, Instance>,
     /// Instances to stop (empty unless this controller holds the
     /// reconciliation job and harvests strays).
     strays: Vec<String>,
+}
+
+/// The whole instances of the launches `adopt` names (machine and
+/// instance id), asked of the provider by id: the listing a
+/// reconciliation compares holds only what the comparison needs. A launch
+/// the provider no longer lists is left out; its machine's actor goes on
+/// as for a machine with none listed.
+async fn adopted_instances(
+    shared: &Shared,
+    adopt: &HashMap<MachineId, String>,
+) -> Result<HashMap<MachineId, Instance>, String> {
+    if adopt.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let machine_of: HashMap<&str, MachineId> = adopt
+        .iter()
+        .map(|(machine, instance)| (instance.as_str(), *machine))
+        .collect();
+    let instances = shared
+        .broker
+        .send(DescribeInstances {
+            controller_uuid: shared.controller_uuid.clone(),
+            ids: adopt.values().cloned().collect(),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(instances
+        .into_iter()
+        .filter_map(|instance| {
+            let machine = *machine_of.get(instance.id.as_str())?;
+            Some((machine, instance))
+        })
+        .collect())
 }
 
 /// The `candidates` for stopping that are strays still when the machines
@@ -1003,7 +1046,7 @@ struct Survey {
 async fn confirm_strays(
     shared: &Shared,
     candidates: Vec<String>,
-    instances: &[Instance],
+    instances: &[ListedInstance],
 ) -> Result<Vec<String>, String> {
     if candidates.is_empty() {
         return Ok(candidates);
@@ -1026,7 +1069,7 @@ async fn confirm_strays(
 /// provider: what a reconciliation compares.
 async fn read_machines_and_instances(
     shared: &Shared,
-) -> Result<(Vec<MachineSummary>, Vec<Instance>), String> {
+) -> Result<(Vec<MachineSummary>, Vec<ListedInstance>), String> {
     let machines = shared
         .store
         .blocking(|s| s.machine_summaries())

@@ -82,7 +82,7 @@ use crate::contracts::provider::{
 use crate::contracts::secrets::Secret;
 use crate::domain::constraints::Key;
 use crate::domain::hardware::Hardware;
-use crate::domain::instance::{Instance, InstanceState};
+use crate::domain::instance::{Instance, InstanceState, ListedInstance};
 use crate::domain::instance_types::Catalogue;
 use crate::domain::names::MachineId;
 use crate::providers::sim::events::{lock, Due, Events, Outgoing};
@@ -1691,15 +1691,62 @@ impl Provider for SimProvider {
                 state
                     .ledger
                     .records()
-                    .filter(|r| {
-                        r.entry.state != InstanceState::Terminated
-                            && r.entry.tags.get(tags::CONTROLLER) == Some(uuid.as_str())
-                    })
+                    .filter(|r| is_listed_for(r, &uuid))
                     .map(|r| r.entry.instance())
                     .collect()
             })
             .await
     }
+
+    async fn listed_instances(
+        &self,
+        controller_uuid: &str,
+    ) -> Result<Vec<ListedInstance>, ProviderError> {
+        self.inner.ensure_driver();
+        self.inner.admit().await?;
+        let uuid = controller_uuid.to_string();
+        Arc::clone(&self.inner)
+            .run(Access::Read, move |_, state| {
+                state
+                    .ledger
+                    .records()
+                    .filter(|r| is_listed_for(r, &uuid))
+                    .map(|r| ListedInstance {
+                        id: r.entry.id.clone(),
+                        machine: r.entry.machine,
+                        state: r.entry.state,
+                        addresses: addresses_of(&r.entry.id).join(","),
+                    })
+                    .collect()
+            })
+            .await
+    }
+
+    async fn instances_named(
+        &self,
+        controller_uuid: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.ensure_driver();
+        self.inner.admit().await?;
+        let uuid = controller_uuid.to_string();
+        Arc::clone(&self.inner)
+            .run(Access::Read, move |_, state| {
+                ids.iter()
+                    .filter_map(|id| state.ledger.get(id))
+                    .filter(|r| is_listed_for(r, &uuid))
+                    .map(|r| r.entry.instance())
+                    .collect()
+            })
+            .await
+    }
+}
+
+/// Whether the cloud lists `record` among the instances of the controller
+/// `uuid`: tagged for it and not terminated.
+fn is_listed_for(record: &Record, uuid: &str) -> bool {
+    record.entry.state != InstanceState::Terminated
+        && record.entry.tags.get(tags::CONTROLLER) == Some(uuid)
 }
 
 #[cfg(test)]

@@ -606,6 +606,47 @@ async fn instances_lists_this_controllers_live_instances() {
 }
 
 #[tokio::test]
+async fn the_listing_a_reconciliation_compares_and_the_instances_named_are_the_listed_ones() {
+    let cloud = sim(SimConfig::default());
+    let results = cloud
+        .launch(vec![
+            request(0, "sim-a"),
+            request(1, "sim-b"),
+            request(3, "sim-a"),
+        ])
+        .await;
+    let mut other = request(2, "sim-c");
+    other
+        .tags
+        .insert(tags::CONTROLLER.to_string(), "controller-2".to_string());
+    let theirs = ok_id(&cloud.launch(vec![other]).await[0]);
+    cloud.terminate(vec![ok_id(&results[0])]).await;
+
+    let whole = cloud.instances(CONTROLLER).await.unwrap();
+    assert_eq!(whole.len(), 2);
+    let listed = cloud.listed_instances(CONTROLLER).await.unwrap();
+    let expected: Vec<ListedInstance> = whole.iter().map(ListedInstance::of).collect();
+    assert_eq!(listed, expected);
+    assert_eq!(listed[0].address_list(), whole[0].addresses);
+
+    // Only this controller's listed instances, whole, whatever else is
+    // named.
+    let named = cloud
+        .instances_named(
+            CONTROLLER,
+            vec![
+                ok_id(&results[2]),
+                ok_id(&results[0]),
+                theirs,
+                "i-nonesuch".to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(named, [whole[1].clone()]);
+}
+
+#[tokio::test]
 async fn an_untracked_instance_runs_without_an_agent_and_is_reported() {
     let cloud = sim(SimConfig::default());
     let (link, mut heard) = recorder(0);
