@@ -941,23 +941,33 @@ impl Handler<Terminate> for ProviderBroker {
     }
 }
 
+/// A describing call through `gate`: one `Describe` token, under no
+/// fence, its answer as the provider gives it.
+fn describe<T, F, Fut>(gate: Arc<Gate>, make: F) -> ResponseFuture<Result<T, ProviderError>>
+where
+    T: 'static,
+    F: Fn(Arc<dyn Provider>) -> Fut + 'static,
+    Fut: Future<Output = Result<T, ProviderError>> + 'static,
+{
+    Box::pin(async move {
+        gate.call(
+            CallCost::one(CallKind::Describe),
+            None,
+            make,
+            |result: &Result<T, ProviderError>| result.as_ref().err(),
+        )
+        .await
+        .and_then(|inner| inner)
+    })
+}
+
 impl Handler<ListInstances> for ProviderBroker {
     type Result = ResponseFuture<Result<Vec<ListedInstance>, ProviderError>>;
 
     fn handle(&mut self, msg: ListInstances, _ctx: &mut Context<Self>) -> Self::Result {
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            gate.call(
-                CallCost::one(CallKind::Describe),
-                None,
-                move |provider| {
-                    let controller = msg.controller_uuid.clone();
-                    async move { provider.listed_instances(&controller).await }
-                },
-                |result: &Result<Vec<ListedInstance>, ProviderError>| result.as_ref().err(),
-            )
-            .await
-            .and_then(|inner| inner)
+        describe(self.gate.clone(), move |provider| {
+            let controller = msg.controller_uuid.clone();
+            async move { provider.listed_instances(&controller).await }
         })
     }
 }
@@ -966,20 +976,9 @@ impl Handler<DescribeInstances> for ProviderBroker {
     type Result = ResponseFuture<Result<Vec<Instance>, ProviderError>>;
 
     fn handle(&mut self, msg: DescribeInstances, _ctx: &mut Context<Self>) -> Self::Result {
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            gate.call(
-                CallCost::one(CallKind::Describe),
-                None,
-                move |provider| {
-                    let controller = msg.controller_uuid.clone();
-                    let ids = msg.ids.clone();
-                    async move { provider.instances_named(&controller, ids).await }
-                },
-                |result: &Result<Vec<Instance>, ProviderError>| result.as_ref().err(),
-            )
-            .await
-            .and_then(|inner| inner)
+        describe(self.gate.clone(), move |provider| {
+            let (controller, ids) = (msg.controller_uuid.clone(), msg.ids.clone());
+            async move { provider.instances_named(&controller, ids).await }
         })
     }
 }
@@ -988,16 +987,8 @@ impl Handler<ListZones> for ProviderBroker {
     type Result = ResponseFuture<Result<Vec<ProviderZone>, ProviderError>>;
 
     fn handle(&mut self, _msg: ListZones, _ctx: &mut Context<Self>) -> Self::Result {
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            gate.call(
-                CallCost::one(CallKind::Describe),
-                None,
-                |provider| async move { provider.zones().await },
-                |result: &Result<Vec<ProviderZone>, ProviderError>| result.as_ref().err(),
-            )
-            .await
-            .and_then(|inner| inner)
+        describe(self.gate.clone(), |provider| async move {
+            provider.zones().await
         })
     }
 }

@@ -1683,43 +1683,20 @@ impl Provider for SimProvider {
     }
 
     async fn instances(&self, controller_uuid: &str) -> Result<Vec<Instance>, ProviderError> {
-        self.inner.ensure_driver();
-        self.inner.admit().await?;
-        let uuid = controller_uuid.to_string();
-        Arc::clone(&self.inner)
-            .run(Access::Read, move |_, state| {
-                state
-                    .ledger
-                    .records()
-                    .filter(|r| is_listed_for(r, &uuid))
-                    .map(|r| r.entry.instance())
-                    .collect()
-            })
-            .await
+        self.listed(controller_uuid, |r| r.entry.instance()).await
     }
 
     async fn listed_instances(
         &self,
         controller_uuid: &str,
     ) -> Result<Vec<ListedInstance>, ProviderError> {
-        self.inner.ensure_driver();
-        self.inner.admit().await?;
-        let uuid = controller_uuid.to_string();
-        Arc::clone(&self.inner)
-            .run(Access::Read, move |_, state| {
-                state
-                    .ledger
-                    .records()
-                    .filter(|r| is_listed_for(r, &uuid))
-                    .map(|r| ListedInstance {
-                        id: r.entry.id.clone(),
-                        machine: r.entry.machine,
-                        state: r.entry.state,
-                        addresses: addresses_of(&r.entry.id).join(","),
-                    })
-                    .collect()
-            })
-            .await
+        self.listed(controller_uuid, |r| ListedInstance {
+            id: r.entry.id.clone(),
+            machine: r.entry.machine,
+            state: r.entry.state,
+            addresses: addresses_of(&r.entry.id).join(","),
+        })
+        .await
     }
 
     async fn instances_named(
@@ -1736,6 +1713,30 @@ impl Provider for SimProvider {
                     .filter_map(|id| state.ledger.get(id))
                     .filter(|r| is_listed_for(r, &uuid))
                     .map(|r| r.entry.instance())
+                    .collect()
+            })
+            .await
+    }
+}
+
+impl SimProvider {
+    /// `make` of each instance the cloud lists for the controller
+    /// `controller_uuid`, in launch order: a listing call.
+    async fn listed<T: Send + 'static>(
+        &self,
+        controller_uuid: &str,
+        make: fn(&Record) -> T,
+    ) -> Result<Vec<T>, ProviderError> {
+        self.inner.ensure_driver();
+        self.inner.admit().await?;
+        let uuid = controller_uuid.to_string();
+        Arc::clone(&self.inner)
+            .run(Access::Read, move |_, state| {
+                state
+                    .ledger
+                    .records()
+                    .filter(|r| is_listed_for(r, &uuid))
+                    .map(make)
                     .collect()
             })
             .await
