@@ -437,11 +437,11 @@ impl Provisioner {
             let (machines, instances) = read_machines_and_instances(&shared).await?;
             let (reconciler, peers) = take_part(&shared).await.map_err(|e| e.to_string())?;
             *shared_peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
-            let plan = plan_reconciliation(&machines, &instances);
+            let mut plan = plan_reconciliation(&machines, &instances);
             // Strays are stopped by the controller that holds the
             // reconciliation job, and only when a second look agrees.
             let candidates = if reconciler && shared.harvest.harvests_strays() {
-                plan.strays.clone()
+                std::mem::take(&mut plan.strays)
             } else {
                 Vec::new()
             };

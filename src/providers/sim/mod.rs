@@ -1704,22 +1704,32 @@ impl Provider for SimProvider {
         controller_uuid: &str,
         ids: Vec<String>,
     ) -> Result<Vec<Instance>, ProviderError> {
-        self.inner.ensure_driver();
-        self.inner.admit().await?;
         let uuid = controller_uuid.to_string();
-        Arc::clone(&self.inner)
-            .run(Access::Read, move |_, state| {
-                ids.iter()
-                    .filter_map(|id| state.ledger.get(id))
-                    .filter(|r| is_listed_for(r, &uuid))
-                    .map(|r| r.entry.instance())
-                    .collect()
-            })
-            .await
+        self.read_call(move |state| {
+            ids.iter()
+                .filter_map(|id| state.ledger.get(id))
+                .filter(|r| is_listed_for(r, &uuid))
+                .map(|r| r.entry.instance())
+                .collect()
+        })
+        .await
     }
 }
 
 impl SimProvider {
+    /// A call that only reads: admitted as every call is, then `read` of
+    /// the state.
+    async fn read_call<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&State) -> T + Send + 'static,
+    ) -> Result<T, ProviderError> {
+        self.inner.ensure_driver();
+        self.inner.admit().await?;
+        Arc::clone(&self.inner)
+            .run(Access::Read, move |_, state| read(state))
+            .await
+    }
+
     /// `make` of each instance the cloud lists for the controller
     /// `controller_uuid`, in launch order: a listing call.
     async fn listed<T: Send + 'static>(
@@ -1727,19 +1737,16 @@ impl SimProvider {
         controller_uuid: &str,
         make: fn(&Record) -> T,
     ) -> Result<Vec<T>, ProviderError> {
-        self.inner.ensure_driver();
-        self.inner.admit().await?;
         let uuid = controller_uuid.to_string();
-        Arc::clone(&self.inner)
-            .run(Access::Read, move |_, state| {
-                state
-                    .ledger
-                    .records()
-                    .filter(|r| is_listed_for(r, &uuid))
-                    .map(make)
-                    .collect()
-            })
-            .await
+        self.read_call(move |state| {
+            state
+                .ledger
+                .records()
+                .filter(|r| is_listed_for(r, &uuid))
+                .map(make)
+                .collect()
+        })
+        .await
     }
 }
 
