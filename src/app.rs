@@ -164,8 +164,9 @@ impl Application {
             None => model_webhook_secret(&store, &data_dir.join(WEBHOOK_SECRET_FILE)).await?,
         };
         // The status is read and rendered while the provider opens (the
-        // simulated cloud reads its whole ledger), so that the first
-        // request after a start does not wait for either.
+        // simulated cloud then reads its ledger behind, giving way to
+        // this read), so that the first request after a start does not
+        // wait for either.
         let status = prepare_status(&store, config.provider.kind.name());
         // TLS before the provider, so that a bad certificate stops the
         // start before anything else is opened.
@@ -444,7 +445,7 @@ async fn open_provider(
             let sim_config = config.provider.sim.clone();
             let ledger = data_dir.join(SIM_LEDGER_FILE);
             let store_url = store_url.clone();
-            // Reading the ledger takes a while with many instances.
+            // Opening a ledger file or database blocks.
             let sim = tokio::task::spawn_blocking(move || match store_url {
                 DatabaseUrl::Postgres(url) => SimProvider::open_shared(sim_config, &url),
                 DatabaseUrl::Sqlite(_) => SimProvider::open(sim_config, Some(ledger)),

@@ -26,6 +26,8 @@ pub enum SimError {
     EmbeddedCatalogue(#[source] CatalogueError),
     #[error("cannot open the simulated cloud's ledger {}: {reason}", .path.display())]
     Ledger { path: PathBuf, reason: String },
+    #[error("cannot read the simulated cloud's ledger {}: {reason}", .path.display())]
+    LedgerRead { path: PathBuf, reason: String },
     #[error(
         "the ledger {} is in use by another simulated cloud: expected one cloud per ledger file",
         .path.display()

@@ -10,7 +10,7 @@
 //! [`SimError::LedgerInUse`].
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -100,27 +100,28 @@ pub(super) struct Row {
     changed_at_ms: i64,
 }
 
-/// What a ledger file held when it was opened.
+/// A ledger file as it was opened: the file, and where the generator was.
+/// Its instances are read next ([`LedgerFile::read_records`]).
 pub(super) struct Opened {
     pub file: LedgerFile,
-    pub records: Vec<Record>,
     pub rng: Option<RngPosition>,
 }
 
 /// An open ledger file.
 pub(super) struct LedgerFile {
     conn: SqliteConnection,
+    path: PathBuf,
 }
 
 impl LedgerFile {
-    /// Opens (creating if missing) the ledger at `path` and reads it back,
-    /// waiting up to `wait` for another simulated cloud to let go of it.
+    /// Opens (creating if missing) the ledger at `path`, waiting up to
+    /// `wait` for another simulated cloud to let go of it, and reads where
+    /// the generator was.
     ///
     /// # Errors
     ///
     /// [`SimError::LedgerInUse`] if another simulated cloud holds the file;
-    /// [`SimError::Ledger`] if it cannot be opened or holds a row berth
-    /// cannot read.
+    /// [`SimError::Ledger`] if it cannot be opened or is not a ledger.
     pub fn open(path: &Path, wait: Duration) -> Result<Opened, SimError> {
         let failed = |reason: String| SimError::Ledger {
             path: path.to_path_buf(),
@@ -151,23 +152,6 @@ impl LedgerFile {
         }
         conn.batch_execute(SCHEMA)
             .map_err(|e| failed(e.to_string()))?;
-        // Each row becomes its record as it is read, into a list of the
-        // exact size: with a million instances, neither the rows nor a
-        // list grown by doubling are held beside the records.
-        let count: i64 = sim_instances::table
-            .count()
-            .get_result(&mut conn)
-            .map_err(|e| failed(e.to_string()))?;
-        let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-        for row in sim_instances::table
-            .order(sim_instances::seq.asc())
-            .select(Row::as_select())
-            .load_iter::<Row, diesel::connection::DefaultLoadingMode>(&mut conn)
-            .map_err(|e| failed(e.to_string()))?
-        {
-            let row = row.map_err(|e| failed(e.to_string()))?;
-            records.push(row.into_record().map_err(failed)?);
-        }
         let rng = sim_meta::table
             .filter(sim_meta::key.eq(RNG_KEY))
             .select(sim_meta::value)
@@ -179,10 +163,48 @@ impl LedgerFile {
             })
             .transpose()?;
         Ok(Opened {
-            file: LedgerFile { conn },
-            records,
+            file: LedgerFile {
+                conn,
+                path: path.to_path_buf(),
+            },
             rng,
         })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every instance the file holds, in launch order.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::LedgerRead`] if the file cannot be read or holds a row
+    /// berth cannot read.
+    pub fn read_records(&mut self) -> Result<Vec<Record>, SimError> {
+        let failed = |reason: String| SimError::LedgerRead {
+            path: self.path.clone(),
+            reason,
+        };
+        // Each row becomes its record as it is read, into a list of the
+        // exact size: with a million instances, neither the rows nor a
+        // list grown by doubling are held beside the records.
+        let count: i64 = sim_instances::table
+            .count()
+            .get_result(&mut self.conn)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        for row in sim_instances::table
+            .order(sim_instances::seq.asc())
+            .select(Row::as_select())
+            .load_iter::<Row, diesel::connection::DefaultLoadingMode>(&mut self.conn)
+            .map_err(|e| failed(e.to_string()))?
+        {
+            let row = row.map_err(|e| failed(e.to_string()))?;
+            records.push(row.into_record().map_err(&failed)?);
+        }
+        Ok(records)
     }
 
     /// Writes `batch` in one transaction.
@@ -374,7 +396,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.sqlite");
         let mut opened = LedgerFile::open(&path, Duration::ZERO).unwrap();
-        assert_eq!(opened.records, []);
+        assert_eq!(opened.file.read_records().unwrap(), []);
         assert_eq!(opened.rng, None);
         let rng = RngPosition {
             seed: 3,
@@ -403,12 +425,12 @@ mod tests {
             .unwrap();
         drop(opened);
 
-        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        let mut reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
         let mut expected = vec![record(0, "i-0"), record(1, "i-0-lxd-0")];
         expected[0].entry.state = InstanceState::Running;
         expected[0].entry.agent = AgentState::Connected;
         expected[0].changed_at_ms = 11;
-        assert_eq!(reopened.records, expected);
+        assert_eq!(reopened.file.read_records().unwrap(), expected);
         assert_eq!(reopened.rng, Some(rng));
     }
 
@@ -463,10 +485,13 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["INSERT", "UPDATE"], "{kept:#?}");
         drop(opened);
-        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
-        assert_eq!(reopened.records.len(), 6);
-        assert!(reopened
-            .records
+        let records = LedgerFile::open(&path, Duration::ZERO)
+            .unwrap()
+            .file
+            .read_records()
+            .unwrap();
+        assert_eq!(records.len(), 6);
+        assert!(records
             .iter()
             .all(|r| r.entry.state == InstanceState::Running && r.changed_at_ms == 11));
     }
@@ -490,8 +515,8 @@ mod tests {
         });
         assert!(err.is_err());
         drop(opened);
-        let reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
-        assert_eq!(reopened.records, [record(0, "i-0")]);
+        let mut reopened = LedgerFile::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(reopened.file.read_records().unwrap(), [record(0, "i-0")]);
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! - [`faults`]: the faults an administrator sets while it runs,
 //!   [`FaultSet`]: zones down, zone capacity, transient failures, calls
 //!   that hang or are throttled, agents that never check in.
-//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file;
+//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file
+//!   (read on a thread of its own once the cloud has opened, while calls
+//!   wait for it: a starting controller reads its own state meanwhile);
 //!   `shared`: their PostgreSQL tables, shared by several controllers'
 //!   clouds ([`SimProvider::open_shared`]).
 //! - `events`: the timeline of starts and check-ins, the reports still to be
@@ -247,6 +249,9 @@ struct Inner {
     /// only while it works on the ledger, never while it waits for the
     /// controller: a dropped cloud closes its ledger file promptly.
     events: Arc<Events>,
+    /// Set once the ledger's instances are read: `Err` with why, if they
+    /// could not be.
+    ledger_read: std::sync::OnceLock<Result<(), String>>,
 }
 
 /// The simulated cloud. See the [module documentation](self).
@@ -269,7 +274,10 @@ impl SimProvider {
     /// [`SimError::CatalogueRead`] / [`SimError::Catalogue`] for a
     /// catalogue file that cannot be read or parsed;
     /// [`SimError::Ledger`] / [`SimError::LedgerInUse`] for the ledger
-    /// file.
+    /// file. Its instances are read after the cloud opens, and its calls
+    /// wait for them; if they cannot be read
+    /// ([`SimError::LedgerRead`]), every call that needs them fails with
+    /// that error, and the error is logged.
     pub fn open(config: SimConfig, ledger_path: Option<PathBuf>) -> Result<SimProvider, SimError> {
         let catalogue = CatalogueSource::of(&config)?;
         let place = ledger_path.map_or(LedgerPlace::Memory, LedgerPlace::File);
@@ -320,29 +328,23 @@ impl SimProvider {
         config.validate().map_err(SimError::Config)?;
         let stored = !matches!(place, LedgerPlace::Memory);
         let shared = matches!(place, LedgerPlace::Shared(_));
-        let (ledger, position) = match place {
+        // A ledger file's instances are read after the cloud opens (see
+        // `read_behind`); until then it holds none, and its calls wait.
+        let empty = || Ledger::new(Vec::new(), Backing::Memory);
+        let (ledger, position, to_read) = match place {
             LedgerPlace::File(path) => {
-                let started = std::time::Instant::now();
                 let opened = LedgerFile::open(&path, LEDGER_LOCK_WAIT)?;
-                let read = started.elapsed();
-                let instances = opened.records.len();
-                let ledger = Ledger::new(opened.records, Backing::File(opened.file));
-                log::debug!(
-                    "simulated cloud: {instances} instances read from {} in {:.1} ms, indexed in {:.1} ms",
-                    path.display(),
-                    read.as_secs_f64() * 1e3,
-                    (started.elapsed() - read).as_secs_f64() * 1e3,
-                );
-                (ledger, opened.rng)
+                (empty(), opened.rng, Some(opened.file))
             }
             LedgerPlace::Shared(url) => {
                 let (ledger, update) = SharedLedger::open(&url)?;
                 (
                     Ledger::new(update.records, Backing::Shared(ledger)),
                     update.rng,
+                    None,
                 )
             }
-            LedgerPlace::Memory => (Ledger::new(Vec::new(), Backing::Memory), None),
+            LedgerPlace::Memory => (empty(), None, None),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         if let Some(position) = position.filter(|p| p.seed == config.seed) {
@@ -373,11 +375,17 @@ impl SimProvider {
                 taken_up: HashSet::new(),
             }),
             events: Arc::new(Events::new()),
+            ledger_read: std::sync::OnceLock::new(),
         };
-        inner.resume();
-        Ok(SimProvider {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        match to_read {
+            Some(file) => Inner::read_behind(&inner, file)?,
+            None => {
+                let _ = inner.ledger_read.set(Ok(()));
+                inner.resume();
+            }
+        }
+        Ok(SimProvider { inner })
     }
 
     /// Takes `zone` out (`true`) or brings it back.
@@ -581,12 +589,15 @@ impl SimProvider {
     }
 
     /// Every instance the cloud ever started, in launch order (on a shared
-    /// ledger, as the database has it now). Waits for a ledger write in
-    /// progress; for tests and benchmarks.
+    /// ledger, as the database has it now); none if the ledger file could
+    /// not be read. Waits for a ledger write in progress, and for the
+    /// ledger to be read; for tests and benchmarks.
     pub fn ledger(&self) -> Vec<LedgerEntry> {
-        self.inner.with_state(Access::Read, |_, state| {
-            state.ledger.records().map(|r| r.entry.clone()).collect()
-        })
+        self.inner
+            .with_state(Access::Read, |_, state| {
+                state.ledger.records().map(|r| r.entry.clone()).collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Scheduled events and reports not yet delivered: 0 once the cloud
@@ -643,6 +654,56 @@ fn new_id(rng: &mut ChaCha8Rng, ledger: &Ledger, planned: &HashSet<String>) -> S
         }
     }
 }
+
+/// A ledger on `file` holding what the file holds: its instances read
+/// back and indexed.
+///
+/// # Errors
+///
+/// As [`LedgerFile::read_records`].
+fn read_ledger(mut file: LedgerFile, shown: &str) -> Result<Ledger, SimError> {
+    let started = std::time::Instant::now();
+    let records = file.read_records()?;
+    let count = records.len();
+    let read = started.elapsed();
+    let ledger = Ledger::new(records, Backing::File(file));
+    log::debug!(
+        "simulated cloud: {count} instances read from {shown} in {:.1} ms, indexed in {:.1} ms",
+        read.as_secs_f64() * 1e3,
+        (started.elapsed() - read).as_secs_f64() * 1e3,
+    );
+    Ok(ledger)
+}
+
+/// How much lower than the rest the thread that reads a ledger file runs
+/// (a nice value): it leaves the cores to a starting controller's own
+/// reads, and takes what they leave.
+const LEDGER_READER_NICENESS: libc::c_int = 19;
+
+/// Lowers the calling thread's priority by [`LEDGER_READER_NICENESS`].
+#[cfg(target_os = "linux")]
+fn give_way() {
+    // SAFETY: gettid has no preconditions; setpriority changes the nice
+    // value of the calling thread alone (Linux keeps one per thread) and
+    // touches no memory.
+    let done = unsafe {
+        let thread = libc::gettid();
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            libc::id_t::try_from(thread).unwrap_or_default(),
+            LEDGER_READER_NICENESS,
+        )
+    };
+    if done != 0 {
+        log::debug!(
+            "the ledger's reader keeps its priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn give_way() {}
 
 fn permanent(message: String) -> ProviderError {
     ProviderError::new(FailureClass::Permanent, message)
@@ -1130,9 +1191,9 @@ impl Inner {
             let inner = self;
             tokio::task::spawn_blocking(move || inner.with_state(access, f))
                 .await
-                .map_err(|e| transient(format!("InternalError: {e}")))
+                .map_err(|e| transient(format!("InternalError: {e}")))?
         } else {
-            Ok(self.with_state(access, f))
+            self.with_state(access, f)
         }
     }
 
@@ -1162,17 +1223,80 @@ impl Inner {
         }
     }
 
-    /// Runs `f` on the state. On a shared ledger, what other clouds wrote
-    /// is read first, under the writers' lock for a [`Access::Write`], and
-    /// the lock is let go after.
-    fn with_state<T>(&self, access: Access, f: impl FnOnce(&Settings, &mut State) -> T) -> T {
+    /// Runs `f` on the state, once the ledger has been read. On a shared
+    /// ledger, what other clouds wrote is read first, under the writers'
+    /// lock for a [`Access::Write`], and the lock is let go after.
+    ///
+    /// # Errors
+    ///
+    /// A transient error naming why, if the ledger could not be read.
+    fn with_state<T>(
+        &self,
+        access: Access,
+        f: impl FnOnce(&Settings, &mut State) -> T,
+    ) -> Result<T, ProviderError> {
         let mut state = lock(&self.state);
+        match self.ledger_read.get() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(transient(e.clone())),
+            // The reader let go of the state without saying: it panicked.
+            None => {
+                return Err(transient(
+                    "the simulated cloud's ledger could not be read".into(),
+                ))
+            }
+        }
         self.catch_up(&mut state, access);
         let out = f(&self.settings, &mut state);
         if let Some(shared) = state.ledger.shared() {
             shared.unlock();
         }
-        out
+        Ok(out)
+    }
+
+    /// Reads `file`'s instances into the ledger on a thread of its own, at
+    /// a lower priority, holding the state from before this returns until
+    /// they are indexed: the cloud opens at once (with a million instances
+    /// the ledger takes seconds to read, which a starting controller
+    /// spends reading its own state), and its calls wait for the ledger.
+    /// Then schedules what the ledger says is still to happen.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Ledger`] if the thread cannot be started.
+    fn read_behind(inner: &Arc<Inner>, file: LedgerFile) -> Result<(), SimError> {
+        let (held, holding) = std::sync::mpsc::channel();
+        let cloud = Arc::clone(inner);
+        let path = file.path().to_path_buf();
+        let shown = path.display().to_string();
+        std::thread::Builder::new()
+            .name("sim-ledger".into())
+            .spawn(move || {
+                let mut state = lock(&cloud.state);
+                let _ = held.send(());
+                give_way();
+                let read = match read_ledger(file, &shown) {
+                    Ok(ledger) => {
+                        state.ledger = ledger;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        log::error!("{e}");
+                        Err(e.to_string())
+                    }
+                };
+                if read.is_ok() {
+                    cloud.resume_from(&state);
+                }
+                let _ = cloud.ledger_read.set(read);
+            })
+            .map_err(|e| SimError::Ledger {
+                path,
+                reason: format!("cannot start the thread that reads it: {e}"),
+            })?;
+        // The thread holds the state before the cloud is handed out.
+        let _ = holding.recv();
+        Ok(())
     }
 
     /// Brings a shared ledger's index up to date. If the database cannot be
@@ -1267,13 +1391,17 @@ impl Inner {
     /// Schedules what the ledger says is still to happen: pending instances
     /// start, waiting agents check in.
     fn resume(&self) {
+        self.resume_from(&lock(&self.state));
+    }
+
+    /// [`Inner::resume`] from `state`, already held.
+    fn resume_from(&self, state: &State) {
         if self.settings.shared {
             // Other clouds may be driving them: what is overdue is taken up
             // by `take_up_orphans`.
             return;
         }
         let now = Instant::now();
-        let state = lock(&self.state);
         let mut starts = Vec::new();
         let mut agents = Vec::new();
         for record in state.ledger.records() {
@@ -1286,15 +1414,19 @@ impl Inner {
                 _ => {}
             }
         }
-        drop(state);
         self.events
             .schedule_all(now + self.settings.start_delay, starts);
         self.events
             .schedule_all(now + self.settings.agent_delay, agents);
     }
 
-    /// The machines whose agents checked in and whose instances run.
+    /// The machines whose agents checked in and whose instances run; none
+    /// while the ledger is being read (its reader holds the state, and
+    /// this is called on the event loop).
     fn connected_agents(&self) -> Vec<MachineId> {
+        if !matches!(self.ledger_read.get(), Some(Ok(()))) {
+            return Vec::new();
+        }
         lock(&self.state)
             .ledger
             .records()

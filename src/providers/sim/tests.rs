@@ -852,6 +852,9 @@ async fn after_a_restart_pending_instances_start_and_agents_check_in() {
     drop(cloud);
 
     let reopened = SimProvider::open(config, Some(path)).unwrap();
+    // The ledger is read behind the open, off the runtime, whose paused
+    // clock would otherwise run ahead to the listener's time-out.
+    assert_eq!(reopened.ledger().len(), 1);
     let (link, mut heard) = recorder(0);
     reopened.attach(link);
     assert_eq!(
@@ -881,6 +884,36 @@ async fn a_cloud_dropped_with_work_in_flight_lets_go_of_its_ledger() {
     }
     let cloud = SimProvider::open(SimConfig::default(), Some(path)).unwrap();
     assert_eq!(cloud.ledger().len(), 5 * 50);
+}
+
+#[tokio::test]
+async fn a_ledger_file_whose_instances_cannot_be_read_fails_every_call_that_needs_them() {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
+    assert!(cloud.launch(vec![request(0, "sim-a")]).await[0].is_ok());
+    drop(cloud);
+    diesel::SqliteConnection::establish(&path.to_string_lossy())
+        .unwrap()
+        .batch_execute("UPDATE sim_instances SET state = 'exploded'")
+        .unwrap();
+
+    // The file opens; its instances are read behind, and found unreadable.
+    let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
+    let expected = format!(
+        "cannot read the simulated cloud's ledger {}: ",
+        path.display()
+    );
+    let err = cloud.instances(CONTROLLER).await.unwrap_err();
+    assert!(err.message.starts_with(&expected), "{err:?}");
+    assert_eq!(err.class, FailureClass::Transient);
+    let launched = cloud.launch(vec![request(1, "sim-a")]).await;
+    let err = launched[0].as_ref().unwrap_err();
+    assert!(err.message.starts_with(&expected), "{err:?}");
+    assert_eq!(cloud.ledger(), []);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
