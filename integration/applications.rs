@@ -777,8 +777,13 @@ fn bring_forward_and_compare(store: &Store, document: &mut StatusDocument, step:
         serde_json::to_value(status_view(&fresh, "sim")).unwrap(),
         "{step}"
     );
+    let shown = store.status_shown().unwrap();
+    for readers in [2, 3] {
+        let in_shares = store.status_shown_in_shares(readers).unwrap();
+        assert_eq!(in_shares.as_ref(), Some(&shown), "{step}: {readers} shares");
+    }
     let mut whole = StatusDocument::new("sim");
-    whole.apply(store.status_shown().unwrap());
+    whole.apply(shown);
     assert_eq!(whole.render(), document.render(), "{step}: read whole");
 }
 

@@ -8,7 +8,8 @@
 //! - the document is read whole once, then brought forward by reading only
 //!   the entities that changed since its revision (or whole again when
 //!   most of them did); a starting controller reads and renders it
-//!   ([`StatusCache::prepared`]) while its provider opens;
+//!   ([`StatusCache::prepared`]; on SQLite, in shares read at once on
+//!   every core) while its provider opens;
 //! - [`keep_fresh`] brings it forward in the background a moment after the
 //!   log grows, so a request finds little left to read, and renders it once
 //!   the log is quiet, so the next request finds it rendered;
@@ -78,11 +79,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Brings `document` up to the store's head (reading it whole if there is
-/// none yet, or if most of it changed).
+/// none yet, or if most of it changed, in shares by `readers` at once).
 fn bring_forward(
     document: &mut Option<StatusDocument>,
     store: &Store,
     cloud: &str,
+    readers: usize,
 ) -> Result<(), StoreError> {
     if let Some(current) = document.as_mut() {
         let most = WHOLE_READ_AT_LEAST.max(current.len());
@@ -94,7 +96,11 @@ fn bring_forward(
     // Let go of the old document before the new one is read.
     *document = None;
     let started = Instant::now();
-    let shown = store.status_shown()?;
+    let shown = match store.status_shown_in_shares(readers)? {
+        Some(shown) => shown,
+        // A write came between the shares.
+        None => store.status_shown()?,
+    };
     let read = started.elapsed();
     let mut whole = StatusDocument::new(cloud);
     whole.apply(shown);
@@ -117,9 +123,10 @@ fn bring_forward_and_render(
     store: &Store,
     cloud: &str,
     previous: Option<Arc<Rendering>>,
+    readers: usize,
 ) -> Result<(i64, Arc<Rendering>), StoreError> {
     let started = Instant::now();
-    bring_forward(document, store, cloud)?;
+    bring_forward(document, store, cloud, readers)?;
     let current = document
         .as_ref()
         .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
@@ -146,7 +153,8 @@ impl StatusCache {
     /// The store's error if the state cannot be read.
     pub fn prepared(store: &Store, cloud: &str) -> Result<StatusCache, StoreError> {
         let mut document = None;
-        let latest = bring_forward_and_render(&mut document, store, cloud, None)?;
+        // Nothing writes yet, so the state is read on every core.
+        let latest = bring_forward_and_render(&mut document, store, cloud, None, cores::count())?;
         Ok(StatusCache {
             document: Arc::new(Mutex::new(document)),
             latest: Mutex::new(Some(latest)),
@@ -226,7 +234,7 @@ impl StatusCache {
         let store = store.clone();
         let cloud = cloud.to_string();
         let (revision, body) = blocking(move || {
-            bring_forward_and_render(&mut lock(&document), &store, &cloud, previous)
+            bring_forward_and_render(&mut lock(&document), &store, &cloud, previous, 1)
         })
         .await?;
         keep_newer(&self.latest, revision, &body);
@@ -289,7 +297,7 @@ impl StatusCache {
         let cloud = cloud.to_string();
         blocking(move || {
             let mut document = lock(&document);
-            bring_forward(&mut document, &store, &cloud)?;
+            bring_forward(&mut document, &store, &cloud, 1)?;
             let current = document
                 .as_ref()
                 .ok_or_else(|| StoreError::Invariant("no status document".into()))?;
@@ -307,7 +315,7 @@ impl StatusCache {
         let reader = store.clone();
         let cloud = cloud.to_string();
         let refreshed =
-            blocking(move || bring_forward(&mut lock(&document), &reader, &cloud)).await;
+            blocking(move || bring_forward(&mut lock(&document), &reader, &cloud, 1)).await;
         if let Err(e) = refreshed {
             log::warn!("cannot bring the status document forward: {e}");
         }

@@ -342,35 +342,104 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     Ok(Some(delta))
 }
 
-/// Everything status shows, as the delta that brings an empty document up
-/// to the store's head.
-fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
+/// One reader's share of a whole read on SQLite: the rows of a table
+/// whose `rowid`s fall in the `index`th of `of` equal ranges, so that the
+/// shares, joined in order, are the rows in the order a whole read gives.
+#[derive(Clone, Copy)]
+struct Share {
+    index: u64,
+    of: u64,
+}
+
+impl Share {
+    const WHOLE: Share = Share { index: 0, of: 1 };
+
+    /// The SQL condition that selects the share of `table`'s rows.
+    fn condition(
+        self,
+        conn: &mut Conn,
+        table: &str,
+    ) -> Result<diesel::expression::SqlLiteral<diesel::sql_types::Bool>, StoreError> {
+        if self.of == 1 {
+            return Ok(diesel::dsl::sql("TRUE"));
+        }
+        #[derive(QueryableByName)]
+        struct Last {
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+            rowid: Option<i64>,
+        }
+        let last = diesel::sql_query(format!("SELECT MAX(rowid) AS rowid FROM {table}"))
+            .get_result::<Last>(conn)?
+            .rowid
+            .unwrap_or(0);
+        let last = u64::try_from(last).unwrap_or(0);
+        let bound = |k: u64| u128::from(last) * u128::from(k) / u128::from(self.of);
+        Ok(diesel::dsl::sql(&format!(
+            "rowid > {} AND rowid <= {}",
+            bound(self.index),
+            bound(self.index + 1)
+        )))
+    }
+
+    /// How many of `count` rows the share is expected to hold.
+    fn room(self, count: i64) -> usize {
+        let count = usize::try_from(count).unwrap_or(0);
+        let of = usize::try_from(self.of).unwrap_or(1);
+        count / of + count % of
+    }
+}
+
+/// Machines and units as status shows them, with the revision they were
+/// read at.
+struct MachinesAndUnits {
+    revision: i64,
+    machines: Vec<(MachineId, Option<MachineShown>)>,
+    units: Vec<(UnitName, Option<UnitShown>)>,
+}
+
+/// The machines and units of `share`, read in one snapshot. The lists are
+/// of the exact size (counted in the same snapshot) when the share is the
+/// whole: with a million machines, lists grown by doubling would copy
+/// each several times and hold the old copy beside the new while they
+/// move.
+fn read_machines_and_units(conn: &mut Conn, share: Share) -> Result<MachinesAndUnits, StoreError> {
     let revision = head_revision(conn)?;
-    let model: ModelRow = model::table
-        .find(1)
-        .select(ModelRow::as_select())
-        .get_result(conn)?;
-    // Lists of the exact size (counted in the same snapshot): with a
-    // million machines, lists grown by doubling would copy each several
-    // times and hold the old copy beside the new while they move.
     let machine_count: i64 = machines::table.count().get_result(conn)?;
-    let mut machines = Vec::with_capacity(usize::try_from(machine_count).unwrap_or(0));
+    let mut machines = Vec::with_capacity(share.room(machine_count));
     for row in machines::table
         .select(MachineShownRow::as_select())
+        .filter(share.condition(conn, "machines")?)
         .load_iter::<MachineShownRow, diesel::connection::DefaultLoadingMode>(conn)?
     {
         let machine = MachineShown::try_from(row?)?;
         machines.push((machine.id, Some(machine)));
     }
     let unit_count: i64 = units::table.count().get_result(conn)?;
-    let mut units = Vec::with_capacity(usize::try_from(unit_count).unwrap_or(0));
+    let mut units = Vec::with_capacity(share.room(unit_count));
     for row in units::table
         .select(UnitShownRow::as_select())
+        .filter(share.condition(conn, "units")?)
         .load_iter::<UnitShownRow, diesel::connection::DefaultLoadingMode>(conn)?
     {
         let unit = UnitShown::try_from(row?)?;
         units.push((unit.name.clone(), Some(unit)));
     }
+    Ok(MachinesAndUnits {
+        revision,
+        machines,
+        units,
+    })
+}
+
+/// Everything status shows but machines and units, as the delta that
+/// brings an empty document up to the store's head (`machines` and
+/// `units` left empty).
+fn read_shown_rest(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
+    let revision = head_revision(conn)?;
+    let model: ModelRow = model::table
+        .find(1)
+        .select(ModelRow::as_select())
+        .get_result(conn)?;
     let applications = applications::table
         .select(ApplicationRow::as_select())
         .load(conn)?
@@ -389,11 +458,49 @@ fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
     Ok(StatusDelta {
         revision,
         model: Some(model.try_into()?),
-        machines,
         applications,
-        units,
         relations,
+        ..StatusDelta::default()
     })
+}
+
+/// Everything status shows, as the delta that brings an empty document up
+/// to the store's head.
+fn read_shown(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
+    let whole = read_machines_and_units(conn, Share::WHOLE)?;
+    let rest = read_shown_rest(conn)?;
+    Ok(StatusDelta {
+        machines: whole.machines,
+        units: whole.units,
+        ..rest
+    })
+}
+
+/// `rest` with the machines and units of `shares`, joined in order, if all
+/// were read at `rest`'s revision; `None` if not.
+fn one_state(rest: StatusDelta, shares: Vec<MachinesAndUnits>) -> Option<StatusDelta> {
+    if shares.iter().any(|share| share.revision != rest.revision) {
+        return None;
+    }
+    let (machines, units): (Vec<_>, Vec<_>) = shares
+        .into_iter()
+        .map(|share| (share.machines, share.units))
+        .unzip();
+    Some(StatusDelta {
+        machines: joined(machines),
+        units: joined(units),
+        ..rest
+    })
+}
+
+/// `shares`, each list moved into one list of their joint length, each
+/// share let go as soon as it is moved.
+fn joined<T>(shares: Vec<Vec<T>>) -> Vec<T> {
+    let mut all = Vec::with_capacity(shares.iter().map(Vec::len).sum());
+    for share in shares {
+        all.extend(share);
+    }
+    all
 }
 
 /// Runs `read` in one read-only transaction that sees one snapshot of the
@@ -487,6 +594,52 @@ impl Store {
         self.read(|conn| in_snapshot(conn, read_shown))
     }
 
+    /// As [`Store::status_shown`], on SQLite read in `readers` shares at
+    /// once, each on a connection and a thread of its own, for a controller
+    /// that starts with many machines while nothing writes. The shares are
+    /// one state if they were read at one revision (every change status
+    /// shows moves the revision in the same transaction); if a write came
+    /// between them, `None`, and the caller reads the state whole. On
+    /// PostgreSQL the state is read whole.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`].
+    pub fn status_shown_in_shares(
+        &self,
+        readers: usize,
+    ) -> Result<Option<StatusDelta>, StoreError> {
+        let sqlite = self.read(|conn| Ok(matches!(conn, Conn::Sqlite(_))))?;
+        if !sqlite || readers < 2 {
+            return self.status_shown().map(Some);
+        }
+        let of = u64::try_from(readers).unwrap_or(1);
+        let (rest, shares) = std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..of)
+                .map(|index| {
+                    scope.spawn(move || {
+                        self.read(|conn| {
+                            in_snapshot(conn, |conn| {
+                                read_machines_and_units(conn, Share { index, of })
+                            })
+                        })
+                    })
+                })
+                .collect();
+            let rest = self.read(|conn| in_snapshot(conn, read_shown_rest));
+            let shares = readers
+                .into_iter()
+                .map(|reader| {
+                    reader
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect::<Result<Vec<_>, StoreError>>();
+            (rest, shares)
+        });
+        Ok(one_state(rest?, shares?))
+    }
+
     /// What status shows that changed after revision `since`, read at one
     /// revision; `None` when the log holds more than `most` changes after
     /// `since` (reading the whole state is then cheaper).
@@ -496,5 +649,40 @@ impl Store {
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn status_delta(&self, since: i64, most: usize) -> Result<Option<StatusDelta>, StoreError> {
         self.read(|conn| in_snapshot(conn, |conn| read_delta(conn, since, most)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(revision: i64, machines: &[u64]) -> MachinesAndUnits {
+        MachinesAndUnits {
+            revision,
+            machines: machines
+                .iter()
+                .map(|&n| (MachineId::new(n), None))
+                .collect(),
+            units: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn shares_read_at_one_revision_join_in_order_and_others_are_refused() {
+        let rest = StatusDelta {
+            revision: 7,
+            ..StatusDelta::default()
+        };
+        let joined = one_state(rest.clone(), vec![share(7, &[0, 1]), share(7, &[2])]).unwrap();
+        assert_eq!(joined.revision, 7);
+        assert_eq!(
+            joined.machines,
+            [0, 1, 2].map(|n| (MachineId::new(n), None))
+        );
+        assert_eq!(
+            one_state(rest.clone(), vec![share(7, &[0]), share(8, &[1])]),
+            None
+        );
+        assert_eq!(one_state(rest, vec![share(6, &[0])]), None);
     }
 }
