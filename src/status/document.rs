@@ -204,7 +204,7 @@ pub struct StatusDocument {
     /// this document made last (see [`StatusDocument::render_segments`]).
     touched: RefCell<Touched>,
     /// How many machines, units and machines with units their trees held
-    /// when last built full (see `pack`).
+    /// when last built full (see `pack`, and `fill_machines`).
     packed: [usize; 3],
 }
 
@@ -407,12 +407,15 @@ impl StatusDocument {
 
     /// Brings the document up to the delta's revision.
     pub fn apply(&mut self, delta: StatusDelta) {
+        // An empty document takes a whole read in at once (see
+        // `fill_machines`).
+        let filling = self.is_empty();
         self.mark_stale_headers(&delta);
         self.mark_touched(&delta);
         // The machines whose cost to their applications the delta may
         // change, counted out before and in again after; every machine
         // with units, in order, when the delta fills an empty document.
-        let costed = (!self.is_empty()).then(|| self.machines_costed_by(&delta));
+        let costed = (!filling).then(|| self.machines_costed_by(&delta));
         if let Some(machines) = &costed {
             count_costs(
                 &mut self.folds,
@@ -439,12 +442,78 @@ impl StatusDocument {
                 None => self.relations.remove(&key),
             };
         }
-        let mut moved: Vec<MachineId> = Vec::new();
         let mut machines = delta.machines;
         let pieces = make_pieces(&mut machines, |(_, machine)| {
             machine.as_ref().map(MachinePiece::of)
         });
-        for ((id, _), piece) in machines.into_iter().zip(pieces) {
+        let machines = machines.into_iter().map(|(id, _)| id).zip(pieces);
+        let moved = if filling {
+            self.fill_machines(machines);
+            Vec::new()
+        } else {
+            self.insert_machines(machines)
+        };
+        // Units already here whose machine's state changed; units in the
+        // delta are rendered below with their machine's new state.
+        let touched = self.touched.get_mut();
+        for machine in moved {
+            let state = self.machines.get(&machine).map(MachinePiece::seen);
+            for name in self.units_on.get(&machine).into_iter().flatten() {
+                if let Some(piece) = self.units.get_mut(name) {
+                    count_severity(&mut self.folds, name.application(), piece.severity, false);
+                    piece.render(state);
+                    count_severity(&mut self.folds, name.application(), piece.severity, true);
+                    touched.unit(name);
+                    if let Some(principal) = &piece.unit.principal {
+                        touched.unit(principal);
+                    }
+                }
+            }
+        }
+        let on = &self.machines;
+        let mut units = delta.units;
+        let pieces = make_pieces(&mut units, |(_, unit)| {
+            let unit = unit.take()?;
+            let machine = seen_on(&unit, on);
+            Some(UnitPiece::of(unit, machine))
+        });
+        let units = units.into_iter().map(|(name, _)| name).zip(pieces);
+        if filling {
+            self.fill_units(units);
+        } else {
+            self.insert_units(units);
+        }
+        match costed {
+            Some(machines) => count_costs(
+                &mut self.folds,
+                &self.machines,
+                &self.units,
+                &self.units_on,
+                machines,
+                true,
+            ),
+            None => count_costs(
+                &mut self.folds,
+                &self.machines,
+                &self.units,
+                &self.units_on,
+                self.units_on.keys().copied(),
+                true,
+            ),
+        }
+        self.folds.retain(|_, fold| !fold.is_empty());
+        self.pack();
+    }
+
+    /// Puts the pieces of `machines` in (a machine without one is taken
+    /// out) and counts them by state and price; returns the machines whose
+    /// state changed.
+    fn insert_machines(
+        &mut self,
+        machines: impl Iterator<Item = (MachineId, Option<MachinePiece>)>,
+    ) -> Vec<MachineId> {
+        let mut moved = Vec::new();
+        for (id, piece) in machines {
             let before = match piece {
                 Some(piece) => self.machines.insert(id, piece),
                 None => self.machines.remove(&id),
@@ -470,31 +539,14 @@ impl StatusDocument {
                 }
             }
         }
-        // Units already here whose machine's state changed; units in the
-        // delta are rendered below with their machine's new state.
-        let touched = self.touched.get_mut();
-        for machine in moved {
-            let state = self.machines.get(&machine).map(MachinePiece::seen);
-            for name in self.units_on.get(&machine).into_iter().flatten() {
-                if let Some(piece) = self.units.get_mut(name) {
-                    count_severity(&mut self.folds, name.application(), piece.severity, false);
-                    piece.render(state);
-                    count_severity(&mut self.folds, name.application(), piece.severity, true);
-                    touched.unit(name);
-                    if let Some(principal) = &piece.unit.principal {
-                        touched.unit(principal);
-                    }
-                }
-            }
-        }
-        let on = &self.machines;
-        let mut units = delta.units;
-        let pieces = make_pieces(&mut units, |(_, unit)| {
-            let unit = unit.take()?;
-            let machine = seen_on(&unit, on);
-            Some(UnitPiece::of(unit, machine))
-        });
-        for ((name, _), piece) in units.into_iter().zip(pieces) {
+        moved
+    }
+
+    /// Puts the pieces of `units` in (a unit without one is taken out),
+    /// counts them, and notes the machine each is on and the principal
+    /// each is under.
+    fn insert_units(&mut self, units: impl Iterator<Item = (UnitName, Option<UnitPiece>)>) {
+        for (name, piece) in units {
             let now_on = piece.as_ref().and_then(|p| p.unit.machine);
             let now_under = piece.as_ref().and_then(|p| p.unit.principal.clone());
             if let Some(piece) = &piece {
@@ -523,26 +575,64 @@ impl StatusDocument {
                 self.units_on.entry(machine).or_default().insert(name);
             }
         }
-        match costed {
-            Some(machines) => count_costs(
-                &mut self.folds,
-                &self.machines,
-                &self.units,
-                &self.units_on,
-                machines,
-                true,
-            ),
-            None => count_costs(
-                &mut self.folds,
-                &self.machines,
-                &self.units,
-                &self.units_on,
-                self.units_on.keys().copied(),
-                true,
-            ),
+    }
+
+    /// Takes in the pieces of an empty document's machines at once (a
+    /// whole read, where each machine comes once): the tree is built full
+    /// from them, as `pack` builds it, instead of each being inserted.
+    fn fill_machines(&mut self, machines: impl Iterator<Item = (MachineId, Option<MachinePiece>)>) {
+        let mut entries = Vec::with_capacity(machines.size_hint().0);
+        for (id, piece) in machines {
+            let Some(piece) = piece else {
+                continue;
+            };
+            let price = piece.hourly_price.map_or(0, HourlyPrice::micro_usd);
+            self.hourly_cost = self.hourly_cost.saturating_add(price);
+            *self.in_state.entry(piece.state).or_default() += 1;
+            entries.push((id, piece));
         }
-        self.folds.retain(|_, fold| !fold.is_empty());
-        self.pack();
+        self.machines = BTreeMap::from_iter(entries);
+        self.packed[0] = self.machines.len();
+    }
+
+    /// Takes in the pieces of an empty document's units at once, as
+    /// [`StatusDocument::fill_machines`] does its machines, and the units
+    /// on each machine with them.
+    fn fill_units(&mut self, units: impl Iterator<Item = (UnitName, Option<UnitPiece>)>) {
+        let mut entries = Vec::with_capacity(units.size_hint().0);
+        let mut on = Vec::with_capacity(units.size_hint().0);
+        for (name, piece) in units {
+            let Some(piece) = piece else {
+                continue;
+            };
+            count_severity(&mut self.folds, name.application(), piece.severity, true);
+            if let Some(principal) = &piece.unit.principal {
+                self.subordinates_of
+                    .entry(principal.clone())
+                    .or_default()
+                    .insert(name.clone());
+            }
+            if let Some(machine) = piece.unit.machine {
+                on.push((machine, name.clone()));
+            }
+            entries.push((name, piece));
+        }
+        self.units = BTreeMap::from_iter(entries);
+        on.sort_unstable();
+        let mut units_on: Vec<(MachineId, NameSet)> = Vec::new();
+        for (machine, name) in on {
+            match units_on.last_mut() {
+                Some((last, names)) if *last == machine => names.insert(name),
+                _ => {
+                    let mut names = NameSet::default();
+                    names.insert(name);
+                    units_on.push((machine, names));
+                }
+            }
+        }
+        self.units_on = BTreeMap::from_iter(units_on);
+        self.packed[1] = self.units.len();
+        self.packed[2] = self.units_on.len();
     }
 
     /// The machines whose cost to their applications `delta` may change:
