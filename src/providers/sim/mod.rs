@@ -675,12 +675,12 @@ fn read_ledger(mut file: LedgerFile, shown: &str) -> Result<Ledger, SimError> {
     Ok(ledger)
 }
 
-/// How much lower than the rest the thread that reads a ledger file runs
-/// (a nice value): it leaves the cores to a starting controller's own
-/// reads, and takes what they leave.
+/// The nice value of the thread that reads a ledger file, the lowest
+/// priority: it leaves the cores to a starting controller's own reads, and
+/// takes what they leave.
 const LEDGER_READER_NICENESS: libc::c_int = 19;
 
-/// Lowers the calling thread's priority by [`LEDGER_READER_NICENESS`].
+/// Sets the calling thread's nice value to [`LEDGER_READER_NICENESS`].
 #[cfg(target_os = "linux")]
 fn give_way() {
     // SAFETY: gettid has no preconditions; setpriority changes the nice
