@@ -1,5 +1,6 @@
 //! Work shared among the machine's cores, for the status's large jobs
-//! (compressing a rendering, making the pieces of a whole read): each
+//! (a starting controller's whole read, in shares; compressing a
+//! rendering; making the pieces of a whole read): each
 //! share on a thread of its own, the results joined in the shares' order.
 
 /// How many threads the machine runs at once.

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::domain::instance_types::HourlyPrice;
 use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
+use crate::status::cores;
 use crate::store::db::Conn;
 use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
@@ -609,35 +610,21 @@ impl Store {
         &self,
         readers: usize,
     ) -> Result<Option<StatusDelta>, StoreError> {
-        let sqlite = self.read(|conn| Ok(matches!(conn, Conn::Sqlite(_))))?;
-        if !sqlite || readers < 2 {
+        if !self.url().is_sqlite() || readers < 2 {
             return self.status_shown().map(Some);
         }
         let of = u64::try_from(readers).unwrap_or(1);
-        let (rest, shares) = std::thread::scope(|scope| {
-            let readers: Vec<_> = (0..of)
-                .map(|index| {
-                    scope.spawn(move || {
-                        self.read(|conn| {
-                            in_snapshot(conn, |conn| {
-                                read_machines_and_units(conn, Share { index, of })
-                            })
-                        })
-                    })
+        let shares = cores::in_order((0..of).collect(), |index| {
+            vec![self.read(|conn| {
+                in_snapshot(conn, |conn| {
+                    read_machines_and_units(conn, Share { index, of })
                 })
-                .collect();
-            let rest = self.read(|conn| in_snapshot(conn, read_shown_rest));
-            let shares = readers
-                .into_iter()
-                .map(|reader| {
-                    reader
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect::<Result<Vec<_>, StoreError>>();
-            (rest, shares)
-        });
-        Ok(one_state(rest?, shares?))
+            })]
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, StoreError>>()?;
+        let rest = self.read(|conn| in_snapshot(conn, read_shown_rest))?;
+        Ok(one_state(rest, shares))
     }
 
     /// What status shows that changed after revision `since`, read at one

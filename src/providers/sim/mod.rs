@@ -661,7 +661,8 @@ fn new_id(rng: &mut ChaCha8Rng, ledger: &Ledger, planned: &HashSet<String>) -> S
 /// # Errors
 ///
 /// As [`LedgerFile::read_records`].
-fn read_ledger(mut file: LedgerFile, shown: &str) -> Result<Ledger, SimError> {
+fn read_ledger(mut file: LedgerFile) -> Result<Ledger, SimError> {
+    let shown = file.path().display().to_string();
     let started = std::time::Instant::now();
     let records = file.read_records()?;
     let count = records.len();
@@ -1268,14 +1269,13 @@ impl Inner {
         let (held, holding) = std::sync::mpsc::channel();
         let cloud = Arc::clone(inner);
         let path = file.path().to_path_buf();
-        let shown = path.display().to_string();
         std::thread::Builder::new()
             .name("sim-ledger".into())
             .spawn(move || {
                 let mut state = lock(&cloud.state);
                 let _ = held.send(());
                 give_way();
-                let read = match read_ledger(file, &shown) {
+                let read = match read_ledger(file) {
                     Ok(ledger) => {
                         state.ledger = ledger;
                         Ok(())
