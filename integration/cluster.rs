@@ -652,7 +652,7 @@ async fn three_controllers_sharing_the_simulated_cloud_lose_one_to_sigkill_mid_d
     let recorded: BTreeSet<&str> = machines.iter().filter_map(|m| m.instance_id()).collect();
     let running: BTreeSet<&str> = ledger.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(recorded, running, "the machines' instances are the cloud's");
-    assert_spread(ledger.iter().map(|e| e.zone.as_str()));
+    assert_spread(ledger.iter().map(|e| &*e.zone));
 
     assert_survivors_agree(&controllers, UNITS).await;
 }

@@ -714,11 +714,11 @@ fn a_launch_whose_answer_was_lost_is_adopted_whole_when_the_engine_starts_again(
         // Recorded whole, as the cloud describes it.
         assert_eq!(
             machine.machine.lifecycle.zone.as_deref(),
-            Some(landed.zone.as_str())
+            Some(&*landed.zone)
         );
         assert_eq!(
             machine.instance_type.as_deref(),
-            Some(landed.instance_type.as_str())
+            Some(&*landed.instance_type)
         );
         let hardware = machine.hardware.as_deref().unwrap_or_default();
         assert!(hardware.contains("cores="), "{hardware}");

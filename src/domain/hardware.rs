@@ -9,7 +9,7 @@ use crate::domain::constraints::Arch;
 use crate::domain::instance_types::InstanceType;
 
 /// The hardware of one instance. Sizes in MiB.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Hardware {
     pub arch: Option<Arch>,
     pub cores: Option<u64>,

@@ -22,7 +22,7 @@ use crate::domain::hardware::Hardware;
 use crate::domain::instance::InstanceState;
 use crate::providers::sim::error::SimError;
 use crate::providers::sim::records::{
-    tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags,
+    tagged_machine, AgentState, Batch, LedgerEntry, Record, RngPosition, Tags, Values,
 };
 
 diesel::table! {
@@ -195,6 +195,7 @@ impl LedgerFile {
             .get_result(&mut self.conn)
             .map_err(|e| failed(e.to_string()))?;
         let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut values = Values::default();
         for row in sim_instances::table
             .order(sim_instances::seq.asc())
             .select(Row::as_select())
@@ -202,7 +203,7 @@ impl LedgerFile {
             .map_err(|e| failed(e.to_string()))?
         {
             let row = row.map_err(|e| failed(e.to_string()))?;
-            records.push(row.into_record().map_err(&failed)?);
+            records.push(row.into_record(&mut values).map_err(&failed)?);
         }
         Ok(records)
     }
@@ -304,10 +305,10 @@ impl Row {
             id: e.id.clone(),
             // Maps of strings and plain structs always serialize.
             tags: serde_json::to_string(&e.tags).unwrap_or_default(),
-            zone: e.zone.clone(),
-            instance_type: e.instance_type.clone(),
+            zone: e.zone.to_string(),
+            instance_type: e.instance_type.to_string(),
             state: e.state.as_str().to_string(),
-            hardware: serde_json::to_string(&e.hardware).unwrap_or_default(),
+            hardware: serde_json::to_string(&*e.hardware).unwrap_or_default(),
             client_token: e.client_token.clone(),
             host_instance: e.host_instance.clone(),
             agent_machine: r.agent_machine.map(|m| m.to_string()),
@@ -318,7 +319,9 @@ impl Row {
         }
     }
 
-    pub(super) fn into_record(self) -> Result<Record, String> {
+    /// The record this row holds, with `values`' copies of its zone,
+    /// instance type and hardware.
+    pub(super) fn into_record(self, values: &mut Values) -> Result<Record, String> {
         let bad = |what: &str, value: &str| {
             format!("instance {}: cannot read its {what} {value:?}", self.id)
         };
@@ -342,10 +345,10 @@ impl Row {
                 machine: tagged_machine(&tags),
                 id: self.id,
                 tags,
-                zone: self.zone,
-                instance_type: self.instance_type,
+                zone: values.name(&self.zone),
+                instance_type: values.name(&self.instance_type),
                 state,
-                hardware,
+                hardware: values.hardware(hardware),
                 client_token: self.client_token,
                 host_instance: self.host_instance,
                 launched_at_ms: self.launched_at_ms,
@@ -364,6 +367,7 @@ mod tests {
     use crate::domain::instance::InstanceState;
     use crate::domain::names::MachineId;
     use crate::providers::sim::records::Change;
+    use std::sync::Arc;
 
     fn record(seq: u64, id: &str) -> Record {
         Record {
@@ -372,14 +376,14 @@ mod tests {
                 id: id.to_string(),
                 machine: Some(MachineId::new(seq)),
                 tags: BTreeMap::from([("berth-machine".to_string(), seq.to_string())]).into(),
-                zone: "sim-a".to_string(),
-                instance_type: "t3.large".to_string(),
+                zone: "sim-a".into(),
+                instance_type: "t3.large".into(),
                 state: InstanceState::Pending,
-                hardware: Hardware {
+                hardware: Arc::new(Hardware {
                     cores: Some(2),
                     zone: Some("sim-a".to_string()),
                     ..Hardware::default()
-                },
+                }),
                 client_token: Some(format!("token-{seq}")),
                 host_instance: (seq == 1).then(|| "i-0".to_string()),
                 launched_at_ms: 10,

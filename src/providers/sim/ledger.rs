@@ -13,11 +13,13 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use crate::domain::hardware::Hardware;
 use crate::providers::sim::file::LedgerFile;
-use crate::providers::sim::records::{AgentState, Batch, Change, Record};
+use crate::providers::sim::records::{AgentState, Batch, Change, Record, Values};
 use crate::providers::sim::shared::SharedLedger;
 
 /// Where the ledger is kept besides memory.
@@ -107,7 +109,8 @@ pub(super) struct Ledger {
     tokens: KeyIndex,
     hashes: RandomState,
     /// Live, non-container instances per zone, for capacity.
-    live_in_zone: HashMap<String, usize>,
+    live_in_zone: HashMap<Arc<str>, usize>,
+    values: Values,
     /// Each host's containers (`seq`s), ever made; their count numbers
     /// the next one.
     containers: HashMap<String, Vec<u64>>,
@@ -117,11 +120,20 @@ pub(super) struct Ledger {
 
 impl Ledger {
     /// A ledger holding `records` (read back from `backing`, in any
-    /// order).
+    /// order; of records with the same `seq`, the last is kept).
     pub fn new(mut records: Vec<Record>, backing: Backing) -> Ledger {
-        // In launch order, each is indexed where it lands (a shared
-        // ledger is read in the order of its rows' last changes).
+        // In launch order (a shared ledger is read in the order of its
+        // rows' last changes), each indexed where it lies: the list read
+        // becomes the ledger's, so that a million records are not moved
+        // into a second list while the first is still held.
         records.sort_by_key(|r| r.seq);
+        records.dedup_by(|later, kept| {
+            let same = later.seq == kept.seq;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
         // Sized for what is read back, so that a million records are not
         // hashed again each time a map doubles.
         let tokens = records
@@ -129,17 +141,18 @@ impl Ledger {
             .filter(|r| r.entry.client_token.is_some())
             .count();
         let mut ledger = Ledger {
-            by_seq: Vec::with_capacity(records.len()),
             ids: KeyIndex::new(|r| Some(&r.entry.id), records.len()),
             tokens: KeyIndex::new(|r| r.entry.client_token.as_deref(), tokens),
+            by_seq: records,
             hashes: RandomState::new(),
             live_in_zone: HashMap::new(),
+            values: Values::default(),
             containers: HashMap::new(),
             next_seq: 0,
             backing,
         };
-        for record in records {
-            ledger.insert(record);
+        for at in 0..ledger.by_seq.len() {
+            ledger.take_in(at);
         }
         ledger
     }
@@ -176,6 +189,17 @@ impl Ledger {
 
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// The kept copy of a zone's or an instance type's name, for a new
+    /// record.
+    pub fn shared_name(&mut self, name: &str) -> Arc<str> {
+        self.values.name(name)
+    }
+
+    /// The kept copy of `hardware`, for a new record.
+    pub fn shared_hardware(&mut self, hardware: Hardware) -> Arc<Hardware> {
+        self.values.hardware(hardware)
     }
 
     /// Every record, in launch order.
@@ -247,24 +271,8 @@ impl Ledger {
         }
     }
 
-    fn insert(&mut self, mut record: Record) {
+    fn insert(&mut self, record: Record) {
         let seq = record.seq;
-        forget_spent_password(&mut record);
-        // Launches in a row carry the same controller's and model's tags:
-        // one copy of them serves all.
-        if let Some(last) = self.by_seq.last() {
-            record.entry.tags.share_with(&last.entry.tags);
-        }
-        self.next_seq = self.next_seq.max(seq + 1);
-        if let Some(host) = &record.entry.host_instance {
-            self.containers.entry(host.clone()).or_default().push(seq);
-        }
-        if record.holds_capacity() {
-            *self
-                .live_in_zone
-                .entry(record.entry.zone.clone())
-                .or_insert(0) += 1;
-        }
         if self.by_seq.len() == self.by_seq.capacity() {
             // Grown by an eighth, not doubled: with 100,000 instances a
             // doubling would leave room for 30,000 more unused, and hold
@@ -282,15 +290,53 @@ impl Ledger {
                 } else {
                     self.by_seq.insert(i, record);
                 }
+                self.take_in_place(i);
                 self.ids.rebuild(&self.by_seq, &self.hashes);
                 self.tokens.rebuild(&self.by_seq, &self.hashes);
             }
             _ => {
                 self.by_seq.push(record);
-                let at = self.by_seq.len() - 1;
-                self.ids.insert(&self.by_seq, &self.hashes, at);
-                self.tokens.insert(&self.by_seq, &self.hashes, at);
+                self.take_in(self.by_seq.len() - 1);
             }
+        }
+    }
+
+    /// Takes in the record at `at`, the last of those indexed so far:
+    /// indexes it by id and token, and counts it.
+    fn take_in(&mut self, at: usize) {
+        self.take_in_place(at);
+        self.ids.insert(&self.by_seq, &self.hashes, at);
+        self.tokens.insert(&self.by_seq, &self.hashes, at);
+    }
+
+    /// What taking in the record at `at` does besides indexing it: lets go
+    /// of a spent password, shares tags with the record before it and
+    /// values with every record, and counts it by host and zone.
+    fn take_in_place(&mut self, at: usize) {
+        let (before, from) = self.by_seq.split_at_mut(at);
+        let Some(record) = from.first_mut() else {
+            return;
+        };
+        forget_spent_password(record);
+        self.values.share(record);
+        // Launches in a row carry the same controller's and model's tags:
+        // one copy of them serves all.
+        if let Some(last) = before.last() {
+            record.entry.tags.share_with(&last.entry.tags);
+        }
+        let record = &*record;
+        self.next_seq = self.next_seq.max(record.seq + 1);
+        if let Some(host) = &record.entry.host_instance {
+            self.containers
+                .entry(host.clone())
+                .or_default()
+                .push(record.seq);
+        }
+        if record.holds_capacity() {
+            *self
+                .live_in_zone
+                .entry(record.entry.zone.clone())
+                .or_insert(0) += 1;
         }
     }
 
@@ -332,7 +378,7 @@ mod tests {
                 zone: zone.into(),
                 instance_type: "t3.micro".into(),
                 state: InstanceState::Pending,
-                hardware: Hardware::default(),
+                hardware: Arc::new(Hardware::default()),
                 client_token: Some(format!("token-{id}")),
                 host_instance: host.map(String::from),
                 launched_at_ms: 0,
@@ -342,6 +388,55 @@ mod tests {
             password: None,
             changed_at_ms: 0,
         }
+    }
+
+    #[test]
+    fn records_hold_one_copy_of_each_zone_instance_type_and_hardware() {
+        // Each record is made with copies of its own, read back and
+        // launched alike.
+        let read = (0..3)
+            .map(|seq| record(seq, &format!("i-{seq}"), "a", None))
+            .collect();
+        let mut ledger = Ledger::new(read, Backing::Memory);
+        let launched = vec![record(3, "i-3", "a", None), record(4, "i-4", "b", None)];
+        ledger
+            .commit(Batch {
+                inserts: launched,
+                ..Batch::default()
+            })
+            .unwrap();
+        let records: Vec<&LedgerEntry> = ledger.records().map(|r| &r.entry).collect();
+        let first = records[0];
+        for entry in &records[1..4] {
+            assert!(Arc::ptr_eq(&entry.zone, &first.zone), "{}", entry.id);
+            assert!(Arc::ptr_eq(&entry.instance_type, &first.instance_type));
+            assert!(Arc::ptr_eq(&entry.hardware, &first.hardware));
+        }
+        let other_zone = records[4];
+        assert_eq!(&*other_zone.zone, "b");
+        assert!(Arc::ptr_eq(&other_zone.instance_type, &first.instance_type));
+        assert_eq!(ledger.live_in_zone("a"), 4);
+        assert_eq!(ledger.live_in_zone("b"), 1);
+    }
+
+    #[test]
+    fn of_records_read_back_with_the_same_seq_the_last_is_kept() {
+        let ledger = Ledger::new(
+            vec![
+                record(1, "i-1a", "a", None),
+                record(0, "i-0", "a", None),
+                record(1, "i-1b", "b", None),
+            ],
+            Backing::Memory,
+        );
+        let ids: Vec<&str> = ledger.records().map(|r| r.entry.id.as_str()).collect();
+        assert_eq!(ids, ["i-0", "i-1b"]);
+        assert!(ledger.get("i-1a").is_none());
+        assert_eq!(ledger.get("i-1b").map(|r| r.seq), Some(1));
+        assert_eq!(ledger.by_token("token-i-1b").map(|r| r.seq), Some(1));
+        assert_eq!(ledger.live_in_zone("a"), 1);
+        assert_eq!(ledger.live_in_zone("b"), 1);
+        assert_eq!(ledger.next_seq(), 2);
     }
 
     #[test]

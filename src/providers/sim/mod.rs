@@ -528,10 +528,10 @@ impl SimProvider {
                         id: id.clone(),
                         machine: tagged_machine(&tags),
                         tags,
-                        zone,
-                        instance_type,
+                        zone: state.ledger.shared_name(&zone),
+                        instance_type: state.ledger.shared_name(&instance_type),
                         state: InstanceState::Running,
-                        hardware,
+                        hardware: state.ledger.shared_hardware(hardware),
                         client_token: None,
                         host_instance: None,
                         launched_at_ms: now_ms,
@@ -767,9 +767,9 @@ impl LaunchPlan<'_> {
                         machine: tagged_machine(&tags),
                         tags,
                         zone,
-                        instance_type: request.instance_type,
+                        instance_type: state.ledger.shared_name(&request.instance_type),
                         state: InstanceState::Pending,
-                        hardware,
+                        hardware: state.ledger.shared_hardware(hardware),
                         client_token: Some(request.client_token.clone()),
                         host_instance: request.host_instance,
                         launched_at_ms: self.now_ms,
@@ -796,7 +796,7 @@ impl LaunchPlan<'_> {
         &mut self,
         state: &mut State,
         request: &LaunchRequest,
-    ) -> Result<(String, String, Hardware), ProviderError> {
+    ) -> Result<(String, Arc<str>, Hardware), ProviderError> {
         let zone = &request.zone;
         if !self.settings.zones.contains(zone) {
             return Err(permanent(format!(
@@ -830,7 +830,7 @@ impl LaunchPlan<'_> {
         self.check_luck(state)?;
         let hardware = Hardware::of(instance_type, zone, request.requirements.root_disk_mib);
         *self.extra_live.entry(zone.clone()).or_insert(0) += 1;
-        Ok((id, zone.clone(), hardware))
+        Ok((id, state.ledger.shared_name(zone), hardware))
     }
 
     /// A container on `host`: the host must be a running instance.
@@ -839,7 +839,7 @@ impl LaunchPlan<'_> {
         state: &mut State,
         request: &LaunchRequest,
         host: &str,
-    ) -> Result<(String, String, Hardware), ProviderError> {
+    ) -> Result<(String, Arc<str>, Hardware), ProviderError> {
         let Some(host_record) = state.ledger.get(host) else {
             return Err(transient(format!(
                 "host instance {host} is not running yet: the cloud does not know it"
@@ -876,8 +876,8 @@ impl LaunchPlan<'_> {
             Some(t) => Hardware::of(t, &zone, root_disk),
             None => Hardware {
                 root_disk_mib: root_disk.or(host_hardware.root_disk_mib),
-                zone: Some(zone.clone()),
-                ..host_hardware
+                zone: Some(zone.to_string()),
+                ..Hardware::clone(&host_hardware)
             },
         };
         let made = self.extra_containers.entry(host.to_string()).or_insert(0);
@@ -1053,7 +1053,7 @@ fn stop_in_zones(
     let mut reports = Vec::new();
     for record in state.ledger.records() {
         let entry = &record.entry;
-        if !zones.contains(&entry.zone)
+        if !zones.contains(&*entry.zone)
             || !matches!(entry.state, InstanceState::Pending | InstanceState::Running)
         {
             continue;

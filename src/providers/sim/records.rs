@@ -2,7 +2,8 @@
 //! agent's state and tags, and the batches of changes the ledger commits.
 //! Shared by the in-memory ledger and its file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
@@ -84,17 +85,23 @@ impl Serialize for Tags {
     }
 }
 
-/// One instance as the simulated cloud records it.
+/// One instance as the simulated cloud records it. Its zone, instance
+/// type and hardware are shared: a ledger keeps one copy of each value
+/// for all the instances that have it ([`Ledger`](super::ledger::Ledger)
+/// takes a record's copies for its own as it takes the record in).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LedgerEntry {
     pub id: String,
     /// The machine named by the instance's `berth-machine` tag.
     pub machine: Option<MachineId>,
     pub tags: Tags,
-    pub zone: String,
-    pub instance_type: String,
+    #[serde(serialize_with = "shared")]
+    pub zone: Arc<str>,
+    #[serde(serialize_with = "shared")]
+    pub instance_type: Arc<str>,
     pub state: InstanceState,
-    pub hardware: Hardware,
+    #[serde(serialize_with = "shared")]
+    pub hardware: Arc<Hardware>,
     /// The launch's client token; `None` for an instance created behind
     /// berth's back.
     pub client_token: Option<String>,
@@ -103,6 +110,14 @@ pub struct LedgerEntry {
     /// Wall-clock milliseconds since the epoch.
     pub launched_at_ms: i64,
     pub agent: AgentState,
+}
+
+/// Serializes a shared value as the value itself.
+fn shared<T: Serialize + ?Sized, S: Serializer>(
+    value: &Arc<T>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    (**value).serialize(serializer)
 }
 
 /// The simulated cloud's addresses of instance `id`, from the
@@ -125,10 +140,10 @@ impl LedgerEntry {
         Instance {
             id: self.id.clone(),
             machine: self.machine,
-            zone: self.zone.clone(),
-            instance_type: self.instance_type.clone(),
+            zone: self.zone.to_string(),
+            instance_type: self.instance_type.to_string(),
             state: self.state,
-            hardware: self.hardware.clone(),
+            hardware: Hardware::clone(&self.hardware),
             addresses: addresses_of(&self.id),
         }
     }
@@ -137,6 +152,58 @@ impl LedgerEntry {
 /// The machine a set of tags names, if any.
 pub(super) fn tagged_machine(tags: &Tags) -> Option<MachineId> {
     tags.get(tags::MACHINE).and_then(|m| m.parse().ok())
+}
+
+/// One copy of each zone, instance type and hardware that records hold.
+/// There are few of them (a zone's instances of one type mostly have the
+/// same hardware), and a million records each holding its own were
+/// 150 MB. Records are made with the kept copies, and a ledger makes the
+/// records it takes in hold its own.
+#[derive(Default)]
+pub(super) struct Values {
+    names: HashSet<Arc<str>>,
+    hardware: HashSet<Arc<Hardware>>,
+}
+
+impl Values {
+    /// The kept copy of a zone's or an instance type's `name`.
+    pub fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(kept) = self.names.get(name) {
+            return Arc::clone(kept);
+        }
+        let kept: Arc<str> = Arc::from(name);
+        self.names.insert(Arc::clone(&kept));
+        kept
+    }
+
+    /// The kept copy of `hardware`.
+    pub fn hardware(&mut self, hardware: Hardware) -> Arc<Hardware> {
+        if let Some(kept) = self.hardware.get(&hardware) {
+            return Arc::clone(kept);
+        }
+        let kept = Arc::new(hardware);
+        self.hardware.insert(Arc::clone(&kept));
+        kept
+    }
+
+    /// Makes `record` hold the kept copy of each of its shared values,
+    /// keeping its own where there is none yet.
+    pub fn share(&mut self, record: &mut Record) {
+        let entry = &mut record.entry;
+        take_kept(&mut self.names, &mut entry.zone);
+        take_kept(&mut self.names, &mut entry.instance_type);
+        take_kept(&mut self.hardware, &mut entry.hardware);
+    }
+}
+
+/// Replaces `value` by the copy of it in `kept`, or keeps it there.
+fn take_kept<T: Eq + Hash + ?Sized>(kept: &mut HashSet<Arc<T>>, value: &mut Arc<T>) {
+    match kept.get(&**value) {
+        Some(copy) => *value = Arc::clone(copy),
+        None => {
+            kept.insert(Arc::clone(value));
+        }
+    }
 }
 
 /// A ledger entry with what only the cloud itself sees.

@@ -35,7 +35,7 @@ use diesel::PgConnection;
 
 use crate::providers::sim::error::SimError;
 use crate::providers::sim::file::{parse_rng, sim_instances, sim_meta, to_i64, Row, RNG_KEY};
-use crate::providers::sim::records::{Batch, Record, RngPosition};
+use crate::providers::sim::records::{Batch, Record, RngPosition, Values};
 use crate::store::db::POSTGRES_IDLE_IN_TRANSACTION;
 
 /// How long past its due time an instance's start or its agent's check-in
@@ -251,9 +251,10 @@ fn read_since(conn: &mut PgConnection, seen: i64) -> QueryResult<(Update, i64)> 
             break;
         }
     }
+    let mut values = Values::default();
     let records = rows
         .into_iter()
-        .map(|(row, _)| row.into_record())
+        .map(|(row, _)| row.into_record(&mut values))
         .collect::<Result<Vec<_>, String>>()
         .map_err(|e| diesel::result::Error::DeserializationError(e.into()))?;
     let rng = sim_meta::table

@@ -661,7 +661,7 @@ async fn an_untracked_instance_runs_without_an_agent_and_is_reported() {
     );
     let entry = cloud.ledger().remove(0);
     assert_eq!(
-        (entry.agent, entry.client_token, entry.zone.as_str()),
+        (entry.agent, entry.client_token, &*entry.zone),
         (AgentState::None, None, "sim-b")
     );
     assert!(matches!(
