@@ -89,19 +89,17 @@ pub fn plan_reconciliation(
     machines: &[MachineSummary],
     instances: &[ListedInstance],
 ) -> ReconciliationPlan {
-    let by_id: HashMap<MachineId, &MachineSummary> = machines.iter().map(|m| (m.id, m)).collect();
-    let recorded: HashSet<&str> = machines
-        .iter()
-        .filter_map(|m| m.instance_id.as_deref())
-        .collect();
+    let by_id = ById::of(machines);
+    let mut recorded: HashSet<&str> = HashSet::with_capacity(machines.len());
+    recorded.extend(machines.iter().filter_map(|m| m.instance_id.as_deref()));
     let mut plan = ReconciliationPlan::default();
-    let mut live: HashMap<&str, &ListedInstance> = HashMap::new();
+    let mut live: HashMap<&str, &ListedInstance> = HashMap::with_capacity(instances.len());
     for instance in instances.iter().filter(|i| !i.state.is_gone()) {
         live.insert(instance.id.as_str(), instance);
         if recorded.contains(instance.id.as_str()) {
             continue;
         }
-        let claim = instance.machine.and_then(|m| by_id.get(&m));
+        let claim = instance.machine.and_then(|m| by_id.get(m));
         match claim {
             Some(machine)
                 if machine.instance_id.is_none()
@@ -140,6 +138,39 @@ pub fn plan_reconciliation(
     plan.readdressed.sort_by_key(|(id, _, _)| *id);
     plan.strays.sort();
     plan
+}
+
+/// Machines found by id: in the slice itself when it is in id order (as
+/// the store reads them), else through a map. With a million machines,
+/// the map was 64 MB held through the comparison.
+enum ById<'a> {
+    InOrder(&'a [MachineSummary]),
+    Mapped(HashMap<MachineId, &'a MachineSummary>),
+}
+
+impl<'a> ById<'a> {
+    fn of(machines: &'a [MachineSummary]) -> ById<'a> {
+        if machines.is_sorted_by_key(|m| m.id) {
+            ById::InOrder(machines)
+        } else {
+            ById::Mapped(machines.iter().map(|m| (m.id, m)).collect())
+        }
+    }
+
+    /// The machine `id` (the last of that id, if several, as a map
+    /// keeps).
+    fn get(&self, id: MachineId) -> Option<&'a MachineSummary> {
+        match self {
+            ById::InOrder(machines) => {
+                let after = machines.partition_point(|m| m.id <= id);
+                after
+                    .checked_sub(1)
+                    .and_then(|at| machines.get(at))
+                    .filter(|m| m.id == id)
+            }
+            ById::Mapped(map) => map.get(&id).copied(),
+        }
+    }
 }
 
 /// The strays of a periodic reconciliation, while the engine runs: as
@@ -447,6 +478,22 @@ mod tests {
             prop_assert_eq!(
                 of(periodic_strays(&read, &deciding)),
                 of(periodic_strays(&machines, &instances))
+            );
+        }
+
+        #[test]
+        fn the_plan_is_the_same_whatever_order_the_machines_come_in(
+            (machines, instances) in world()
+        ) {
+            // In id order, the machines are found in the list itself;
+            // in any other, through a map.
+            let mut in_order = machines.clone();
+            in_order.sort_by_key(|m| m.id);
+            let mut reversed = in_order.clone();
+            reversed.reverse();
+            prop_assert_eq!(
+                plan_reconciliation(&in_order, &instances),
+                plan_reconciliation(&reversed, &instances)
             );
         }
 
