@@ -15,6 +15,7 @@ use crate::domain::machine::MachineState;
 use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::cores;
 use crate::store::db::Conn;
+use crate::store::machines::in_key_order;
 use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
     ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
@@ -555,7 +556,7 @@ fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
         .collect::<Result<Vec<_>, _>>()?;
     // NULL container numbers sort differently on the two backends; the
     // domain order is the one that counts.
-    machines.sort_by_key(|m| m.id);
+    in_key_order(&mut machines, |m| m.id);
     Ok(StatusSnapshot {
         revision,
         model: model.try_into()?,

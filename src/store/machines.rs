@@ -611,7 +611,7 @@ impl Store {
                 .into_iter()
                 .map(MachineRecord::try_from)
                 .collect::<Result<Vec<_>, _>>()?;
-            records.sort_by_key(|m| m.id);
+            in_key_order(&mut records, |m| m.id);
             Ok(records)
         })
     }
@@ -691,7 +691,7 @@ impl Store {
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            machines.sort_by_key(|m| m.record.id);
+            in_key_order(&mut machines, |m| m.record.id);
             Ok(machines)
         })
     }
@@ -883,8 +883,18 @@ fn summaries_of(
     let mut summaries = rows
         .map(|row| summary_of(row?))
         .collect::<Result<Vec<_>, StoreError>>()?;
-    summaries.sort_by_key(|m| m.id);
+    in_key_order(&mut summaries, |m| m.id);
     Ok(summaries)
+}
+
+/// Puts `list`, whose keys are unique (a table's key), in key order:
+/// with an unstable sort, which takes no buffer (a stable one takes half
+/// the list, 52 MB of a million machines' summaries), and none at all
+/// when the rows came in order, as they mostly do.
+pub(crate) fn in_key_order<T, K: Ord>(list: &mut [T], key: impl Fn(&T) -> K) {
+    if !list.is_sorted_by_key(&key) {
+        list.sort_unstable_by_key(key);
+    }
 }
 
 /// One row as a summary.
