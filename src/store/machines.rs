@@ -888,9 +888,9 @@ fn summaries_of(
 }
 
 /// Puts `list`, whose keys are unique (a table's key), in key order:
-/// with an unstable sort, which takes no buffer (a stable one takes half
-/// the list, 52 MB of a million machines' summaries), and none at all
-/// when the rows came in order, as they mostly do.
+/// with an unstable sort, which takes no buffer (a stable one takes a
+/// buffer of half the list), and none at all when the rows came in
+/// order, as they mostly do.
 pub(crate) fn in_key_order<T, K: Ord>(list: &mut [T], key: impl Fn(&T) -> K) {
     if !list.is_sorted_by_key(&key) {
         list.sort_unstable_by_key(key);

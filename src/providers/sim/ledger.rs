@@ -122,12 +122,12 @@ impl Ledger {
     /// A ledger holding `records` (read back from `backing`, in any
     /// order; of records with the same `seq`, the last is kept).
     pub fn new(mut records: Vec<Record>, backing: Backing) -> Ledger {
-        // In launch order (a shared ledger is read in the order of its
-        // rows' last changes), each indexed where it lies: the list read
+        // In launch order, each indexed where it lies: the list read
         // becomes the ledger's, so that a million records are not moved
-        // into a second list while the first is still held.
-        // (A stable sort takes a buffer of half the list, 120 MB with a
-        // million records: a file is read in launch order already.)
+        // into a second list while the first is still held. A file is
+        // read in launch order and is not sorted again (a stable sort
+        // takes a buffer of half the list, 120 MB of a million records);
+        // a shared ledger is read in the order of its rows' last changes.
         if !records.is_sorted_by_key(|r| r.seq) {
             records.sort_by_key(|r| r.seq);
         }

@@ -87,8 +87,8 @@ impl Serialize for Tags {
 
 /// One instance as the simulated cloud records it. Its zone, instance
 /// type and hardware are shared: a ledger keeps one copy of each value
-/// for all the instances that have it ([`Ledger`](super::ledger::Ledger)
-/// takes a record's copies for its own as it takes the record in).
+/// for all the instances that have it (the ledger takes a record's copies
+/// for its own as it takes the record in).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LedgerEntry {
     pub id: String,
@@ -156,8 +156,8 @@ pub(super) fn tagged_machine(tags: &Tags) -> Option<MachineId> {
 
 /// One copy of each zone, instance type and hardware that records hold.
 /// There are few of them (a zone's instances of one type mostly have the
-/// same hardware), and a million records each holding its own were
-/// 150 MB. Records are made with the kept copies, and a ledger makes the
+/// same hardware), and a million records each holding its own took
+/// 128 MB more. Records are made with the kept copies, and a ledger makes the
 /// records it takes in hold its own.
 #[derive(Default)]
 pub(super) struct Values {
