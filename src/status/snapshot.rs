@@ -16,14 +16,13 @@ use crate::domain::names::{ApplicationName, MachineId, UnitName};
 use crate::status::cores;
 use crate::store::db::Conn;
 use crate::store::machines::in_key_order;
+use crate::store::model::read_model;
 use crate::store::records::{stored, stored_optional};
 use crate::store::records::{
-    ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, ModelRow,
-    RelationRecord, UnitRecord, UnitRow,
+    ApplicationRecord, ApplicationRow, MachineRecord, MachineRow, ModelRecord, RelationRecord,
+    UnitRecord, UnitRow,
 };
-use crate::store::schema::{
-    applications, changes, log_head, machines, model, relations, units, zones,
-};
+use crate::store::schema::{applications, changes, log_head, machines, relations, units, zones};
 use crate::store::zones::ZoneRecord;
 use crate::store::{Entity, Store, StoreError};
 
@@ -287,11 +286,7 @@ fn read_delta(conn: &mut Conn, since: i64, most: usize) -> Result<Option<StatusD
     for (entity, id) in changed {
         match Entity::parse(&entity) {
             Some(Entity::Model) => {
-                let row: ModelRow = model::table
-                    .find(1)
-                    .select(ModelRow::as_select())
-                    .get_result(conn)?;
-                delta.model = Some(row.try_into()?);
+                delta.model = Some(read_model(conn)?);
             }
             Some(Entity::Machine) => {
                 machine_ids.push((stored::<MachineId>("machine id", &id)?, id))
@@ -438,10 +433,7 @@ fn read_machines_and_units(conn: &mut Conn, share: Share) -> Result<MachinesAndU
 /// `units` left empty).
 fn read_shown_rest(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
     let revision = head_revision(conn)?;
-    let model: ModelRow = model::table
-        .find(1)
-        .select(ModelRow::as_select())
-        .get_result(conn)?;
+    let model = read_model(conn)?;
     let applications = applications::table
         .select(ApplicationRow::as_select())
         .load(conn)?
@@ -459,7 +451,7 @@ fn read_shown_rest(conn: &mut Conn) -> Result<StatusDelta, StoreError> {
         .collect();
     Ok(StatusDelta {
         revision,
-        model: Some(model.try_into()?),
+        model: Some(model),
         applications,
         relations,
         ..StatusDelta::default()
@@ -523,10 +515,7 @@ fn in_snapshot<T>(
 
 fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
     let revision = head_revision(conn)?;
-    let model: ModelRow = model::table
-        .find(1)
-        .select(ModelRow::as_select())
-        .get_result(conn)?;
+    let model = read_model(conn)?;
     let machine_rows: Vec<MachineRow> = machines::table
         .select(MachineRow::as_select())
         .order((
@@ -559,7 +548,7 @@ fn read_snapshot(conn: &mut Conn) -> Result<StatusSnapshot, StoreError> {
     in_key_order(&mut machines, |m| m.id);
     Ok(StatusSnapshot {
         revision,
-        model: model.try_into()?,
+        model,
         machines,
         applications: application_rows
             .into_iter()

@@ -11,6 +11,15 @@ use crate::store::{ChangeKind, Conn, Entity, Store, StoreError};
 /// The model a fresh store starts with.
 pub const DEFAULT_MODEL_NAME: &str = "default";
 
+/// The model row, read on `conn`.
+pub(crate) fn read_model(conn: &mut Conn) -> Result<ModelRecord, StoreError> {
+    let row: ModelRow = model::table
+        .find(1)
+        .select(ModelRow::as_select())
+        .get_result(conn)?;
+    row.try_into()
+}
+
 /// Creates the model row on first open; later opens keep it.
 pub(crate) fn ensure_model(conn: &mut Conn) -> Result<(), StoreError> {
     let exists: i64 = model::table.count().get_result(conn)?;
@@ -42,13 +51,7 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn model(&self) -> Result<ModelRecord, StoreError> {
-        self.read(|conn| {
-            let row: ModelRow = model::table
-                .find(1)
-                .select(ModelRow::as_select())
-                .get_result(conn)?;
-            row.try_into()
-        })
+        self.read(read_model)
     }
 
     /// `set-model-constraints`: replaces the model constraints. Existing
