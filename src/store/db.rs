@@ -70,6 +70,101 @@ macro_rules! per_backend {
 }
 pub(crate) use per_backend;
 
+/// A statement of fixed text that SQLite prepares once per connection and
+/// keeps: `batch_execute` and `sql_query` have SQLite parse their text on
+/// every call, which the writer's savepoint around each operation did
+/// hundreds of thousands of times in a large deploy.
+macro_rules! kept_sqlite_statement {
+    ($(#[$doc:meta])* $name:ident = $sql:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, diesel::query_builder::QueryId)]
+        pub(crate) struct $name;
+
+        impl diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite> for $name {
+            fn walk_ast<'b>(
+                &'b self,
+                mut out: diesel::query_builder::AstPass<'_, 'b, diesel::sqlite::Sqlite>,
+            ) -> QueryResult<()> {
+                out.push_sql($sql);
+                Ok(())
+            }
+        }
+
+        impl RunQueryDsl<SqliteConnection> for $name {}
+    };
+}
+pub(crate) use kept_sqlite_statement;
+
+/// The sizes of the multi-row inserts [`insert_in_kept_sizes`] makes on
+/// SQLite, the largest first (then single rows).
+const LARGE_INSERT: usize = 256;
+const SMALL_INSERT: usize = 16;
+
+/// Inserts `rows` into `table` on SQLite in inserts of [`LARGE_INSERT`]
+/// rows, then [`SMALL_INSERT`], then one, whose statements the connection
+/// keeps prepared. A multi-row insert of any other size is a statement of
+/// its own, which SQLite parses afresh: the change log's rows were parsed
+/// on every commit of the writer, 10 % of its time in a deploy of 100,000
+/// units, 7.6 % in these sizes.
+///
+/// # Errors
+///
+/// The database's.
+pub(crate) fn insert_in_kept_sizes<T, R>(
+    conn: &mut SqliteConnection,
+    table: T,
+    rows: Vec<R>,
+) -> Result<(), StoreError>
+where
+    T: diesel::Table + Copy,
+    [R; LARGE_INSERT]: Insertable<T>,
+    [R; SMALL_INSERT]: Insertable<T>,
+    [R; 1]: Insertable<T>,
+    diesel::query_builder::InsertStatement<T, <[R; LARGE_INSERT] as Insertable<T>>::Values>:
+        diesel::query_dsl::methods::ExecuteDsl<SqliteConnection>,
+    diesel::query_builder::InsertStatement<T, <[R; SMALL_INSERT] as Insertable<T>>::Values>:
+        diesel::query_dsl::methods::ExecuteDsl<SqliteConnection>,
+    diesel::query_builder::InsertStatement<T, <[R; 1] as Insertable<T>>::Values>:
+        diesel::query_dsl::methods::ExecuteDsl<SqliteConnection>,
+{
+    let mut left = rows.len();
+    let mut rows = rows.into_iter();
+    while left > 0 {
+        left -= if left >= LARGE_INSERT {
+            insert_exactly::<T, R, LARGE_INSERT>(conn, table, &mut rows)?
+        } else if left >= SMALL_INSERT {
+            insert_exactly::<T, R, SMALL_INSERT>(conn, table, &mut rows)?
+        } else {
+            insert_exactly::<T, R, 1>(conn, table, &mut rows)?
+        };
+    }
+    Ok(())
+}
+
+/// Inserts the next `N` of `rows` (there must be as many) into `table` in
+/// one statement; returns `N`.
+fn insert_exactly<T, R, const N: usize>(
+    conn: &mut SqliteConnection,
+    table: T,
+    rows: &mut impl Iterator<Item = R>,
+) -> Result<usize, StoreError>
+where
+    T: diesel::Table,
+    [R; N]: Insertable<T>,
+    diesel::query_builder::InsertStatement<T, <[R; N] as Insertable<T>>::Values>:
+        diesel::query_dsl::methods::ExecuteDsl<SqliteConnection>,
+{
+    let chunk: Vec<R> = rows.take(N).collect();
+    let chunk = <[R; N]>::try_from(chunk).map_err(|short| {
+        StoreError::Invariant(format!("{} rows left for an insert of {N}", short.len()))
+    })?;
+    diesel::query_dsl::methods::ExecuteDsl::execute(
+        diesel::insert_into(table).values(chunk),
+        conn,
+    )?;
+    Ok(N)
+}
+
 /// `column IN (...)` over a list of keys, as a filter the connection keeps
 /// prepared. diesel's own list (`eq_any`) is fine on PostgreSQL, where it
 /// is one array bound to `= ANY(...)`; on SQLite it is one `?` per key,
@@ -388,6 +483,7 @@ pub fn run_migrations(conn: &mut Conn) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::schema::changes;
     use crate::store::Store;
 
     #[test]
@@ -481,6 +577,65 @@ mod tests {
             .unwrap();
         assert!(indexes.is_empty(), "no index beside the table: {indexes:?}");
         assert_eq!(keyed_by_revision, 3, "each change's row id is its revision");
+    }
+
+    /// A change-log row for [`insert_in_kept_sizes`]'s tests.
+    fn change_row(
+        revision: i64,
+    ) -> (
+        diesel::dsl::Eq<changes::revision, i64>,
+        diesel::dsl::Eq<changes::entity_id, String>,
+        diesel::dsl::Eq<changes::at_ms, i64>,
+    ) {
+        (
+            changes::revision.eq(revision),
+            changes::entity_id.eq(revision.to_string()),
+            changes::at_ms.eq(revision * 10),
+        )
+    }
+
+    #[test]
+    fn rows_inserted_in_kept_sizes_are_every_row_once_in_order() {
+        let mut conn = SqliteConnection::establish(":memory:").unwrap();
+        conn.batch_execute(
+            "CREATE TABLE changes (revision INTEGER PRIMARY KEY, entity TEXT NOT NULL DEFAULT 'machine', \
+             entity_id TEXT NOT NULL, change TEXT NOT NULL DEFAULT 'updated', detail TEXT NOT NULL DEFAULT '', \
+             origin TEXT NOT NULL DEFAULT 'user', at_ms BIGINT NOT NULL)",
+        )
+        .unwrap();
+        let mut next = 1;
+        // Around each size, and sizes that take all three.
+        for count in [0, 1, 15, 16, 17, 255, 256, 257, 273, 529] {
+            let rows: Vec<_> = (next..next + count).map(change_row).collect();
+            insert_in_kept_sizes(&mut conn, changes::table, rows).unwrap();
+            next += count;
+        }
+        let written: Vec<(i64, String, i64)> = changes::table
+            .select((changes::revision, changes::entity_id, changes::at_ms))
+            .order(changes::revision)
+            .load(&mut conn)
+            .unwrap();
+        let expected: Vec<(i64, String, i64)> =
+            (1..next).map(|r| (r, r.to_string(), r * 10)).collect();
+        assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn an_insert_of_more_rows_than_are_left_is_refused_and_writes_nothing() {
+        let mut conn = SqliteConnection::establish(":memory:").unwrap();
+        conn.batch_execute(
+            "CREATE TABLE changes (revision INTEGER PRIMARY KEY, entity_id TEXT NOT NULL, at_ms BIGINT NOT NULL)",
+        )
+        .unwrap();
+        let mut three = (1..=3).map(change_row);
+        let err = insert_exactly::<_, _, SMALL_INSERT>(&mut conn, changes::table, &mut three)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("3 rows left for an insert of 16"),
+            "{err}"
+        );
+        let written: i64 = changes::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(written, 0);
     }
 
     #[test]

@@ -442,11 +442,14 @@ pub(super) fn agent_connect_tx(
     policy: &Policy,
 ) -> Result<CheckIn, StoreError> {
     tx.set_origin(Origin::Agent);
-    let row: Option<MachineRow> = machines::table
-        .find(id.to_string())
+    let key = id.to_string();
+    // On each backend's own connection: through `Conn` the statement's
+    // text is written out afresh on every call, and every agent checks in.
+    let row: Option<MachineRow> = per_backend!(tx.conn, c => machines::table
+        .find(&key)
         .select(MachineRow::as_select())
-        .get_result(tx.conn)
-        .optional()?;
+        .get_result(c)
+        .optional()?);
     match check_in_step(row, id, one_time_password, policy, tx.now_ms) {
         CheckInStep::Answer(answer) => answer,
         CheckInStep::Save {

@@ -37,7 +37,9 @@ use crate::domain::zones::ZoneCensus;
 use crate::store::census::ZoneChosen;
 use crate::store::change_log::{now_ms, ChangeKind, Entity, Origin};
 use crate::store::checkpointer::{self, Nudge};
-use crate::store::db::{per_backend, Conn, Manager, ROWS_PER_INSERT};
+use crate::store::db::{
+    insert_in_kept_sizes, kept_sqlite_statement, Conn, Manager, ROWS_PER_INSERT,
+};
 use crate::store::error::StoreError;
 use crate::store::lifecycle::{Applied, CheckIn};
 use crate::store::schema::{changes, log_head};
@@ -599,34 +601,81 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
 /// next. diesel's own savepoint per operation took two round trips.
 const OPERATION_SAVEPOINT: &str = "berth_operation";
 
+kept_sqlite_statement!(
+    /// Opens the operation's savepoint, on SQLite.
+    OpenOperation = "SAVEPOINT berth_operation"
+);
+kept_sqlite_statement!(
+    /// Releases the last operation's savepoint, on SQLite.
+    ReleaseOperation = "RELEASE SAVEPOINT berth_operation"
+);
+kept_sqlite_statement!(
+    /// Undoes the operation's writes, keeping its savepoint open, on
+    /// SQLite.
+    UndoOperation = "ROLLBACK TO SAVEPOINT berth_operation"
+);
+
+/// A step of the savepoint each operation of a batch runs in.
+#[derive(Clone, Copy)]
+enum OperationStep {
+    /// The batch's first operation begins.
+    Open,
+    /// The last operation's writes stand; the next begins.
+    Next,
+    /// The operation's writes are undone; the savepoint stays open for the
+    /// next.
+    Undo,
+}
+
+/// Takes `step` of the operations' savepoint: on SQLite with statements
+/// the connection keeps prepared, on PostgreSQL in one round trip (which
+/// for [`OperationStep::Open`] first takes the writers' turn).
+fn operation_savepoint(conn: &mut Conn, step: OperationStep) -> Result<(), StoreError> {
+    use diesel::connection::SimpleConnection;
+    match conn {
+        Conn::Sqlite(c) => {
+            match step {
+                OperationStep::Open => OpenOperation.execute(c)?,
+                OperationStep::Next => {
+                    ReleaseOperation.execute(c)?;
+                    OpenOperation.execute(c)?
+                }
+                OperationStep::Undo => UndoOperation.execute(c)?,
+            };
+        }
+        Conn::Postgres(c) => {
+            let open = format!("SAVEPOINT {OPERATION_SAVEPOINT}");
+            let sql = match step {
+                // Several controllers' writers take their turns before
+                // touching any row. Without it, two batches that both touch
+                // a machine (a check-in through one, a save by its holder)
+                // and then both need `log_head` deadlock; PostgreSQL breaks
+                // each deadlock by failing one operation, and the two
+                // batches went on failing each other's operations for
+                // minutes. The lock also makes the zone census one
+                // controller's at a time.
+                OperationStep::Open => {
+                    format!("SELECT pg_advisory_xact_lock({WRITERS_LOCK}); {open}")
+                }
+                OperationStep::Next => format!("RELEASE SAVEPOINT {OPERATION_SAVEPOINT}; {open}"),
+                OperationStep::Undo => format!("ROLLBACK TO SAVEPOINT {OPERATION_SAVEPOINT}"),
+            };
+            c.batch_execute(&sql)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs every job of the batch in one transaction and appends their
 /// change-log entries. Returns the new head revision if the log grew.
 fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i64>, StoreError> {
-    use diesel::connection::SimpleConnection;
     let now = now_ms();
     conn.transaction::<_, StoreError, _>(|conn| {
-        let open = format!("SAVEPOINT {OPERATION_SAVEPOINT}");
-        let next = format!("RELEASE SAVEPOINT {OPERATION_SAVEPOINT}; {open}");
-        let undo = format!("ROLLBACK TO SAVEPOINT {OPERATION_SAVEPOINT}");
-        match conn {
-            // Several controllers' writers take their turns before touching
-            // any row. Without it, two batches that both touch a machine
-            // (a check-in through one, a save by its holder) and then both
-            // need `log_head` deadlock; PostgreSQL breaks each deadlock by
-            // failing one operation, and the two batches went on failing
-            // each other's operations for minutes. The lock also makes the
-            // zone census one controller's at a time.
-            Conn::Postgres(c) => {
-                c.batch_execute(&format!(
-                    "SELECT pg_advisory_xact_lock({WRITERS_LOCK}); {open}"
-                ))?;
-            }
-            Conn::Sqlite(c) => c.batch_execute(&open)?,
-        }
+        operation_savepoint(conn, OperationStep::Open)?;
         let mut pending = Vec::new();
         let mut census = None;
         let (done, mut savepoint_used) = match conn {
-            Conn::Postgres(_) => gather(conn, now, batch, &mut pending, &mut census, &undo)?,
+            Conn::Postgres(_) => gather(conn, now, batch, &mut pending, &mut census)?,
             Conn::Sqlite(_) => (vec![false; batch.len()], false),
         };
         for (job, done) in batch.iter_mut().zip(done) {
@@ -634,7 +683,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
                 continue;
             }
             if savepoint_used {
-                conn.batch_execute(&next)?;
+                operation_savepoint(conn, OperationStep::Next)?;
             }
             let mark = pending.len();
             let ran = job.run(&mut Tx {
@@ -650,7 +699,7 @@ fn commit_batch(conn: &mut Conn, batch: &mut [Box<dyn Job>]) -> Result<Option<i6
                 census = None;
                 // Undoes the operation's writes and keeps the savepoint
                 // open for the next one.
-                conn.batch_execute(&undo)?;
+                operation_savepoint(conn, OperationStep::Undo)?;
             }
         }
         append_changes(conn, now, pending)
@@ -673,9 +722,7 @@ fn gather(
     batch: &mut [Box<dyn Job>],
     pending: &mut Vec<PendingChange>,
     census: &mut Option<ZoneCensus>,
-    undo: &str,
 ) -> Result<(Vec<bool>, bool), StoreError> {
-    use diesel::connection::SimpleConnection;
     let mut outcomes: Vec<Option<Gathered>> = Vec::new();
     outcomes.resize_with(batch.len(), || None);
     let mut tx = Tx {
@@ -713,7 +760,7 @@ fn gather(
         log::warn!("store writer: cannot write machines together ({e}); writing each alone");
         pending.clear();
         *census = None;
-        conn.batch_execute(undo)?;
+        operation_savepoint(conn, OperationStep::Undo)?;
         return Ok((vec![false; batch.len()], false));
     }
     let wrote = !pending.is_empty();
@@ -746,6 +793,19 @@ fn of_kind<'b, T: OnMachine + ?Sized>(
         .unzip()
 }
 
+/// A change-log row as written: a tuple of columns and values rather than
+/// a derived `Insertable`, whose columns diesel takes on SQLite for ones
+/// that might be left to their defaults, and inserts row by row.
+type ChangeRow = (
+    diesel::dsl::Eq<changes::revision, i64>,
+    diesel::dsl::Eq<changes::entity, &'static str>,
+    diesel::dsl::Eq<changes::entity_id, String>,
+    diesel::dsl::Eq<changes::change, &'static str>,
+    diesel::dsl::Eq<changes::detail, String>,
+    diesel::dsl::Eq<changes::origin, &'static str>,
+    diesel::dsl::Eq<changes::at_ms, i64>,
+);
+
 fn append_changes(
     conn: &mut Conn,
     now: i64,
@@ -764,7 +824,7 @@ fn append_changes(
         .select(log_head::revision)
         .get_result(conn)?;
     let first = last - count + 1;
-    let rows: Vec<_> = pending
+    let rows: Vec<ChangeRow> = pending
         .into_iter()
         .zip(first..)
         .map(|(c, revision)| {
@@ -779,11 +839,16 @@ fn append_changes(
             )
         })
         .collect();
-    // Chunked so no statement exceeds SQLite's bound-parameter limit.
-    // Multi-row inserts are backend-specific in diesel, hence the match.
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let insert = diesel::insert_into(changes::table).values(chunk);
-        per_backend!(conn, c => insert.execute(c)?);
+    match conn {
+        Conn::Sqlite(c) => insert_in_kept_sizes(c, changes::table, rows)?,
+        // Chunked so no statement exceeds the bound-parameter limit.
+        Conn::Postgres(c) => {
+            for chunk in rows.chunks(ROWS_PER_INSERT) {
+                diesel::insert_into(changes::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+        }
     }
     if let Conn::Postgres(c) = conn {
         // Delivered to the listeners when (and only if) this commits.
