@@ -76,6 +76,14 @@ const SCHEMA: &str = "
     );
 ";
 
+/// How many pages the ledger's write-ahead log holds before a commit
+/// copies them into the file (SQLite's default is 1,000). The cloud's
+/// writes come in bursts that change the same pages again and again (new
+/// instances go at the end of the table, and their states change soon
+/// after): a longer log copies each page once for many commits. At most
+/// 32 MiB of log on disk.
+const LEDGER_CHECKPOINT_PAGES: u32 = 8192;
+
 /// The `sim_meta` key of the generator's position (`seed:word_pos`).
 pub(super) const RNG_KEY: &str = "rng";
 
@@ -137,6 +145,7 @@ impl LedgerFile {
              PRAGMA locking_mode = EXCLUSIVE;
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
+             PRAGMA wal_autocheckpoint = {LEDGER_CHECKPOINT_PAGES};
              BEGIN EXCLUSIVE;
              COMMIT;",
             wait.as_millis()
