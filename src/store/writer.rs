@@ -613,11 +613,13 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
     conn.is_broken() || conn.ping().is_err()
 }
 
-/// The savepoint each operation of a batch runs in. One name serves every
-/// operation: between two operations a single round trip releases the last
-/// one's savepoint and opens the next (`RELEASE ...; SAVEPOINT ...`), and
-/// a failed operation's `ROLLBACK TO` leaves the savepoint open for the
-/// next. diesel's own savepoint per operation took two round trips.
+/// The savepoint each operation of a batch runs in (or each run of
+/// operations, see [`run_in_turn`]). One name serves every operation:
+/// between two operations the last one's savepoint is released and the
+/// next opened (`RELEASE ...; SAVEPOINT ...`, on PostgreSQL in a single
+/// round trip), and a failed operation's `ROLLBACK TO` leaves the savepoint
+/// open for the next. diesel's own savepoint per operation took two round
+/// trips. SQLite's statements below spell the same name.
 const OPERATION_SAVEPOINT: &str = "berth_operation";
 
 kept_sqlite_statement!(
