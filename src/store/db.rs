@@ -75,7 +75,7 @@ pub(crate) use per_backend;
 /// every call, which the writer's savepoint around each operation did
 /// hundreds of thousands of times in a large deploy.
 macro_rules! kept_sqlite_statement {
-    ($(#[$doc:meta])* $name:ident = $sql:literal) => {
+    ($(#[$doc:meta])* $name:ident = $sql:expr) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, diesel::query_builder::QueryId)]
         pub(crate) struct $name;

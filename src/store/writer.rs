@@ -619,21 +619,23 @@ fn connection_is_broken(conn: &mut Conn) -> bool {
 /// next opened (`RELEASE ...; SAVEPOINT ...`, on PostgreSQL in a single
 /// round trip), and a failed operation's `ROLLBACK TO` leaves the savepoint
 /// open for the next. diesel's own savepoint per operation took two round
-/// trips. SQLite's statements below spell the same name.
-const OPERATION_SAVEPOINT: &str = "berth_operation";
+/// trips.
+const OPEN_OPERATION: &str = "SAVEPOINT berth_operation";
+const RELEASE_OPERATION: &str = "RELEASE SAVEPOINT berth_operation";
+const UNDO_OPERATION: &str = "ROLLBACK TO SAVEPOINT berth_operation";
 
 kept_sqlite_statement!(
     /// Opens the operation's savepoint, on SQLite.
-    OpenOperation = "SAVEPOINT berth_operation"
+    OpenOperation = OPEN_OPERATION
 );
 kept_sqlite_statement!(
     /// Releases the last operation's savepoint, on SQLite.
-    ReleaseOperation = "RELEASE SAVEPOINT berth_operation"
+    ReleaseOperation = RELEASE_OPERATION
 );
 kept_sqlite_statement!(
     /// Undoes the operation's writes, keeping its savepoint open, on
     /// SQLite.
-    UndoOperation = "ROLLBACK TO SAVEPOINT berth_operation"
+    UndoOperation = UNDO_OPERATION
 );
 
 /// A step of the savepoint each operation of a batch runs in.
@@ -665,7 +667,6 @@ fn operation_savepoint(conn: &mut Conn, step: OperationStep) -> Result<(), Store
             };
         }
         Conn::Postgres(c) => {
-            let open = format!("SAVEPOINT {OPERATION_SAVEPOINT}");
             let sql = match step {
                 // Several controllers' writers take their turns before
                 // touching any row. Without it, two batches that both touch
@@ -676,10 +677,10 @@ fn operation_savepoint(conn: &mut Conn, step: OperationStep) -> Result<(), Store
                 // minutes. The lock also makes the zone census one
                 // controller's at a time.
                 OperationStep::Open => {
-                    format!("SELECT pg_advisory_xact_lock({WRITERS_LOCK}); {open}")
+                    format!("SELECT pg_advisory_xact_lock({WRITERS_LOCK}); {OPEN_OPERATION}")
                 }
-                OperationStep::Next => format!("RELEASE SAVEPOINT {OPERATION_SAVEPOINT}; {open}"),
-                OperationStep::Undo => format!("ROLLBACK TO SAVEPOINT {OPERATION_SAVEPOINT}"),
+                OperationStep::Next => format!("{RELEASE_OPERATION}; {OPEN_OPERATION}"),
+                OperationStep::Undo => UNDO_OPERATION.to_string(),
             };
             c.batch_execute(&sql)?;
         }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::domain::hardware::Hardware;
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::records::{AgentState, Batch, Change, Record, Values};
 use crate::providers::sim::shared::SharedLedger;
@@ -193,17 +192,6 @@ impl Ledger {
 
     pub fn next_seq(&self) -> u64 {
         self.next_seq
-    }
-
-    /// The kept copy of a zone's or an instance type's name, for a new
-    /// record.
-    pub fn shared_name(&mut self, name: &str) -> Arc<str> {
-        self.values.name(name)
-    }
-
-    /// The kept copy of `hardware`, for a new record.
-    pub fn shared_hardware(&mut self, hardware: Hardware) -> Arc<Hardware> {
-        self.values.hardware(hardware)
     }
 
     /// Every record, in launch order.

@@ -516,7 +516,7 @@ impl SimProvider {
             Some(t) => Hardware::of(t, zone, None),
             None => return Err(SimError::UnknownInstanceType(instance_type.to_string())),
         };
-        let (zone, instance_type) = (zone.to_string(), instance_type.to_string());
+        let (zone, instance_type): (Arc<str>, Arc<str>) = (zone.into(), instance_type.into());
         let now_ms = wall_ms();
         let tags = Tags::from(tags);
         let created = Arc::clone(&self.inner)
@@ -528,10 +528,10 @@ impl SimProvider {
                         id: id.clone(),
                         machine: tagged_machine(&tags),
                         tags,
-                        zone: state.ledger.shared_name(&zone),
-                        instance_type: state.ledger.shared_name(&instance_type),
+                        zone,
+                        instance_type,
                         state: InstanceState::Running,
-                        hardware: state.ledger.shared_hardware(hardware),
+                        hardware: Arc::new(hardware),
                         client_token: None,
                         host_instance: None,
                         launched_at_ms: now_ms,
@@ -767,9 +767,9 @@ impl LaunchPlan<'_> {
                         machine: tagged_machine(&tags),
                         tags,
                         zone,
-                        instance_type: state.ledger.shared_name(&request.instance_type),
+                        instance_type: request.instance_type.as_str().into(),
                         state: InstanceState::Pending,
-                        hardware: state.ledger.shared_hardware(hardware),
+                        hardware: Arc::new(hardware),
                         client_token: Some(request.client_token.clone()),
                         host_instance: request.host_instance,
                         launched_at_ms: self.now_ms,
@@ -830,7 +830,7 @@ impl LaunchPlan<'_> {
         self.check_luck(state)?;
         let hardware = Hardware::of(instance_type, zone, request.requirements.root_disk_mib);
         *self.extra_live.entry(zone.clone()).or_insert(0) += 1;
-        Ok((id, state.ledger.shared_name(zone), hardware))
+        Ok((id, zone.as_str().into(), hardware))
     }
 
     /// A container on `host`: the host must be a running instance.

@@ -157,8 +157,8 @@ pub(super) fn tagged_machine(tags: &Tags) -> Option<MachineId> {
 /// One copy of each zone, instance type and hardware that records hold.
 /// There are few of them (a zone's instances of one type mostly have the
 /// same hardware), and a million records each holding its own took
-/// 128 MB more. Records are made with the kept copies, and a ledger makes the
-/// records it takes in hold its own.
+/// 128 MB more. Records read back are made with the kept copies, and a
+/// ledger makes every record it takes in (a launch's too) hold its own.
 #[derive(Default)]
 pub(super) struct Values {
     names: HashSet<Arc<str>>,
@@ -168,22 +168,12 @@ pub(super) struct Values {
 impl Values {
     /// The kept copy of a zone's or an instance type's `name`.
     pub fn name(&mut self, name: &str) -> Arc<str> {
-        if let Some(kept) = self.names.get(name) {
-            return Arc::clone(kept);
-        }
-        let kept: Arc<str> = Arc::from(name);
-        self.names.insert(Arc::clone(&kept));
-        kept
+        kept_copy(&mut self.names, name, || Arc::from(name))
     }
 
     /// The kept copy of `hardware`.
     pub fn hardware(&mut self, hardware: Hardware) -> Arc<Hardware> {
-        if let Some(kept) = self.hardware.get(&hardware) {
-            return Arc::clone(kept);
-        }
-        let kept = Arc::new(hardware);
-        self.hardware.insert(Arc::clone(&kept));
-        kept
+        kept_copy(&mut self.hardware, &hardware, || Arc::new(hardware.clone()))
     }
 
     /// Makes `record` hold the kept copy of each of its shared values,
@@ -196,14 +186,24 @@ impl Values {
     }
 }
 
+/// The copy of `value` in `kept`, or a new one `make` makes, kept there.
+fn kept_copy<T: Eq + Hash + ?Sized>(
+    kept: &mut HashSet<Arc<T>>,
+    value: &T,
+    make: impl FnOnce() -> Arc<T>,
+) -> Arc<T> {
+    if let Some(copy) = kept.get(value) {
+        return Arc::clone(copy);
+    }
+    let copy = make();
+    kept.insert(Arc::clone(&copy));
+    copy
+}
+
 /// Replaces `value` by the copy of it in `kept`, or keeps it there.
 fn take_kept<T: Eq + Hash + ?Sized>(kept: &mut HashSet<Arc<T>>, value: &mut Arc<T>) {
-    match kept.get(&**value) {
-        Some(copy) => *value = Arc::clone(copy),
-        None => {
-            kept.insert(Arc::clone(value));
-        }
-    }
+    let copy = kept_copy(kept, value, || Arc::clone(value));
+    *value = copy;
 }
 
 /// A ledger entry with what only the cloud itself sees.
