@@ -895,10 +895,15 @@ async fn a_ledger_file_whose_instances_cannot_be_read_fails_every_call_that_need
     let path = dir.path().join("ledger.sqlite");
     let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
     assert!(cloud.launch(vec![request(0, "sim-a")]).await[0].is_ok());
+    // The dropped cloud lets go of its file from its own thread: wait for it
+    // as a second cloud opening the file would.
     drop(cloud);
     diesel::SqliteConnection::establish(&path.to_string_lossy())
         .unwrap()
-        .batch_execute("UPDATE sim_instances SET state = 'exploded'")
+        .batch_execute(
+            "PRAGMA busy_timeout = 10000;
+             UPDATE sim_instances SET state = 'exploded'",
+        )
         .unwrap();
 
     // The file opens; its instances are read behind, and found unreadable.
