@@ -53,16 +53,22 @@ diesel::table! {
     }
 }
 
+/// The ledger's tables. Instance ids and client tokens are unique, but the
+/// file keeps no index to say so: ids are random, so each launch would
+/// change a page of such an index at random, and every commit would write
+/// hundreds of them to the log. The cloud's own index refuses a second
+/// instance with either ([`super::ledger::Ledger`]), and a file read back
+/// with two is refused. (Ledgers made before keep their indexes.)
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS sim_instances (
         seq INTEGER PRIMARY KEY NOT NULL,
-        id TEXT NOT NULL UNIQUE,
+        id TEXT NOT NULL,
         tags TEXT NOT NULL,
         zone TEXT NOT NULL,
         instance_type TEXT NOT NULL,
         state TEXT NOT NULL,
         hardware TEXT NOT NULL,
-        client_token TEXT UNIQUE,
+        client_token TEXT,
         host_instance TEXT,
         agent_machine TEXT,
         one_time_password TEXT,
@@ -521,9 +527,9 @@ mod tests {
                 ..Batch::default()
             })
             .unwrap();
-        // The second row repeats an id: the whole transaction is refused.
+        // The second row repeats a `seq`: the whole transaction is refused.
         let err = opened.file.write(&Batch {
-            inserts: vec![record(1, "i-1"), record(2, "i-0")],
+            inserts: vec![record(1, "i-1"), record(0, "i-2")],
             ..Batch::default()
         });
         assert!(err.is_err());

@@ -160,6 +160,35 @@ impl Ledger {
         ledger
     }
 
+    /// An instance id or client token that two records hold, if any. The
+    /// cloud never makes two, and its ledger file keeps no index of its
+    /// own that would refuse them, so a file read back is checked here.
+    pub fn key_held_twice(&self) -> Option<String> {
+        let with_tokens = self
+            .by_seq
+            .iter()
+            .filter(|r| r.entry.client_token.is_some())
+            .count();
+        if self.ids.positions.len() == self.by_seq.len()
+            && self.tokens.positions.len() == with_tokens
+        {
+            return None;
+        }
+        let mut ids = std::collections::HashSet::new();
+        let mut tokens = std::collections::HashSet::new();
+        self.by_seq.iter().find_map(|r| {
+            if !ids.insert(r.entry.id.as_str()) {
+                return Some(format!(
+                    "instance id {} is held by two instances",
+                    r.entry.id
+                ));
+            }
+            let token = r.entry.client_token.as_deref()?;
+            (!tokens.insert(token))
+                .then(|| format!("client token {token} is held by two instances"))
+        })
+    }
+
     pub fn get(&self, id: &str) -> Option<&Record> {
         let at = self.ids.find(&self.by_seq, &self.hashes, id)?;
         self.by_seq.get(at)
@@ -446,6 +475,40 @@ mod tests {
         assert_eq!(ledger.get("i-3").map(|r| r.seq), Some(2));
         assert_eq!(ledger.get("i-4").map(|r| r.seq), None);
         assert_eq!(ledger.next_seq(), 3);
+    }
+
+    #[test]
+    fn an_id_or_token_held_by_two_records_is_named() {
+        let distinct = |n: u64| -> Vec<Record> {
+            (0..n)
+                .map(|seq| record(seq, &format!("i-{seq}"), "a", None))
+                .collect()
+        };
+        assert_eq!(
+            Ledger::new(distinct(100), Backing::Memory).key_held_twice(),
+            None
+        );
+        let mut untokened = distinct(100);
+        for r in &mut untokened {
+            r.entry.client_token = None;
+        }
+        assert_eq!(
+            Ledger::new(untokened, Backing::Memory).key_held_twice(),
+            None
+        );
+
+        let mut same_id = distinct(100);
+        same_id[57].entry.id = "i-12".into();
+        assert_eq!(
+            Ledger::new(same_id, Backing::Memory).key_held_twice(),
+            Some("instance id i-12 is held by two instances".to_string())
+        );
+        let mut same_token = distinct(100);
+        same_token[80].entry.client_token = Some("token-i-3".into());
+        assert_eq!(
+            Ledger::new(same_token, Backing::Memory).key_held_twice(),
+            Some("client token token-i-3 is held by two instances".to_string())
+        );
     }
 
     #[test]

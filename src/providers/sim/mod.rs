@@ -660,16 +660,21 @@ fn new_id(rng: &mut ChaCha8Rng, ledger: &Ledger, planned: &HashSet<String>) -> S
 ///
 /// # Errors
 ///
-/// As [`LedgerFile::read_records`].
+/// As [`LedgerFile::read_records`]; [`SimError::LedgerRead`] too if two
+/// of its instances hold one id or client token.
 fn read_ledger(mut file: LedgerFile) -> Result<Ledger, SimError> {
-    let shown = file.path().display().to_string();
+    let path = file.path().to_path_buf();
     let started = std::time::Instant::now();
     let records = file.read_records()?;
     let count = records.len();
     let read = started.elapsed();
     let ledger = Ledger::new(records, Backing::File(file));
+    if let Some(reason) = ledger.key_held_twice() {
+        return Err(SimError::LedgerRead { path, reason });
+    }
     log::debug!(
-        "simulated cloud: {count} instances read from {shown} in {:.1} ms, indexed in {:.1} ms",
+        "simulated cloud: {count} instances read from {} in {:.1} ms, indexed in {:.1} ms",
+        path.display(),
         read.as_secs_f64() * 1e3,
         (started.elapsed() - read).as_secs_f64() * 1e3,
     );

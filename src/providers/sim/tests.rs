@@ -921,6 +921,42 @@ async fn a_ledger_file_whose_instances_cannot_be_read_fails_every_call_that_need
     assert_eq!(cloud.ledger(), []);
 }
 
+#[tokio::test]
+async fn a_ledger_file_with_two_instances_of_one_id_is_refused_with_the_id() {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
+    let launched = cloud
+        .launch(vec![request(0, "sim-a"), request(1, "sim-a")])
+        .await;
+    let first = ok_id(&launched[0]);
+    assert!(launched[1].is_ok());
+    drop(cloud);
+    // The file has no index of its own that refuses a second instance
+    // with the same id.
+    diesel::SqliteConnection::establish(&path.to_string_lossy())
+        .unwrap()
+        .batch_execute(&format!(
+            "PRAGMA busy_timeout = 10000;
+             UPDATE sim_instances SET id = '{first}' WHERE seq = 1"
+        ))
+        .unwrap();
+
+    let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
+    let err = cloud.instances(CONTROLLER).await.unwrap_err();
+    assert_eq!(
+        err.message,
+        format!(
+            "cannot read the simulated cloud's ledger {}: instance id {first} is held by two instances",
+            path.display()
+        )
+    );
+    assert_eq!(cloud.ledger(), []);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_backed_cloud_works_on_a_multi_threaded_runtime() {
     let dir = tempfile::tempdir().unwrap();
