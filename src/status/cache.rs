@@ -11,8 +11,10 @@
 //!   ([`StatusCache::prepared`]; on SQLite, in shares read at once on
 //!   every core) while its provider opens;
 //! - [`keep_fresh`] brings it forward in the background a moment after the
-//!   log grows, so a request finds little left to read, and renders it once
-//!   the log is quiet, so the next request finds it rendered;
+//!   log grows (and once a second while it keeps growing: an entity that
+//!   changes several times in that second is read once), so a request
+//!   finds little left to read, and renders it once the log is quiet, so
+//!   the next request finds it rendered;
 //! - the rendered JSON is kept with its revision: a request whose revision
 //!   (the store's head when it arrives) is already rendered gets those
 //!   bytes at once, and requests that arrive while one renders wait for
@@ -52,6 +54,12 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// How often, at most, [`keep_fresh`] renders and gzips the status while
 /// the log keeps growing (and never more than a tenth of the time).
 const BUSY_RENDER_EVERY: Duration = Duration::from_secs(1);
+
+/// How often, at most, [`keep_fresh`] brings the document forward while
+/// the log keeps growing. A machine's changes in a deploy come a fraction
+/// of a second apart: brought forward every [`SETTLE`] or so, the document
+/// read most machines several times over.
+const BUSY_REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// The fewest changes after which the document is read whole again rather
 /// than entity by entity.
@@ -355,7 +363,8 @@ pub struct Fresh<'a> {
 }
 
 /// Keeps `shared`'s status document fresh: reads it at once, brings it
-/// forward a moment after the change log grows, and renders it (and
+/// forward a moment after the change log grows (at most once a second
+/// while it keeps growing), and renders it (and
 /// gzips it, once a client has asked for that) once the log has been
 /// quiet for that moment, so that the next request finds it ready. While
 /// the log keeps growing and clients take gzip, it also renders and gzips
@@ -369,6 +378,7 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
     };
     let mut rendered_at = Instant::now();
     let mut render_took = Duration::ZERO;
+    let mut refreshed_at: Option<Instant> = None;
     loop {
         let Some(current) = shared.upgrade() else {
             return;
@@ -378,7 +388,10 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
             store,
             cloud,
         } = parts(&current);
-        cache.refresh(store, cloud).await;
+        if refreshed_at.is_none_or(|at| at.elapsed() >= BUSY_REFRESH_EVERY) {
+            cache.refresh(store, cloud).await;
+            refreshed_at = Some(Instant::now());
+        }
         let quiet = tokio::time::timeout(SETTLE, head.changed()).await;
         let gzip_wanted = cache.gzip_wanted.load(Ordering::Relaxed);
         match quiet {
@@ -406,6 +419,7 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
                     log::warn!("cannot render the status: {e}");
                 }
                 rendered_at = Instant::now();
+                refreshed_at = None;
                 drop(current);
                 if head.changed().await.is_err() {
                     return;
