@@ -364,13 +364,13 @@ pub struct Fresh<'a> {
 
 /// Keeps `shared`'s status document fresh: reads it at once, brings it
 /// forward a moment after the change log grows (at most once a second
-/// while it keeps growing), and renders it (and
-/// gzips it, once a client has asked for that) once the log has been
-/// quiet for that moment, so that the next request finds it ready. While
-/// the log keeps growing and clients take gzip, it also renders and gzips
-/// every [`BUSY_RENDER_EVERY`] or so, so that the rendering after a long
-/// burst shares most of its segments with one already compressed. `parts`
-/// says where in `shared` the cache, store and cloud are.
+/// while it keeps growing), and renders it (and gzips it, once a client
+/// has asked for that) once the log has been quiet for that moment, so
+/// that the next request finds it ready. While the log keeps growing and
+/// clients take gzip, it also renders and gzips every
+/// [`BUSY_RENDER_EVERY`] or so, so that the rendering after a long burst
+/// shares most of its segments with one already compressed. `parts` says
+/// where in `shared` the cache, store and cloud are.
 /// Ends when the server has let go of `shared` or the store has stopped.
 pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
     let Some(mut head) = shared.upgrade().map(|s| parts(&s).store.watch_revision()) else {

@@ -11,7 +11,7 @@
 //! ledger's index also takes in what other clouds wrote
 //! ([`Ledger::absorb`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
@@ -174,8 +174,8 @@ impl Ledger {
         {
             return None;
         }
-        let mut ids = std::collections::HashSet::new();
-        let mut tokens = std::collections::HashSet::new();
+        let mut ids = HashSet::new();
+        let mut tokens = HashSet::new();
         self.by_seq.iter().find_map(|r| {
             if !ids.insert(r.entry.id.as_str()) {
                 return Some(format!(
