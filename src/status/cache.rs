@@ -407,6 +407,8 @@ pub async fn keep_fresh<S>(shared: Weak<S>, parts: fn(&S) -> Fresh<'_>) {
                     }
                     rendered_at = Instant::now();
                     render_took = rendered_at - started;
+                    // The rendering brought the document forward too.
+                    refreshed_at = Some(rendered_at);
                 }
             }
             Err(_) => {

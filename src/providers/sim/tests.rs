@@ -138,6 +138,19 @@ fn ok_id(result: &Result<Instance, ProviderError>) -> String {
     result.as_ref().unwrap().id.clone()
 }
 
+/// Runs `sql` on the ledger file at `path` behind the cloud's back. A
+/// dropped cloud lets go of its file from its own thread: this waits for
+/// it, as a second cloud opening the file would.
+fn edit_ledger_file(path: &std::path::Path, sql: &str) {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+
+    diesel::SqliteConnection::establish(&path.to_string_lossy())
+        .unwrap()
+        .batch_execute(&format!("PRAGMA busy_timeout = 10000; {sql}"))
+        .unwrap();
+}
+
 fn t3_large(zone: &str) -> Hardware {
     let catalogue = Catalogue::embedded().unwrap();
     Hardware::of(catalogue.get("t3.large").unwrap(), zone, None)
@@ -888,23 +901,12 @@ async fn a_cloud_dropped_with_work_in_flight_lets_go_of_its_ledger() {
 
 #[tokio::test]
 async fn a_ledger_file_whose_instances_cannot_be_read_fails_every_call_that_needs_them() {
-    use diesel::connection::SimpleConnection;
-    use diesel::Connection;
-
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
     let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
     assert!(cloud.launch(vec![request(0, "sim-a")]).await[0].is_ok());
-    // The dropped cloud lets go of its file from its own thread: wait for it
-    // as a second cloud opening the file would.
     drop(cloud);
-    diesel::SqliteConnection::establish(&path.to_string_lossy())
-        .unwrap()
-        .batch_execute(
-            "PRAGMA busy_timeout = 10000;
-             UPDATE sim_instances SET state = 'exploded'",
-        )
-        .unwrap();
+    edit_ledger_file(&path, "UPDATE sim_instances SET state = 'exploded'");
 
     // The file opens; its instances are read behind, and found unreadable.
     let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
@@ -923,9 +925,6 @@ async fn a_ledger_file_whose_instances_cannot_be_read_fails_every_call_that_need
 
 #[tokio::test]
 async fn a_ledger_file_with_two_instances_of_one_id_is_refused_with_the_id() {
-    use diesel::connection::SimpleConnection;
-    use diesel::Connection;
-
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
     let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
@@ -937,13 +936,10 @@ async fn a_ledger_file_with_two_instances_of_one_id_is_refused_with_the_id() {
     drop(cloud);
     // The file has no index of its own that refuses a second instance
     // with the same id.
-    diesel::SqliteConnection::establish(&path.to_string_lossy())
-        .unwrap()
-        .batch_execute(&format!(
-            "PRAGMA busy_timeout = 10000;
-             UPDATE sim_instances SET id = '{first}' WHERE seq = 1"
-        ))
-        .unwrap();
+    edit_ledger_file(
+        &path,
+        &format!("UPDATE sim_instances SET id = '{first}' WHERE seq = 1"),
+    );
 
     let cloud = SimProvider::open(SimConfig::default(), Some(path.clone())).unwrap();
     let err = cloud.instances(CONTROLLER).await.unwrap_err();
