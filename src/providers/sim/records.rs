@@ -63,13 +63,19 @@ impl Tags {
 
     /// The tags in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries().map(|(key, _, value)| (&**key, value))
+    }
+
+    /// Each key in order, with the value the shape gives it (if it gives
+    /// one) and its value.
+    fn entries(&self) -> impl Iterator<Item = (&Arc<str>, Option<&Arc<str>>, &str)> {
         let mut own = OwnValues(&self.own);
         self.shape.iter().map(move |(key, common)| {
             let value = match common {
                 Some(value) => &**value,
                 None => own.next().unwrap_or_default(),
             };
-            (&**key, value)
+            (key, common.as_ref(), value)
         })
     }
 
@@ -82,11 +88,11 @@ impl Tags {
             return;
         }
         let fits = self.shape.len() == other.shape.len()
-            && self.iter().zip(other.iter()).zip(other.shape.iter()).all(
-                |(((key, value), (their_key, their_value)), (_, common))| {
+            && self.iter().zip(other.entries()).all(
+                |((key, value), (their_key, common, their_value))| {
                     // A value the shape gives is the same; one it does
                     // not give differs, or sharing it would save more.
-                    key == their_key && common.is_some() == (value == their_value)
+                    key == &**their_key && common.is_some() == (value == their_value)
                 },
             );
         let shape = if fits {
@@ -109,15 +115,10 @@ impl Tags {
         let shape: Vec<(Arc<str>, Option<Arc<str>>)> = self
             .iter()
             .map(|(key, value)| {
-                let theirs = other
-                    .shape
-                    .iter()
-                    .zip(other.iter())
-                    .find(|(_, (their_key, _))| *their_key == key);
-                match theirs {
-                    Some(((their_key, common), (_, their_value))) => {
+                match other.entries().find(|(their_key, ..)| &***their_key == key) {
+                    Some((their_key, common, their_value)) => {
                         let common = (value == their_value)
-                            .then(|| common.clone().unwrap_or_else(|| Arc::from(value)));
+                            .then(|| common.cloned().unwrap_or_else(|| Arc::from(value)));
                         (Arc::clone(their_key), common)
                     }
                     None => (Arc::from(key), None),
