@@ -95,6 +95,19 @@ impl Tags {
                     key == &**their_key && common.is_some() == (value == their_value)
                 },
             );
+        let gives_the_same = || {
+            self.shape
+                .iter()
+                .map(|(_, common)| common.is_some())
+                .eq(other.shape.iter().map(|(_, common)| common.is_some()))
+        };
+        if fits && gives_the_same() {
+            // The same values are this record's own: only the shape
+            // changes (records read back share before the ledger takes
+            // them in).
+            self.shape = Arc::clone(&other.shape);
+            return;
+        }
         let shape = if fits {
             Arc::clone(&other.shape)
         } else {
@@ -406,6 +419,26 @@ mod tests {
             serde_json::to_string(&third).unwrap(),
             r#"{"Name":"berth-m-machine-22","berth-controller":"c-1","berth-machine":"22","berth-model":"m-1"}"#
         );
+    }
+
+    #[test]
+    fn a_record_shaped_alike_takes_the_shape_and_keeps_its_own_values() {
+        // Two runs shaped alike (as a ledger read back, then taken in).
+        let (first, mut second) = (launch("0"), launch("1"));
+        second.share_with(&first);
+        let (other_first, mut other_second) = (launch("0"), launch("1"));
+        other_second.share_with(&other_first);
+        let mut third = launch("2");
+        third.share_with(&other_second);
+        let own = third.own.as_ptr();
+        third.share_with(&second);
+        assert!(Arc::ptr_eq(&third.shape, &second.shape));
+        assert_eq!(
+            third.own.as_ptr(),
+            own,
+            "its own values are not copied again"
+        );
+        assert_eq!(third, launch("2"));
     }
 
     #[test]
