@@ -883,30 +883,24 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
             (
                 m.id.to_string(),
                 m.state,
-                m.instance_id.clone(),
-                m.zone.clone(),
-                m.addresses.clone(),
+                m.instance_id(),
+                m.zone(),
+                m.addresses(),
             )
         })
         .collect();
     assert_eq!(
         shown,
         vec![
-            ("0".into(), MachineState::Pending, None, None, String::new()),
+            ("0".into(), MachineState::Pending, None, None, ""),
             (
                 "1".into(),
                 MachineState::Started,
-                Some("i-1".into()),
-                Some("a".into()),
-                String::new()
+                Some("i-1"),
+                Some("a"),
+                ""
             ),
-            (
-                spare.to_string(),
-                MachineState::Pending,
-                None,
-                None,
-                String::new()
-            ),
+            (spare.to_string(), MachineState::Pending, None, None, ""),
         ]
     );
     // The same as the full records say.
@@ -915,10 +909,13 @@ async fn machine_summaries_show_what_a_reconciliation_needs(store: Store) {
         assert_eq!(summary.role, full.record.role);
         assert_eq!(summary.state, full.record.state());
         assert_eq!(
-            summary.instance_id,
-            full.record.machine.lifecycle.instance_id
+            summary.instance_id(),
+            full.record.machine.lifecycle.instance_id.as_deref()
         );
-        assert_eq!(summary.zone, full.record.machine.lifecycle.zone);
+        assert_eq!(
+            summary.zone(),
+            full.record.machine.lifecycle.zone.as_deref()
+        );
     }
 
     // Only the machines that record one of the instances or are named, in

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::hardware::Hardware;
 use crate::domain::names::MachineId;
+use crate::domain::texts::Texts;
 use crate::domain::words::word_enum;
 
 word_enum! {
@@ -69,31 +70,55 @@ pub struct Instance {
 /// reconciliation adopts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedInstance {
-    pub id: String,
     /// The machine named by the instance's `berth-machine` tag.
     pub machine: Option<MachineId>,
     pub state: InstanceState,
-    /// Its addresses, the preferred first, comma-separated (as a machine's
-    /// are stored).
-    pub addresses: String,
+    /// Its id and addresses.
+    texts: Texts<2>,
 }
 
 impl ListedInstance {
+    /// An instance listed with `id`, tagged for `machine`, in `state`, at
+    /// `addresses` (the preferred first, comma-separated).
+    pub fn new(
+        id: &str,
+        machine: Option<MachineId>,
+        state: InstanceState,
+        addresses: &str,
+    ) -> ListedInstance {
+        ListedInstance {
+            machine,
+            state,
+            texts: Texts::new([Some(id), Some(addresses)]),
+        }
+    }
+
     /// What a reconciliation compares of `instance`.
     pub fn of(instance: &Instance) -> ListedInstance {
-        ListedInstance {
-            id: instance.id.clone(),
-            machine: instance.machine,
-            state: instance.state,
-            addresses: instance.addresses.join(","),
-        }
+        ListedInstance::new(
+            &instance.id,
+            instance.machine,
+            instance.state,
+            &instance.addresses.join(","),
+        )
+    }
+
+    pub fn id(&self) -> &str {
+        self.texts.get(0).unwrap_or_default()
+    }
+
+    /// Its addresses, the preferred first, comma-separated (as a machine's
+    /// are stored).
+    pub fn addresses(&self) -> &str {
+        self.texts.get(1).unwrap_or_default()
     }
 
     /// Its addresses one by one, the preferred first.
     pub fn address_list(&self) -> Vec<String> {
-        if self.addresses.is_empty() {
+        let addresses = self.addresses();
+        if addresses.is_empty() {
             return Vec::new();
         }
-        self.addresses.split(',').map(str::to_string).collect()
+        addresses.split(',').map(str::to_string).collect()
     }
 }

@@ -17,5 +17,6 @@ pub mod machine;
 pub mod names;
 pub mod placement;
 pub mod reconcile;
+pub mod texts;
 pub mod words;
 pub mod zones;

@@ -28,6 +28,7 @@ use hashbrown::HashTable;
 use crate::domain::instance::{is_manual_instance, ListedInstance};
 use crate::domain::machine::{MachineRole, MachineState};
 use crate::domain::names::MachineId;
+use crate::domain::texts::Texts;
 
 /// What a reconciliation needs of a machine, and no more: a start-up
 /// with 100,000 machines reads this for each of them, and full records
@@ -37,11 +38,40 @@ pub struct MachineSummary {
     pub id: MachineId,
     pub state: MachineState,
     pub role: MachineRole,
-    pub instance_id: Option<String>,
-    pub zone: Option<String>,
+    /// Its instance id, zone and addresses.
+    texts: Texts<3>,
+}
+
+impl MachineSummary {
+    pub fn new(
+        id: MachineId,
+        state: MachineState,
+        role: MachineRole,
+        instance_id: Option<&str>,
+        zone: Option<&str>,
+        addresses: &str,
+    ) -> MachineSummary {
+        MachineSummary {
+            id,
+            state,
+            role,
+            texts: Texts::new([instance_id, zone, Some(addresses)]),
+        }
+    }
+
+    pub fn instance_id(&self) -> Option<&str> {
+        self.texts.get(0)
+    }
+
+    pub fn zone(&self) -> Option<&str> {
+        self.texts.get(1)
+    }
+
     /// Its instance's addresses as stored: comma-separated, the preferred
     /// first.
-    pub addresses: String,
+    pub fn addresses(&self) -> &str {
+        self.texts.get(2).unwrap_or_default()
+    }
 }
 
 /// What a comparison of the store with the provider's list found.
@@ -103,7 +133,7 @@ pub fn plan_reconciliation(
             continue;
         }
         let mut recorded = false;
-        for machine in recorders.of_instance(machines, &instance.id) {
+        for machine in recorders.of_instance(machines, instance.id()) {
             listed_at[machine] = at;
             recorded = true;
         }
@@ -113,22 +143,23 @@ pub fn plan_reconciliation(
         let claim = instance.machine.and_then(|m| by_id.get(m));
         match claim {
             Some(machine)
-                if machine.instance_id.is_none()
+                if machine.instance_id().is_none()
                     && may_have_unrecorded_launch(machine.state)
                     && !plan.adopt.contains_key(&machine.id) =>
             {
-                plan.adopt.insert(machine.id, instance.id.clone());
+                plan.adopt.insert(machine.id, instance.id().to_string());
             }
-            _ => plan.strays.push(instance.id.clone()),
+            _ => plan.strays.push(instance.id().to_string()),
         }
     }
     for (machine, at) in machines.iter().zip(listed_at) {
-        if let Some(instance) = machine.instance_id.as_deref() {
+        if let Some(instance) = machine.instance_id() {
             match instances.get(at) {
                 // An instance that reports no address keeps the last ones
                 // known.
                 Some(listed)
-                    if !listed.addresses.is_empty() && machine.addresses != listed.addresses =>
+                    if !listed.addresses().is_empty()
+                        && machine.addresses() != listed.addresses() =>
                 {
                     plan.readdressed.push((
                         machine.id,
@@ -166,13 +197,16 @@ struct Recorders {
 impl Recorders {
     fn of(machines: &[MachineSummary]) -> Recorders {
         let hashes = RandomState::new();
-        let recording = machines.iter().filter(|m| m.instance_id.is_some()).count();
+        let recording = machines
+            .iter()
+            .filter(|m| m.instance_id().is_some())
+            .count();
         let mut places = HashTable::with_capacity(recording);
         for (at, machine) in machines.iter().enumerate() {
-            if let Some(instance) = machine.instance_id.as_deref() {
+            if let Some(instance) = machine.instance_id() {
                 let hash = hashes.hash_one(instance);
                 places.insert_unique(hash, at, |&other| {
-                    hashes.hash_one(machines[other].instance_id.as_deref().unwrap_or_default())
+                    hashes.hash_one(machines[other].instance_id().unwrap_or_default())
                 });
             }
         }
@@ -189,7 +223,7 @@ impl Recorders {
         self.places
             .iter_hash(self.hashes.hash_one(instance))
             .copied()
-            .filter(move |&at| machines[at].instance_id.as_deref() == Some(instance))
+            .filter(move |&at| machines[at].instance_id() == Some(instance))
     }
 }
 
@@ -244,13 +278,13 @@ pub fn periodic_of(
 ) -> Vec<String> {
     let launching: HashSet<MachineId> = machines
         .iter()
-        .filter(|m| m.instance_id.is_none() && m.state == MachineState::Starting)
+        .filter(|m| m.instance_id().is_none() && m.state == MachineState::Starting)
         .map(|m| m.id)
         .collect();
     let in_flight: HashSet<&str> = instances
         .iter()
         .filter(|i| i.machine.is_some_and(|m| launching.contains(&m)))
-        .map(|i| i.id.as_str())
+        .map(|i| i.id())
         .collect();
     strays
         .into_iter()
@@ -271,14 +305,12 @@ pub fn deciding_strays(
     let wanted: HashSet<&str> = candidates.iter().map(String::as_str).collect();
     let claimed: HashSet<MachineId> = instances
         .iter()
-        .filter(|i| wanted.contains(i.id.as_str()))
+        .filter(|i| wanted.contains(i.id()))
         .filter_map(|i| i.machine)
         .collect();
     let deciding = instances
         .iter()
-        .filter(|i| {
-            wanted.contains(i.id.as_str()) || i.machine.is_some_and(|m| claimed.contains(&m))
-        })
+        .filter(|i| wanted.contains(i.id()) || i.machine.is_some_and(|m| claimed.contains(&m)))
         .cloned()
         .collect();
     (deciding, claimed.into_iter().collect())
@@ -292,23 +324,38 @@ mod tests {
     use std::collections::BTreeSet;
 
     fn machine(id: u64, state: MachineState, instance: Option<&str>) -> MachineSummary {
-        MachineSummary {
-            id: MachineId::new(id),
+        machine_at(id, state, instance, "")
+    }
+
+    /// A machine whose instance's stored addresses are `addresses`.
+    fn machine_at(
+        id: u64,
+        state: MachineState,
+        instance: Option<&str>,
+        addresses: &str,
+    ) -> MachineSummary {
+        MachineSummary::new(
+            MachineId::new(id),
             state,
-            role: MachineRole::Workload,
-            instance_id: instance.map(str::to_string),
-            zone: None,
-            addresses: String::new(),
-        }
+            MachineRole::Workload,
+            instance,
+            None,
+            addresses,
+        )
     }
 
     fn instance(id: &str, machine: Option<u64>, state: InstanceState) -> ListedInstance {
-        ListedInstance {
-            id: id.to_string(),
-            machine: machine.map(MachineId::new),
-            state,
-            addresses: String::new(),
-        }
+        instance_at(id, machine, state, "")
+    }
+
+    /// An instance listed at `addresses`.
+    fn instance_at(
+        id: &str,
+        machine: Option<u64>,
+        state: InstanceState,
+        addresses: &str,
+    ) -> ListedInstance {
+        ListedInstance::new(id, machine.map(MachineId::new), state, addresses)
     }
 
     #[test]
@@ -322,7 +369,7 @@ mod tests {
         ];
         assert_eq!(periodic_strays(&machines, &instances), ["i-b"]);
         let (deciding, named) = deciding_strays(&["i-b".to_string()], &instances);
-        let ids: Vec<&str> = deciding.iter().map(|i| i.id.as_str()).collect();
+        let ids: Vec<&str> = deciding.iter().map(|i| i.id()).collect();
         assert_eq!(ids, ["i-a", "i-b"]);
         assert_eq!(named, [MachineId::new(0)]);
         assert_eq!(periodic_strays(&machines, &deciding), ["i-b"]);
@@ -330,14 +377,17 @@ mod tests {
 
     #[test]
     fn an_instance_reported_at_other_addresses_readdresses_its_machine() {
-        let mut known = machine(0, MachineState::Started, Some("i-0"));
-        known.addresses = "10.0.0.5".into();
+        let known = machine_at(0, MachineState::Started, Some("i-0"), "10.0.0.5");
         let same = machine(1, MachineState::Started, Some("i-1"));
-        let mut listed = vec![
-            instance("i-0", Some(0), InstanceState::Running),
+        let listed = vec![
+            instance_at(
+                "i-0",
+                Some(0),
+                InstanceState::Running,
+                "203.0.113.9,10.0.0.5",
+            ),
             instance("i-1", Some(1), InstanceState::Running),
         ];
-        listed[0].addresses = "203.0.113.9,10.0.0.5".into();
         let plan = plan_reconciliation(&[known.clone(), same.clone()], &listed);
         assert_eq!(
             plan.readdressed,
@@ -348,7 +398,12 @@ mod tests {
             )]
         );
         // The same addresses, or none reported: nothing to record.
-        known.addresses = "203.0.113.9,10.0.0.5".into();
+        let known = machine_at(
+            0,
+            MachineState::Started,
+            Some("i-0"),
+            "203.0.113.9,10.0.0.5",
+        );
         assert!(plan_reconciliation(&[known, same], &listed)
             .readdressed
             .is_empty());
@@ -474,10 +529,7 @@ mod tests {
                 .enumerate()
                 .map(|(n, (state, instance, addresses))| {
                     let id = instance.map(|i| format!("i-{i}"));
-                    MachineSummary {
-                        addresses,
-                        ..machine(n as u64, state, id.as_deref())
-                    }
+                    machine_at(n as u64, state, id.as_deref(), &addresses)
                 })
                 .collect::<Vec<_>>()
         });
@@ -493,9 +545,8 @@ mod tests {
         .prop_map(|specs| {
             specs
                 .into_iter()
-                .map(|(i, (machine, state, addresses))| ListedInstance {
-                    addresses,
-                    ..instance(&format!("i-{i}"), machine, state)
+                .map(|(i, (machine, state, addresses))| {
+                    instance_at(&format!("i-{i}"), machine, state, &addresses)
                 })
                 .collect::<Vec<_>>()
         });
@@ -513,7 +564,7 @@ mod tests {
         for instance in live() {
             if machines
                 .iter()
-                .any(|m| m.instance_id.as_deref() == Some(instance.id.as_str()))
+                .any(|m| m.instance_id() == Some(instance.id()))
             {
                 continue;
             }
@@ -522,24 +573,25 @@ mod tests {
                 .rev()
                 .find(|m| Some(m.id) == instance.machine)
                 .filter(|m| {
-                    m.instance_id.is_none()
+                    m.instance_id().is_none()
                         && may_have_unrecorded_launch(m.state)
                         && !plan.adopt.contains_key(&m.id)
                 });
             match claim {
                 Some(machine) => {
-                    plan.adopt.insert(machine.id, instance.id.clone());
+                    plan.adopt.insert(machine.id, instance.id().to_string());
                 }
-                None => plan.strays.push(instance.id.clone()),
+                None => plan.strays.push(instance.id().to_string()),
             }
         }
         for machine in machines {
-            let Some(id) = machine.instance_id.as_deref() else {
+            let Some(id) = machine.instance_id() else {
                 continue;
             };
-            match live().rfind(|i| i.id == id) {
+            match live().rfind(|i| i.id() == id) {
                 Some(listed)
-                    if !listed.addresses.is_empty() && listed.addresses != machine.addresses =>
+                    if !listed.addresses().is_empty()
+                        && listed.addresses() != machine.addresses() =>
                 {
                     plan.readdressed
                         .push((machine.id, id.to_string(), listed.address_list()));
@@ -562,14 +614,14 @@ mod tests {
             (machines, instances) in world()
         ) {
             let owned: HashSet<&str> =
-                machines.iter().filter_map(|m| m.instance_id.as_deref()).collect();
+                machines.iter().filter_map(|m| m.instance_id()).collect();
             let plan = plan_reconciliation(&machines, &instances);
             for stray in plan.strays.iter().chain(&periodic_strays(&machines, &instances)) {
                 prop_assert!(!owned.contains(stray.as_str()), "{stray} is owned");
             }
             for (machine, adopted) in &plan.adopt {
                 let tagged: Vec<Option<MachineId>> =
-                    instances.iter().filter(|i| i.id == *adopted).map(|i| i.machine).collect();
+                    instances.iter().filter(|i| i.id() == adopted).map(|i| i.machine).collect();
                 prop_assert_eq!(tagged, vec![Some(*machine)]);
                 prop_assert!(!owned.contains(adopted.as_str()));
                 prop_assert!(!plan.strays.contains(adopted));
@@ -586,15 +638,15 @@ mod tests {
                 .iter()
                 .zip(pick.iter().chain(std::iter::repeat(&true)))
                 .filter(|(_, picked)| **picked)
-                .map(|(i, _)| i.id.clone())
+                .map(|(i, _)| i.id().to_string())
                 .collect();
             let (deciding, named) = deciding_strays(&candidates, &instances);
-            let ids: HashSet<&str> = deciding.iter().map(|i| i.id.as_str()).collect();
+            let ids: HashSet<&str> = deciding.iter().map(|i| i.id()).collect();
             let read: Vec<MachineSummary> = machines
                 .iter()
                 .filter(|m| {
                     named.contains(&m.id)
-                        || m.instance_id.as_deref().is_some_and(|i| ids.contains(i))
+                        || m.instance_id().is_some_and(|i| ids.contains(i))
                 })
                 .cloned()
                 .collect();
@@ -638,11 +690,11 @@ mod tests {
             (machines, instances) in world()
         ) {
             let owned: HashSet<&str> =
-                machines.iter().filter_map(|m| m.instance_id.as_deref()).collect();
+                machines.iter().filter_map(|m| m.instance_id()).collect();
             let plan = plan_reconciliation(&machines, &instances);
             let adopted: HashSet<&str> = plan.adopt.values().map(String::as_str).collect();
             for instance in instances.iter().filter(|i| !i.state.is_gone()) {
-                let id = instance.id.as_str();
+                let id = instance.id();
                 let places = [owned.contains(id), adopted.contains(id), plan.strays.iter().any(|s| s == id)];
                 prop_assert_eq!(places.iter().filter(|p| **p).count(), 1, "{}", id);
             }

@@ -515,7 +515,7 @@ impl Provisioner {
                 } else if vanished.contains(&id) {
                     lost.push(id);
                 } else if machine.state == MachineState::Started {
-                    act.host_ready(id, machine.instance_id.as_deref(), machine.zone.as_deref());
+                    act.host_ready(id, machine.instance_id(), machine.zone());
                 }
             }
             act.lose_instances(lost, ctx);
@@ -1052,7 +1052,7 @@ async fn confirm_strays(
         return Ok(candidates);
     }
     let (deciding, machine_ids) = deciding_strays(&candidates, instances);
-    let instance_ids: Vec<String> = deciding.iter().map(|i| i.id.clone()).collect();
+    let instance_ids: Vec<String> = deciding.iter().map(|i| i.id().to_string()).collect();
     let machines = shared
         .store
         .blocking(move |s| s.machine_summaries_of(&instance_ids, &machine_ids))

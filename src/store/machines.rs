@@ -899,12 +899,12 @@ pub(crate) fn in_key_order<T, K: Ord>(list: &mut [T], key: impl Fn(&T) -> K) {
 
 /// One row as a summary.
 fn summary_of(row: SummaryRow) -> Result<MachineSummary, StoreError> {
-    Ok(MachineSummary {
-        id: stored("machine id", &row.id)?,
-        state: stored("machine state", &row.state)?,
-        role: stored_role(&row.role)?,
-        instance_id: row.instance_id,
-        zone: row.zone,
-        addresses: row.addresses,
-    })
+    Ok(MachineSummary::new(
+        stored("machine id", &row.id)?,
+        stored("machine state", &row.state)?,
+        stored_role(&row.role)?,
+        row.instance_id.as_deref(),
+        row.zone.as_deref(),
+        &row.addresses,
+    ))
 }

@@ -1827,11 +1827,13 @@ impl Provider for SimProvider {
         &self,
         controller_uuid: &str,
     ) -> Result<Vec<ListedInstance>, ProviderError> {
-        self.listed(controller_uuid, |r| ListedInstance {
-            id: r.entry.id.clone(),
-            machine: r.entry.machine,
-            state: r.entry.state,
-            addresses: addresses_of(&r.entry.id).join(","),
+        self.listed(controller_uuid, |r| {
+            ListedInstance::new(
+                &r.entry.id,
+                r.entry.machine,
+                r.entry.state,
+                &addresses_of(&r.entry.id).join(","),
+            )
         })
         .await
     }
