@@ -9,6 +9,7 @@
 //! serve as map keys and in sorted status output.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -120,12 +121,17 @@ pub(crate) fn parse_number(s: &str) -> Option<u64> {
 ///
 /// Ids order numerically, host first and a host before its containers:
 /// `1 < 1/lxd/0 < 1/lxd/2 < 2 < 10`.
+///
+/// A container's number is at most 2^64 − 2 (the store keeps it in a
+/// signed 64-bit column, so below 2^63).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct MachineId {
     host: u64,
-    /// The lxd container's number on `host`; `None` for the host itself.
-    container: Option<u64>,
+    /// The lxd container's number on `host`, plus one; `None` for the
+    /// host itself. (Plus one, so that `None` takes no room of its own:
+    /// an id is 16 bytes, not 24, and a controller holds millions.)
+    container: Option<NonZeroU64>,
 }
 
 /// Why a string is not a machine id, in Juju's words.
@@ -151,10 +157,17 @@ impl MachineId {
     }
 
     /// The `k`-th lxd container on machine `host`: `host/lxd/k`.
+    ///
+    /// # Panics
+    ///
+    /// If `k` is 2^64 − 1, the one number a container cannot have.
     pub const fn lxd_container(host: u64, k: u64) -> MachineId {
-        MachineId {
-            host,
-            container: Some(k),
+        match NonZeroU64::new(k.wrapping_add(1)) {
+            Some(container) => MachineId {
+                host,
+                container: Some(container),
+            },
+            None => panic!("a container's number is at most 2^64 - 2"),
         }
     }
 
@@ -165,7 +178,7 @@ impl MachineId {
 
     /// The container's number on its host; `None` for a machine.
     pub fn container_number(&self) -> Option<u64> {
-        self.container
+        self.container.map(|k| k.get() - 1)
     }
 
     /// The machine hosting this container; `None` for a machine.
@@ -189,7 +202,7 @@ impl MachineId {
 
 impl fmt::Display for MachineId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.container {
+        match self.container_number() {
             None => write!(f, "{}", self.host),
             Some(k) => write!(f, "{}/{}/{}", self.host, ContainerType::Lxd, k),
         }
@@ -224,7 +237,7 @@ impl FromStr for MachineId {
             };
             let kind_ok = !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase());
             match (kind_ok, parse_number(number)) {
-                (true, Some(number)) => containers.push((*kind, number)),
+                (true, Some(number)) if number < u64::MAX => containers.push((*kind, number)),
                 _ => return Err(invalid()),
             }
         }
@@ -496,6 +509,21 @@ mod tests {
     }
 
     #[test]
+    fn container_numbers_go_up_to_two_to_the_64_less_two() {
+        let last = machine("1/lxd/18446744073709551614");
+        assert_eq!(last.container_number(), Some(u64::MAX - 1));
+        assert_eq!(last.to_string(), "1/lxd/18446744073709551614");
+        assert_eq!(machine("1/lxd/0").container_number(), Some(0));
+        assert_eq!(
+            machine_error("1/lxd/18446744073709551615"),
+            r#""1/lxd/18446744073709551615" is not a valid machine id"#
+        );
+        // An id is 16 bytes: a controller holds one for each of millions
+        // of machines, units and instances.
+        assert_eq!(std::mem::size_of::<MachineId>(), 16);
+    }
+
+    #[test]
     fn a_machine_has_no_parent_and_is_not_a_container() {
         let id = machine("3");
         assert_eq!(id.parent(), None);
@@ -697,7 +725,7 @@ mod tests {
     fn machine_ids() -> impl Strategy<Value = MachineId> {
         prop_oneof![
             any::<u64>().prop_map(MachineId::new),
-            (any::<u64>(), any::<u64>()).prop_map(|(h, k)| MachineId::lxd_container(h, k)),
+            (any::<u64>(), 0..u64::MAX).prop_map(|(h, k)| MachineId::lxd_container(h, k)),
         ]
     }
 

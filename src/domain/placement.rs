@@ -1095,7 +1095,7 @@ mod tests {
     fn placements() -> impl Strategy<Value = Placement> {
         let machine = prop_oneof![
             any::<u64>().prop_map(MachineId::new),
-            (any::<u64>(), any::<u64>()).prop_map(|(h, k)| MachineId::lxd_container(h, k)),
+            (any::<u64>(), 0..u64::MAX).prop_map(|(h, k)| MachineId::lxd_container(h, k)),
         ]
         .prop_map(Placement::Machine);
         let container = any::<Option<u64>>().prop_map(|host| Placement::NewContainer { host });
