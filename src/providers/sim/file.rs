@@ -206,7 +206,8 @@ impl LedgerFile {
         // exact size, and shares its tags with the record before it: with
         // a million instances, neither the rows, nor a list grown by
         // doubling, nor each record's own copy of the tags it has in
-        // common with the others (213 MB) are held beside the records.
+        // common with the others (about 210 MB) are held beside the
+        // records.
         let count: i64 = sim_instances::table
             .count()
             .get_result(&mut self.conn)
@@ -387,7 +388,7 @@ mod tests {
     use super::*;
     use crate::domain::instance::InstanceState;
     use crate::domain::names::MachineId;
-    use crate::providers::sim::records::Change;
+    use crate::providers::sim::records::{assert_shared_as_a_run, Change};
     use std::sync::Arc;
 
     fn record(seq: u64, id: &str) -> Record {
@@ -495,16 +496,9 @@ mod tests {
             .read_records()
             .unwrap();
         assert_eq!(read, written);
-        let tags: Vec<&Tags> = read.iter().map(|r| &r.entry.tags).collect();
-        let shared =
-            |a: &Tags, b: &Tags, key: &str| std::ptr::eq(a.get(key).unwrap(), b.get(key).unwrap());
-        // One copy of what records in a row have in common, as they are
-        // read: none for each record beside it until the ledger takes them.
-        assert!(shared(tags[1], tags[2], "berth-controller"));
-        assert!(shared(tags[2], tags[3], "berth-controller"));
-        assert!(shared(tags[1], tags[2], "berth-model"));
-        assert!(!shared(tags[2], tags[3], "berth-model"));
-        assert!(!shared(tags[1], tags[2], "berth-machine"));
+        // As they are read, records in a row hold one copy of what they
+        // have in common, not one each until the ledger takes them in.
+        assert_shared_as_a_run(std::array::from_fn(|i| &read[i].entry.tags));
     }
 
     /// The texts the connection newly kept prepared, in order.

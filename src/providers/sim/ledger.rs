@@ -387,7 +387,9 @@ mod tests {
     use crate::domain::instance::InstanceState;
     use std::collections::BTreeMap;
 
-    use crate::providers::sim::records::{tagged_machine, AgentState, LedgerEntry, Tags};
+    use crate::providers::sim::records::{
+        assert_shared_as_a_run, tagged_machine, AgentState, LedgerEntry, Tags,
+    };
 
     fn record(seq: u64, id: &str, zone: &str, host: Option<&str>) -> Record {
         Record {
@@ -615,14 +617,9 @@ mod tests {
             Backing::Memory,
         );
         let tags: Vec<&Tags> = ledger.records().map(|r| &r.entry.tags).collect();
-        let shared =
-            |a: &Tags, b: &Tags, key: &str| std::ptr::eq(a.get(key).unwrap(), b.get(key).unwrap());
         // The first of a run keeps its own copies; from the second on,
         // one copy of what they have in common serves all.
-        assert!(shared(tags[1], tags[2], "berth-controller"));
-        assert!(shared(tags[2], tags[3], "berth-controller"));
-        assert!(shared(tags[1], tags[2], "berth-model"));
-        assert!(!shared(tags[2], tags[3], "berth-model"));
+        assert_shared_as_a_run(std::array::from_fn(|i| tags[i]));
         // What each says is its own.
         let read: Vec<(Option<&str>, Option<&str>)> = tags
             .iter()

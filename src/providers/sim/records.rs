@@ -377,6 +377,22 @@ impl Batch {
     }
 }
 
+/// Asserts that the tags of four records in a row, the first three of one
+/// model and the last of another, each of its own machine, share what a
+/// run of launches shares: from the second on, one copy of the
+/// controller's tag, and of the model's while it stays the same; never the
+/// machine's.
+#[cfg(test)]
+pub(super) fn assert_shared_as_a_run(tags: [&Tags; 4]) {
+    let shared =
+        |a: &Tags, b: &Tags, key: &str| std::ptr::eq(a.get(key).unwrap(), b.get(key).unwrap());
+    assert!(shared(tags[1], tags[2], "berth-controller"));
+    assert!(shared(tags[2], tags[3], "berth-controller"));
+    assert!(shared(tags[1], tags[2], "berth-model"));
+    assert!(!shared(tags[2], tags[3], "berth-model"));
+    assert!(!shared(tags[1], tags[2], "berth-machine"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
