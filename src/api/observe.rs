@@ -98,7 +98,7 @@ pub async fn get_status(
         response.insert_header((header::VARY, "Accept-Encoding"));
         if accepts_gzip(&request) {
             response.insert_header((header::CONTENT_ENCODING, "gzip"));
-            InSlices::new(shared.status.get_gzip(store, cloud).await?)
+            InSlices::of(shared.status.get_gzip(store, cloud).await?.iter().cloned())
         } else {
             InSlices::of(shared.status.get(store, cloud).await?.pieces())
         }

@@ -65,6 +65,11 @@ const BUSY_REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// than entity by entity.
 const WHOLE_READ_AT_LEAST: usize = 4096;
 
+/// A rendering gzipped: one gzip member's bytes in order, in pieces that
+/// are its header, the rendering's segments deflated (shared with it, not
+/// copied) and its end.
+pub type Gzipped = Arc<[Bytes]>;
+
 /// The status document and its newest rendering, shared by every request.
 #[derive(Default)]
 pub struct StatusCache {
@@ -74,8 +79,9 @@ pub struct StatusCache {
     latest: Mutex<Option<(i64, Arc<Rendering>)>>,
     /// Held by whoever is bringing the document forward or rendering it.
     updating: tokio::sync::Mutex<()>,
-    /// The newest rendering gzipped, and the revision it reflects.
-    gzipped: Mutex<Option<(i64, Bytes)>>,
+    /// The newest rendering gzipped (in pieces: see [`Gzipped`]), and the
+    /// revision it reflects.
+    gzipped: Mutex<Option<(i64, Gzipped)>>,
     /// Held by whoever is compressing a rendering.
     compressing: tokio::sync::Mutex<()>,
     /// Whether any client has asked for the status gzipped.
@@ -185,12 +191,12 @@ impl StatusCache {
     }
 
     /// The status JSON as of the store's head (or later), as one gzip
-    /// member.
+    /// member (in pieces).
     ///
     /// # Errors
     ///
     /// The store's error if the state cannot be read.
-    pub async fn get_gzip(&self, store: &Store, cloud: &str) -> Result<Bytes, StoreError> {
+    pub async fn get_gzip(&self, store: &Store, cloud: &str) -> Result<Gzipped, StoreError> {
         self.gzip_wanted.store(true, Ordering::Relaxed);
         if let Some((_, member)) = kept_at_least(&self.gzipped, store.revision()) {
             return Ok(member);
@@ -210,7 +216,7 @@ impl StatusCache {
                 "status at revision {revision}: gzipped in {:.1} ms",
                 started.elapsed().as_secs_f64() * 1e3
             );
-            Ok(Bytes::from(member))
+            Ok(Gzipped::from(member))
         })
         .await?;
         keep_newer(&self.gzipped, revision, &member);

@@ -12,6 +12,7 @@
 //! refer back into the piece before it, which deflate allows but does not
 //! require).
 
+use actix_web::web::Bytes;
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 use crate::status::cores;
@@ -57,22 +58,20 @@ pub fn deflate_pieces(pieces: &[&[u8]], threads: usize) -> Vec<Vec<u8>> {
 }
 
 /// One gzip member of `deflated` pieces (each from [`deflate_pieces`], in
-/// the order of the data), whose data's CRC-32 and length `data` holds.
-pub fn member<'a>(
-    deflated: impl Iterator<Item = &'a [u8]> + Clone,
-    data: crc32fast::Hasher,
-) -> Vec<u8> {
-    let size: usize = deflated.clone().map(<[u8]>::len).sum();
-    let mut out = Vec::with_capacity(HEADER.len() + size + EMPTY_FINAL_BLOCK.len() + 8);
-    out.extend_from_slice(&HEADER);
-    for piece in deflated {
-        out.extend_from_slice(piece);
-    }
-    out.extend_from_slice(&EMPTY_FINAL_BLOCK);
+/// the order of the data), whose data's CRC-32 and length `data` holds:
+/// its bytes in order, the pieces themselves among them (not copied: with
+/// 100,000 machines, a member copied out of them was 4 MB more held,
+/// and copied again for each revision).
+pub fn member(deflated: impl Iterator<Item = Bytes>, data: crc32fast::Hasher) -> Vec<Bytes> {
+    let mut out = vec![Bytes::from_static(&HEADER)];
+    out.extend(deflated);
     let length = data.total_len();
-    out.extend_from_slice(&data.finalize().to_le_bytes());
+    let mut end = Vec::with_capacity(EMPTY_FINAL_BLOCK.len() + 8);
+    end.extend_from_slice(&EMPTY_FINAL_BLOCK);
+    end.extend_from_slice(&data.finalize().to_le_bytes());
     // ISIZE is the length modulo 2^32, as RFC 1952 has it.
-    out.extend_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
+    end.extend_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
+    out.push(Bytes::from(end));
     out
 }
 
@@ -132,7 +131,7 @@ mod tests {
         let deflated = deflate_pieces(&pieces, threads);
         let mut whole = crc32fast::Hasher::new();
         whole.update(data);
-        member(deflated.iter().map(Vec::as_slice), whole)
+        member(deflated.into_iter().map(Bytes::from), whole).concat()
     }
 
     /// A status-like document of `machines` entries.

@@ -147,10 +147,10 @@ impl Rendering {
         self.generation
     }
 
-    /// The JSON as one gzip member: the segments not yet deflated are
-    /// deflated now, on up to `threads` threads, and kept for the
-    /// renderings that share them.
-    pub fn gzip(&self, threads: usize) -> Vec<u8> {
+    /// The JSON as one gzip member, in pieces (its segments' among them):
+    /// the segments not yet deflated are deflated now, on up to `threads`
+    /// threads, and kept for the renderings that share them.
+    pub fn gzip(&self, threads: usize) -> Vec<Bytes> {
         let missing: Vec<&Segment> = self
             .segments
             .iter()
@@ -170,7 +170,7 @@ impl Rendering {
         let deflated = self
             .segments
             .iter()
-            .map(|(_, s)| s.deflated.get().map_or(&[][..], |d| &d[..]));
+            .map(|(_, s)| s.deflated.get().cloned().unwrap_or_default());
         gzip::member(deflated, whole)
     }
 }
@@ -380,7 +380,7 @@ mod tests {
             (2, b"\"c\":3}".to_vec()),
         ];
         let first = render(&before, None);
-        assert_eq!(gunzip(&first.gzip(2)), joined(&before));
+        assert_eq!(gunzip(&first.gzip(2).concat()), joined(&before));
         let mut after = before.clone();
         after[1].1 = b"\"b\":20,".to_vec();
         let second = render(&after, Some(&first));
@@ -399,7 +399,22 @@ mod tests {
             .map(|(_, s)| s.deflated.get().is_some())
             .collect();
         assert_eq!(deflated, [true, false, true]);
-        assert_eq!(gunzip(&second.gzip(1)), joined(&after));
+        assert_eq!(gunzip(&second.gzip(1).concat()), joined(&after));
+    }
+
+    #[test]
+    fn the_gzipped_member_holds_the_segments_deflated_not_copies() {
+        let parts = vec![(0, b"{\"a\":1,".to_vec()), (1, b"\"b\":2}".to_vec())];
+        let rendering = render(&parts, None);
+        let member = rendering.gzip(2);
+        // The header, each segment deflated, the end.
+        assert_eq!(member.len(), 4);
+        for (piece, (_, segment)) in member[1..3].iter().zip(&rendering.segments) {
+            let deflated = segment.deflated.get().expect("deflated");
+            assert_eq!(piece.as_ptr(), deflated.as_ptr());
+            assert_eq!(piece.len(), deflated.len());
+        }
+        assert_eq!(gunzip(&member.concat()), joined(&parts));
     }
 
     #[test]
@@ -414,7 +429,7 @@ mod tests {
     fn an_empty_rendering_is_an_empty_member() {
         let empty = render(&[], None);
         assert!(empty.is_empty());
-        assert_eq!(gunzip(&empty.gzip(2)), b"");
+        assert_eq!(gunzip(&empty.gzip(2).concat()), b"");
     }
 
     proptest! {
@@ -432,7 +447,7 @@ mod tests {
             for parts in runs {
                 let rendering = render(&parts, previous.as_ref());
                 prop_assert_eq!(rendering.to_vec(), joined(&parts));
-                prop_assert_eq!(gunzip(&rendering.gzip(threads)), joined(&parts));
+                prop_assert_eq!(gunzip(&rendering.gzip(threads).concat()), joined(&parts));
                 previous = Some(rendering);
             }
         }
