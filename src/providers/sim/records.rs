@@ -87,25 +87,15 @@ impl Tags {
         if Arc::ptr_eq(&self.shape, &other.shape) {
             return;
         }
-        let fits = self.shape.len() == other.shape.len()
-            && self.iter().zip(other.entries()).all(
-                |((key, value), (their_key, common, their_value))| {
-                    // A value the shape gives is the same; one it does
-                    // not give differs, or sharing it would save more.
-                    key == &**their_key && common.is_some() == (value == their_value)
-                },
-            );
-        let gives_the_same = || {
-            self.shape
-                .iter()
-                .map(|(_, common)| common.is_some())
-                .eq(other.shape.iter().map(|(_, common)| common.is_some()))
-        };
-        if fits && gives_the_same() {
-            // The same values are this record's own: only the shape
-            // changes (records read back share before the ledger takes
-            // them in).
-            self.shape = Arc::clone(&other.shape);
+        let fits = other.gives_what_it_has_in_common_with(self);
+        if self.gives_what_it_has_in_common_with(other) {
+            // Its own values stay as they are (records read back share
+            // before the ledger takes them in, and the first of a run
+            // gives nothing to share); it takes `other`'s shape when that
+            // gives the same.
+            if fits {
+                self.shape = Arc::clone(&other.shape);
+            }
             return;
         }
         let shape = if fits {
@@ -120,6 +110,19 @@ impl Tags {
                 .map(|((_, value), _)| value),
         );
         *self = Tags { shape, own };
+    }
+
+    /// Whether these tags' shape gives the values they have in common
+    /// with `other`, the same keys in the same order, and only those.
+    fn gives_what_it_has_in_common_with(&self, other: &Tags) -> bool {
+        self.shape.len() == other.shape.len()
+            && self.entries().zip(other.iter()).all(
+                |((key, common, value), (their_key, their_value))| {
+                    // A value the shape gives is the same; one it does
+                    // not give differs, or sharing it would save more.
+                    &**key == their_key && common.is_some() == (value == their_value)
+                },
+            )
     }
 
     /// A shape of these tags' keys that gives each value that is the same
@@ -455,6 +458,20 @@ mod tests {
             "its own values are not copied again"
         );
         assert_eq!(third, launch("2"));
+    }
+
+    #[test]
+    fn a_record_whose_shape_gives_what_is_common_keeps_it() {
+        // The second of a run, shared once, is shared again with the
+        // first (whose shape gives nothing): nothing is made anew.
+        let first = launch("0");
+        let mut second = launch("1");
+        second.share_with(&first);
+        let (shape, own) = (Arc::clone(&second.shape), second.own.as_ptr());
+        second.share_with(&first);
+        assert!(Arc::ptr_eq(&second.shape, &shape));
+        assert_eq!(second.own.as_ptr(), own);
+        assert_eq!(second, launch("1"));
     }
 
     #[test]
