@@ -1320,6 +1320,91 @@ async fn the_event_stream_resumes_from_a_revision_without_loss() {
     assert_eq!(events.revisions(1).await, [head + 2]);
 }
 
+/// Reads `response` (an event stream, as a client that decodes nothing
+/// itself gets it) into `out` through `decode` until what it holds ends
+/// with the frame of `revision`; returns it cut there.
+async fn read_stream_through(
+    response: &mut Response,
+    out: &mut dyn FnMut(&[u8]) -> Vec<u8>,
+    revision: i64,
+) -> Vec<u8> {
+    let needle = format!("id: {revision}\n");
+    loop {
+        let chunk = tokio::time::timeout(EVENT_WAIT, response.chunk())
+            .await
+            .expect("a piece within the wait")
+            .unwrap()
+            .expect("the stream to stay open");
+        let seen = out(&chunk);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(at) = text.find(&needle) {
+            if let Some(end) = text[at..].find("\n\n") {
+                return seen[..at + end + 2].to_vec();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_event_stream_is_gzipped_for_a_client_that_takes_gzip() {
+    use std::io::Write;
+
+    let app = spawn_app().await;
+    // More changes than one read of the log takes.
+    app.add_machines(&json!({"count": 300})).await;
+    let head = app.store().revision();
+    let client = reqwest::Client::builder().no_gzip().build().unwrap();
+    let open = |accept: &'static str| {
+        client
+            .get(app.url("/v1/events?since=0"))
+            .bearer_auth(&app.token)
+            .header("Accept-Encoding", accept)
+            .send()
+    };
+
+    let mut plain = open("identity").await.unwrap();
+    assert_eq!(plain.status(), StatusCode::OK);
+    assert!(plain.headers().get("content-encoding").is_none());
+    assert_eq!(plain.headers()["vary"], "Accept-Encoding");
+    let mut kept = Vec::new();
+    let plain = read_stream_through(
+        &mut plain,
+        &mut |chunk| {
+            kept.extend_from_slice(chunk);
+            kept.clone()
+        },
+        head,
+    )
+    .await;
+    assert!(plain.starts_with(b": berth change log after revision 0\n\nid: 1\n"));
+
+    let mut gzipped = open("gzip, deflate, br").await.unwrap();
+    assert_eq!(gzipped.status(), StatusCode::OK);
+    assert_eq!(gzipped.headers()["content-encoding"], "gzip");
+    assert_eq!(gzipped.headers()["content-type"], "text/event-stream");
+    assert_eq!(gzipped.headers()["vary"], "Accept-Encoding");
+    let sent = std::cell::Cell::new(0);
+    let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+    let mut gunzip = |chunk: &[u8]| {
+        sent.set(sent.get() + chunk.len());
+        decoder.write_all(chunk).expect("a valid gzip stream");
+        decoder.flush().unwrap();
+        decoder.get_ref().clone()
+    };
+    let decoded = read_stream_through(&mut gzipped, &mut gunzip, head).await;
+    // The same frames, in far fewer bytes.
+    assert_eq!(decoded, plain);
+    let sent = sent.get();
+    assert!(sent < plain.len() / 4, "{sent} bytes for {}", plain.len());
+
+    // What follows goes the same way.
+    app.add_machines(&json!({"count": 1})).await;
+    let decoded = read_stream_through(&mut gzipped, &mut gunzip, head + 1).await;
+    assert!(
+        String::from_utf8_lossy(&decoded).contains(&format!("id: {}\nevent: change\n", head + 1))
+    );
+}
+
 #[tokio::test]
 async fn a_stream_from_before_the_server_started_catches_up_from_the_store_then_follows() {
     let first = spawn_app().await;

@@ -24,16 +24,29 @@
 //!   tail starts again, empty, at the store's head each time the log grows
 //!   ([`ChangeFeed::start_over_at`]). A stream opened later at an older
 //!   revision is behind it and reads that part from the store, as above.
+//!
+//! # Gzip
+//!
+//! A stream whose client takes gzip is sent one gzip member that does not
+//! end while the stream lasts: its pieces are deflated each on its own,
+//! ending in a sync flush, so that each joins the deflate stream wherever
+//! it falls (see [`crate::status::gzip`]). A piece deflated for one stream
+//! is kept with the tail's frame it starts at
+//! ([`ChangeFeed::after_deflated`]), so the streams that follow the head,
+//! which are handed the same pieces, share one deflation of each: about a
+//! twelfth of the bytes to send, for the cost of deflating once.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 use actix_web::web::{Bytes, BytesMut};
 use tokio::sync::{watch, Semaphore};
 
 use crate::api::observe::write_sse_frame;
+use crate::status::gzip;
 use crate::store::{blocking, Change, Store, StoreError};
 
 /// How many change-log entries the follower reads at a time.
@@ -55,15 +68,47 @@ pub const PIECE_BYTES: usize = 64 * 1024;
 /// How long the follower waits before reading again after a failed read.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// What a stream at `since` gets next from the tail.
+/// What a stream at `since` gets next from the tail: frames as they are
+/// (`B` = [`Bytes`]) or [`Deflated`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next {
+pub enum Next<B = Bytes> {
     /// Frames after `since`, concatenated, and the revision of the last.
-    Frames { body: Bytes, last: i64 },
+    Frames { body: B, last: i64 },
     /// Nothing after `since` yet: wait for the tail to grow.
     Waiting,
     /// The tail no longer holds what follows `since`: read the store.
     Behind,
+}
+
+/// A piece of frames deflated for a gzip stream: bytes that join a gzip
+/// member's deflate stream wherever they fall ([`gzip::deflate_piece`]),
+/// and the CRC-32 and length of the frames themselves, which the member's
+/// end states.
+#[derive(Clone)]
+pub struct Deflated {
+    pub bytes: Bytes,
+    pub data: crc32fast::Hasher,
+}
+
+impl Deflated {
+    /// `plain` deflated.
+    pub fn of(plain: &[u8]) -> Deflated {
+        let mut data = crc32fast::Hasher::new();
+        data.update(plain);
+        Deflated {
+            bytes: Bytes::from(gzip::deflate_piece(plain)),
+            data,
+        }
+    }
+}
+
+impl fmt::Debug for Deflated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deflated")
+            .field("bytes", &self.bytes.len())
+            .field("of", &self.data.clone().total_len())
+            .finish()
+    }
 }
 
 /// The frame of one change: bytes `start..end` of `block`, the frames of
@@ -74,6 +119,10 @@ struct Frame {
     block: Bytes,
     start: usize,
     end: usize,
+    /// The piece that starts at this frame, deflated for the first gzip
+    /// stream handed it, with the revision it ends at: the next stream
+    /// handed the same piece takes it as it is.
+    deflated: OnceLock<Box<(i64, Deflated)>>,
 }
 
 impl Frame {
@@ -102,6 +151,59 @@ struct Tail {
     bytes: usize,
     complete_after: i64,
     capacity_bytes: usize,
+}
+
+impl Tail {
+    /// What follows `since` (see [`ChangeFeed::after`]), and where in the
+    /// tail its first frame is.
+    fn piece_after(&self, since: i64) -> (Next, usize) {
+        if since < self.complete_after {
+            return (Next::Behind, 0);
+        }
+        let start = self.frames.partition_point(|frame| frame.revision <= since);
+        let mut frames = self.frames.range(start..).peekable();
+        let Some(first) = frames.next() else {
+            return (Next::Waiting, start);
+        };
+        // The run of frames in `first`'s block, up to a piece's size: one
+        // slice of the block, not a copy.
+        let mut last = first;
+        while let Some(next) =
+            frames.next_if(|next| last.runs_into(next) && next.end - first.start <= PIECE_BYTES)
+        {
+            last = next;
+        }
+        let run = last.end - first.start;
+        let more_blocks = frames.peek().is_some_and(|next| !last.runs_into(next));
+        if run >= LEAST_PIECE_BYTES || !more_blocks {
+            return (
+                Next::Frames {
+                    body: first.block.slice(first.start..last.end),
+                    last: last.revision,
+                },
+                start,
+            );
+        }
+        // A short run followed by other blocks: copy frames into one
+        // piece, so the stream is not sent many small chunks.
+        let mut body = BytesMut::with_capacity(PIECE_BYTES.min(self.bytes));
+        body.extend_from_slice(&first.block[first.start..last.end]);
+        let mut newest = last.revision;
+        for frame in frames {
+            if body.len() + frame.len() > PIECE_BYTES {
+                break;
+            }
+            body.extend_from_slice(frame.bytes());
+            newest = frame.revision;
+        }
+        (
+            Next::Frames {
+                body: body.freeze(),
+                last: newest,
+            },
+            start,
+        )
+    }
 }
 
 /// The tail of the change log every event stream reads. Created when the
@@ -203,6 +305,7 @@ impl ChangeFeed {
                     block: block.clone(),
                     start,
                     end,
+                    deflated: OnceLock::new(),
                 });
                 start = end;
             }
@@ -220,47 +323,47 @@ impl ChangeFeed {
 
     /// What follows `since`: up to [`PIECE_BYTES`] of frames (at least one).
     pub fn after(&self, since: i64) -> Next {
-        let tail = self.tail.read().unwrap_or_else(PoisonError::into_inner);
-        if since < tail.complete_after {
-            return Next::Behind;
-        }
-        let start = tail.frames.partition_point(|frame| frame.revision <= since);
-        let mut frames = tail.frames.range(start..).peekable();
-        let Some(first) = frames.next() else {
-            return Next::Waiting;
-        };
-        // The run of frames in `first`'s block, up to a piece's size: one
-        // slice of the block, not a copy.
-        let mut last = first;
-        while let Some(next) =
-            frames.next_if(|next| last.runs_into(next) && next.end - first.start <= PIECE_BYTES)
-        {
-            last = next;
-        }
-        let run = last.end - first.start;
-        let more_blocks = frames.peek().is_some_and(|next| !last.runs_into(next));
-        if run >= LEAST_PIECE_BYTES || !more_blocks {
-            return Next::Frames {
-                body: first.block.slice(first.start..last.end),
-                last: last.revision,
+        self.read_tail().piece_after(since).0
+    }
+
+    /// [`Self::after`] deflated, for a stream that takes gzip: a piece
+    /// another stream was handed deflated is taken as it is; one that was
+    /// not is deflated (outside the tail's lock, so that appends do not
+    /// wait on it) and kept for the next.
+    pub fn after_deflated(&self, since: i64) -> Next<Deflated> {
+        let (body, last, first) = {
+            let tail = self.read_tail();
+            let (next, at) = tail.piece_after(since);
+            let (body, last) = match next {
+                Next::Frames { body, last } => (body, last),
+                Next::Waiting => return Next::Waiting,
+                Next::Behind => return Next::Behind,
             };
-        }
-        // A short run followed by other blocks: copy frames into one
-        // piece, so the stream is not sent many small chunks.
-        let mut body = BytesMut::with_capacity(PIECE_BYTES.min(tail.bytes));
-        body.extend_from_slice(&first.block[first.start..last.end]);
-        let mut newest = last.revision;
-        for frame in frames {
-            if body.len() + frame.len() > PIECE_BYTES {
-                break;
+            let first = &tail.frames[at];
+            let kept = first.deflated.get().map(|kept| &**kept);
+            if let Some((_, deflated)) = kept.filter(|(ends_at, _)| *ends_at == last) {
+                return Next::Frames {
+                    body: deflated.clone(),
+                    last,
+                };
             }
-            body.extend_from_slice(frame.bytes());
-            newest = frame.revision;
+            (body, last, first.revision)
+        };
+        let deflated = Deflated::of(&body);
+        let tail = self.read_tail();
+        let at = tail.frames.partition_point(|frame| frame.revision < first);
+        if let Some(frame) = tail.frames.get(at).filter(|frame| frame.revision == first) {
+            // Another stream may have kept its own first: either serves.
+            let _ = frame.deflated.set(Box::new((last, deflated.clone())));
         }
         Next::Frames {
-            body: body.freeze(),
-            last: newest,
+            body: deflated,
+            last,
         }
+    }
+
+    fn read_tail(&self) -> RwLockReadGuard<'_, Tail> {
+        self.tail.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The changes after `since` read from the store, for a stream the
@@ -418,6 +521,73 @@ mod tests {
         assert_eq!(feed.after(15), Next::Waiting);
         // A cursor from before the feed started is behind it.
         assert_eq!(feed.after(9), Next::Behind);
+    }
+
+    /// `pieces` (deflated, in order) as the gzip member a stream sends,
+    /// read back.
+    fn gunzip(pieces: &[Deflated]) -> Vec<u8> {
+        use std::io::Read;
+        let mut data = crc32fast::Hasher::new();
+        let mut member = gzip::header().to_vec();
+        for piece in pieces {
+            member.extend_from_slice(&piece.bytes);
+            data.combine(&piece.data);
+        }
+        member.extend_from_slice(&gzip::end(data));
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&member[..])
+            .read_to_end(&mut out)
+            .expect("a whole gzip member");
+        out
+    }
+
+    fn deflated_after(feed: &ChangeFeed, since: i64) -> (Deflated, i64) {
+        match feed.after_deflated(since) {
+            Next::Frames { body, last } => (body, last),
+            other => panic!("expected frames, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_piece_deflated_for_one_stream_is_handed_as_it_is_to_the_next() {
+        let feed = ChangeFeed::new(0);
+        feed.append(Rendered::of(&(1..=2000).map(change).collect::<Vec<_>>()));
+        let (mut since, mut pieces, mut plain) = (0, Vec::new(), Vec::new());
+        while let Next::Frames { body, last } = feed.after(since) {
+            let (deflated, deflated_last) = deflated_after(&feed, since);
+            assert_eq!(deflated_last, last);
+            // The second stream at the same place gets the same bytes.
+            let (again, _) = deflated_after(&feed, since);
+            assert_eq!(again.bytes.as_ptr(), deflated.bytes.as_ptr());
+            assert!(deflated.bytes.len() < body.len() / 4, "{deflated:?}");
+            plain.extend_from_slice(&body);
+            pieces.push(deflated);
+            since = last;
+        }
+        assert!(pieces.len() > 1, "more than one piece");
+        assert_eq!(gunzip(&pieces), plain);
+        assert!(matches!(feed.after_deflated(since), Next::Waiting));
+        assert!(matches!(ChangeFeed::new(5).after_deflated(4), Next::Behind));
+    }
+
+    #[test]
+    fn a_piece_that_ends_elsewhere_than_the_one_kept_is_deflated_anew() {
+        let feed = ChangeFeed::new(0);
+        feed.append(Rendered::of(&(1..=5).map(change).collect::<Vec<_>>()));
+        let (kept, last) = deflated_after(&feed, 0);
+        assert_eq!(last, 5);
+        // Small reads after it: the piece after 0 now runs on into them.
+        for revision in 6..=9 {
+            feed.append(Rendered::of(&[change(revision)]));
+        }
+        let Next::Frames { body, last } = feed.after(0) else {
+            panic!("expected frames");
+        };
+        assert_eq!(last, 9);
+        let (joined, joined_last) = deflated_after(&feed, 0);
+        assert_eq!(joined_last, 9);
+        assert_ne!(joined.bytes.as_ptr(), kept.bytes.as_ptr());
+        assert_eq!(gunzip(&[joined]), body);
     }
 
     #[test]

@@ -13,9 +13,10 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{route_error, store_status, ErrorBody};
-use crate::api::feed::{Next, Watcher};
+use crate::api::feed::{Deflated, Next, Watcher};
 use crate::api::Shared;
 use crate::status::filter::{FilterError, StatusFilter};
+use crate::status::gzip;
 use crate::status::view::Status;
 use crate::store::{Change, StoreError};
 
@@ -365,6 +366,11 @@ struct Follow {
     /// Counts this stream as following the feed, which keeps a tail only
     /// while some stream does.
     _watcher: Watcher,
+    /// For a client that takes gzip: what the stream's one gzip member
+    /// holds so far, which its end states.
+    gzip: Option<crc32fast::Hasher>,
+    /// The stream has ended (and a gzip member has been ended).
+    ended: bool,
 }
 
 impl Follow {
@@ -374,12 +380,39 @@ impl Follow {
     /// failed: the client reconnects with `Last-Event-ID` and loses
     /// nothing).
     async fn next_piece(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        let piece = self.next_frames().await;
+        if piece.is_none() {
+            self.ended = true;
+            // A gzip member is ended properly, so that the client can tell
+            // the end from a connection cut short.
+            return self.gzip.take().map(gzip::end);
+        }
+        piece
+    }
+
+    /// [`Self::next_piece`] until the stream ends.
+    async fn next_frames(&mut self) -> Option<Bytes> {
         loop {
             // Mark the tail seen *before* looking, so growth after the
             // look still wakes `changed()` below.
             self.newest.borrow_and_update();
             let feed = &self.shared.feed;
-            let next = match feed.after(self.since) {
+            let next = match &mut self.gzip {
+                None => feed.after(self.since),
+                Some(data) => match feed.after_deflated(self.since) {
+                    Next::Frames { body, last } => {
+                        data.combine(&body.data);
+                        self.since = last;
+                        return Some(body.bytes);
+                    }
+                    Next::Waiting => Next::Waiting,
+                    Next::Behind => Next::Behind,
+                },
+            };
+            let next = match next {
                 Next::Behind => match feed.catch_up(&self.shared.state.store, self.since).await {
                     Ok(next) => next,
                     Err(e) => {
@@ -391,12 +424,24 @@ impl Follow {
             };
             if let Next::Frames { body, last } = next {
                 self.since = last;
-                return Some(body);
+                return Some(self.encoded(body));
             }
             match tokio::time::timeout(self.keep_alive, self.newest.changed()).await {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) => return None,
-                Err(_) => return Some(Bytes::from_static(KEEP_ALIVE_FRAME)),
+                Err(_) => return Some(self.encoded(Bytes::from_static(KEEP_ALIVE_FRAME))),
+            }
+        }
+    }
+
+    /// `plain`, deflated into the stream's gzip member if it has one.
+    fn encoded(&mut self, plain: Bytes) -> Bytes {
+        match &mut self.gzip {
+            None => plain,
+            Some(data) => {
+                let deflated = Deflated::of(&plain);
+                data.combine(&deflated.data);
+                deflated.bytes
             }
         }
     }
@@ -429,7 +474,9 @@ pub fn start_revision(
 /// The change log as Server-Sent Events: each event's `id:` is its
 /// revision, its `data:` a [`ChangeEvent`]. Resumable from any revision;
 /// no change is skipped or repeated. An idle stream sends a
-/// `: keep-alive` comment every 15 seconds.
+/// `: keep-alive` comment every 15 seconds. A client whose
+/// `Accept-Encoding` takes gzip gets the stream as one gzip member, each
+/// piece flushed so that it can be read as it arrives.
 #[utoipa::path(
     get,
     path = "/v1/events",
@@ -440,7 +487,7 @@ pub fn start_revision(
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this revision (wins over `since`)"),
     ),
     responses(
-        (status = 200, description = "An endless stream of change events", content_type = "text/event-stream", body = ChangeEvent),
+        (status = 200, description = "An endless stream of change events (gzipped when Accept-Encoding takes gzip)", content_type = "text/event-stream", body = ChangeEvent),
         (status = 400, description = "Bad since or Last-Event-ID", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 503, description = "Too many streams open", body = ErrorBody),
@@ -461,17 +508,27 @@ pub async fn get_events(
             ObserveError::TooManyStreams(shared.state.limits.max_event_streams)
         })?;
     let since = start.unwrap_or_else(|| shared.state.store.revision());
-    let follow = Follow {
+    let gzipped = accepts_gzip(&req);
+    let mut follow = Follow {
         newest: shared.feed.subscribe(),
         since,
         keep_alive: shared.state.limits.event_keep_alive,
         _permit: permit,
         _watcher: shared.feed.watcher(),
         shared: shared.clone(),
+        gzip: gzipped.then(crc32fast::Hasher::new),
+        ended: false,
     };
     // The first frame goes out at once, so the client knows the stream is
-    // open before anything changes.
-    let opening = Bytes::from(format!(": berth change log after revision {since}\n\n"));
+    // open before anything changes (after the gzip header, if gzipped).
+    let opening = format!(": berth change log after revision {since}\n\n");
+    let opening = if gzipped {
+        [gzip::header(), follow.encoded(Bytes::from(opening))]
+            .concat()
+            .into()
+    } else {
+        Bytes::from(opening)
+    };
     let stream =
         futures_util::stream::once(async move { Ok::<_, actix_web::Error>(opening) }).chain(
             futures_util::stream::unfold(follow, |mut follow| async move {
@@ -479,11 +536,16 @@ pub async fn get_events(
                 Some((Ok::<_, actix_web::Error>(piece), follow))
             }),
         );
-    Ok(HttpResponse::Ok()
+    let mut response = HttpResponse::Ok();
+    response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(stream))
+        .insert_header((header::VARY, "Accept-Encoding"));
+    if gzipped {
+        response.insert_header((header::CONTENT_ENCODING, "gzip"));
+    }
+    Ok(response.streaming(stream))
 }
 
 #[cfg(test)]

@@ -63,16 +63,27 @@ pub fn deflate_pieces(pieces: &[&[u8]], threads: usize) -> Vec<Vec<u8>> {
 /// 100,000 machines, a member copied out of them was 4 MB more held,
 /// and copied again for each revision).
 pub fn member(deflated: impl Iterator<Item = Bytes>, data: crc32fast::Hasher) -> Vec<Bytes> {
-    let mut out = vec![Bytes::from_static(&HEADER)];
+    let mut out = vec![header()];
     out.extend(deflated);
+    out.push(end(data));
+    out
+}
+
+/// What a gzip member begins with; deflated pieces follow (see [`member`]).
+pub fn header() -> Bytes {
+    Bytes::from_static(&HEADER)
+}
+
+/// What ends a gzip member after its deflated pieces: an empty final
+/// block, then the CRC-32 and length of the data, which `data` holds.
+pub fn end(data: crc32fast::Hasher) -> Bytes {
     let length = data.total_len();
     let mut end = Vec::with_capacity(EMPTY_FINAL_BLOCK.len() + 8);
     end.extend_from_slice(&EMPTY_FINAL_BLOCK);
     end.extend_from_slice(&data.finalize().to_le_bytes());
     // ISIZE is the length modulo 2^32, as RFC 1952 has it.
     end.extend_from_slice(&((length & 0xffff_ffff) as u32).to_le_bytes());
-    out.push(Bytes::from(end));
-    out
+    Bytes::from(end)
 }
 
 /// `piece` deflated by a compressor of its own, ending in a sync flush
