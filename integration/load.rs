@@ -23,7 +23,9 @@ async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a
             units: UNITS,
             status_readers: STATUS_READERS,
             streams: STREAMS,
+            streams_take_gzip: true,
         },
+        tokio::runtime::Handle::current(),
     )
     .await;
     println!(

@@ -13,11 +13,18 @@
 //! memory; a second row gives the bytes the streams received and the CPU
 //! seconds the controller and the clients spent while the deploy ran. It
 //! writes `target/bench/load.json`. The clients run in this process on the
-//! same cores as the controller; `BERTH_BENCH_CLIENT_NICE=19` lowers their
-//! threads' priority so the figure shows the controller's own cost more
-//! than the clients' competition for the CPU. Nothing is asserted: the
-//! figures go into RELIABILITY.md. It checks what the suite checks: every
-//! stream received every revision in order, and no status request failed.
+//! same cores as the controller, on a runtime of their own; the requests
+//! that drive the deploy and time it run on another, at normal priority.
+//! The stream clients take gzip, as browsers do; `BERTH_BENCH_STREAM_GZIP=0`
+//! has them ask for the stream as it is.
+//! `BERTH_BENCH_CLIENT_NICE=19` lowers the clients' threads' priority, and
+//! `BERTH_BENCH_CLIENT_IDLE=1` runs them under `SCHED_IDLE`, which takes
+//! only the time the controller leaves and gives way at once when it
+//! wakes: a stand-in for clients on other machines, so that the figure
+//! shows the controller's own cost rather than the clients' competition
+//! for two cores. Nothing is asserted: the figures go into
+//! RELIABILITY.md. It checks what the suite checks: every stream received
+//! every revision in order, and no status request failed.
 
 #[path = "../support/load.rs"]
 mod load;
@@ -45,16 +52,29 @@ fn bench_root() -> PathBuf {
 
 fn main() {
     let client_nice = setting("BERTH_BENCH_CLIENT_NICE", vec![0])[0] as i32;
+    let client_idle = setting("BERTH_BENCH_CLIENT_IDLE", vec![0])[0] != 0;
+    let streams_take_gzip = setting("BERTH_BENCH_STREAM_GZIP", vec![1])[0] != 0;
+    // The deploy's own requests, at normal priority.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
-        .on_thread_start(move || {
-            // Linux's nice value belongs to the thread: this lowers the
-            // clients' worker threads, not the controller (a separate
-            // process started from the main thread).
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, client_nice) };
-        })
         .build()
         .expect("runtime");
+    let clients = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || {
+            // Linux's nice value and scheduling policy belong to the
+            // thread: this lowers the clients' worker threads, not the
+            // deploy's or the controller (a separate process started from
+            // the main thread).
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, client_nice) };
+            if client_idle {
+                let param = libc::sched_param { sched_priority: 0 };
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            }
+        })
+        .build()
+        .expect("clients' runtime");
     let readers = setting("BERTH_BENCH_READERS", vec![100])[0];
     let streams = setting("BERTH_BENCH_STREAMS", vec![500])[0];
     let dir = bench_root().join("load");
@@ -85,7 +105,9 @@ fn main() {
                 units,
                 status_readers: 0,
                 streams: 0,
+                streams_take_gzip,
             },
+            clients.handle().clone(),
         ));
         let loaded = runtime.block_on(run(
             &berth_binary(),
@@ -94,7 +116,9 @@ fn main() {
                 units,
                 status_readers: readers,
                 streams,
+                streams_take_gzip,
             },
+            clients.handle().clone(),
         ));
         let complete = loaded.streams.iter().all(|s| {
             s.error.is_none()
@@ -150,6 +174,8 @@ fn main() {
             "alone_controller_cpu_s": alone.controller_cpu_s,
             "clients_cpu_s": loaded.clients_cpu_s,
             "client_nice": client_nice,
+            "client_idle": client_idle,
+            "streams_take_gzip": streams_take_gzip,
         }));
     }
     let out = bench_root().join("load.json");

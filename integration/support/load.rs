@@ -28,6 +28,9 @@ pub struct LoadPlan {
     pub units: usize,
     pub status_readers: usize,
     pub streams: usize,
+    /// Whether the event-stream clients take gzip, as browsers do (or ask
+    /// for the stream as it is).
+    pub streams_take_gzip: bool,
 }
 
 /// What one event-stream client saw.
@@ -125,10 +128,7 @@ impl Controller {
         // task was starved that long would otherwise send its next
         // request on a connection the server is closing ("connection
         // closed before message completed"), as any HTTP client must avoid.
-        let client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(2))
-            .build()
-            .expect("an HTTP client");
+        let client = http_client();
         let deadline = Instant::now() + PATIENCE;
         let token = loop {
             if let Ok(Some(exit)) = child.try_wait() {
@@ -256,16 +256,19 @@ fn cpu_seconds(pid: &str) -> f64 {
 async fn follow(
     controller: (reqwest::Client, String, String),
     since: i64,
+    take_gzip: bool,
     mut target: watch::Receiver<Option<i64>>,
     opened: Arc<AtomicUsize>,
 ) -> StreamSeen {
     let (client, url, token) = controller;
     let mut seen = StreamSeen::default();
-    let response = client
+    let mut request = client
         .get(format!("{url}/v1/events?since={since}"))
-        .bearer_auth(&token)
-        .send()
-        .await;
+        .bearer_auth(&token);
+    if !take_gzip {
+        request = request.header(reqwest::header::ACCEPT_ENCODING, "identity");
+    }
+    let response = request.send().await;
     let mut response = match response {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => {
@@ -365,9 +368,31 @@ impl StreamSeen {
     }
 }
 
+/// An HTTP client for the controller. A connection idle for 2 s is not
+/// used again: the controller closes idle keep-alive connections after
+/// 5 s, and a reader whose task was starved that long would otherwise send
+/// its next request on a connection the server is closing ("connection
+/// closed before message completed"), as any HTTP client must avoid.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .expect("an HTTP client")
+}
+
 /// Runs `plan` against a fresh controller (the `berth` binary, data in
-/// `dir`, which is emptied first).
-pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
+/// `dir`, which is emptied first), with the status readers and
+/// event-stream clients on `clients` (their connections with them), and
+/// the deploy's own requests (adding units, reading whether they settled)
+/// on the runtime this runs on, with an HTTP client of their own: so that
+/// clients given a lower priority (`cargo bench --bench load`) do not slow
+/// the requests that drive the deploy and time it.
+pub async fn run(
+    berth: &Path,
+    dir: &Path,
+    plan: LoadPlan,
+    clients: tokio::runtime::Handle,
+) -> LoadReport {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("data dir");
     let controller = Controller::start(berth, dir).await;
@@ -376,16 +401,18 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
 
     let (target_tx, target_rx) = watch::channel(None);
     let opened = Arc::new(AtomicUsize::new(0));
+    let load_client = http_client();
     let mut streams = Vec::new();
     for _ in 0..plan.streams {
         let parts = (
-            controller.client.clone(),
+            load_client.clone(),
             controller.url.clone(),
             controller.token.clone(),
         );
-        streams.push(tokio::spawn(follow(
+        streams.push(clients.spawn(follow(
             parts,
             revision_before,
+            plan.streams_take_gzip,
             target_rx.clone(),
             opened.clone(),
         )));
@@ -402,11 +429,11 @@ pub async fn run(berth: &Path, dir: &Path, plan: LoadPlan) -> LoadReport {
     let deploying = Arc::new(AtomicBool::new(true));
     let mut readers = Vec::new();
     for _ in 0..plan.status_readers {
-        let client = controller.client.clone();
+        let client = load_client.clone();
         let url = format!("{}/v1/status", controller.url);
         let token = controller.token.clone();
         let deploying = deploying.clone();
-        readers.push(tokio::spawn(async move {
+        readers.push(clients.spawn(async move {
             let mut requests = 0;
             let mut failures = Vec::new();
             while deploying.load(Ordering::SeqCst) {
