@@ -34,7 +34,7 @@
 //! is kept with the tail's frame it starts at
 //! ([`ChangeFeed::after_deflated`]), so the streams that follow the head,
 //! which are handed the same pieces, share one deflation of each: about a
-//! twelfth of the bytes to send, for the cost of deflating once.
+//! fifteenth of the bytes to send, for the cost of deflating once.
 
 use std::collections::VecDeque;
 use std::fmt;

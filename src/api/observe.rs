@@ -375,10 +375,11 @@ struct Follow {
 
 impl Follow {
     /// The next piece: frames from the feed's tail, or from the store when
-    /// the tail has left this stream behind, or a keep-alive comment.
-    /// `None` ends the stream (the server is stopping, or a catch-up read
-    /// failed: the client reconnects with `Last-Event-ID` and loses
-    /// nothing).
+    /// the tail has left this stream behind, or a keep-alive comment, each
+    /// deflated for a gzip stream. `None` ends the stream (the server is
+    /// stopping, or a catch-up read failed: the client reconnects with
+    /// `Last-Event-ID` and loses nothing); a gzip stream is sent the end of
+    /// its member first.
     async fn next_piece(&mut self) -> Option<Bytes> {
         if self.ended {
             return None;
