@@ -123,11 +123,6 @@ impl Controller {
             .spawn()
             .expect("berth serve starts");
         let url = format!("http://127.0.0.1:{port}");
-        // A connection idle for 2 s is not used again: the controller
-        // closes idle keep-alive connections after 5 s, and a reader whose
-        // task was starved that long would otherwise send its next
-        // request on a connection the server is closing ("connection
-        // closed before message completed"), as any HTTP client must avoid.
         let client = http_client();
         let deadline = Instant::now() + PATIENCE;
         let token = loop {
