@@ -528,12 +528,10 @@ mod tests {
     fn gunzip(pieces: &[Deflated]) -> Vec<u8> {
         use std::io::Read;
         let mut data = crc32fast::Hasher::new();
-        let mut member = gzip::header().to_vec();
         for piece in pieces {
-            member.extend_from_slice(&piece.bytes);
             data.combine(&piece.data);
         }
-        member.extend_from_slice(&gzip::end(data));
+        let member = gzip::member(pieces.iter().map(|p| p.bytes.clone()), data).concat();
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&member[..])
             .read_to_end(&mut out)

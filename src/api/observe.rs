@@ -401,17 +401,18 @@ impl Follow {
             // look still wakes `changed()` below.
             self.newest.borrow_and_update();
             let feed = &self.shared.feed;
-            let next = match &mut self.gzip {
-                None => feed.after(self.since),
-                Some(data) => match feed.after_deflated(self.since) {
+            let next = if self.gzip.is_none() {
+                feed.after(self.since)
+            } else {
+                // Deflated once for every stream handed the same piece.
+                match feed.after_deflated(self.since) {
                     Next::Frames { body, last } => {
-                        data.combine(&body.data);
                         self.since = last;
-                        return Some(body.bytes);
+                        return Some(self.joined(body));
                     }
                     Next::Waiting => Next::Waiting,
                     Next::Behind => Next::Behind,
-                },
+                }
             };
             let next = match next {
                 Next::Behind => match feed.catch_up(&self.shared.state.store, self.since).await {
@@ -437,14 +438,18 @@ impl Follow {
 
     /// `plain`, deflated into the stream's gzip member if it has one.
     fn encoded(&mut self, plain: Bytes) -> Bytes {
-        match &mut self.gzip {
-            None => plain,
-            Some(data) => {
-                let deflated = Deflated::of(&plain);
-                data.combine(&deflated.data);
-                deflated.bytes
-            }
+        if self.gzip.is_none() {
+            return plain;
         }
+        self.joined(Deflated::of(&plain))
+    }
+
+    /// The bytes of `piece`, counted into the stream's gzip member.
+    fn joined(&mut self, piece: Deflated) -> Bytes {
+        if let Some(data) = &mut self.gzip {
+            data.combine(&piece.data);
+        }
+        piece.bytes
     }
 }
 

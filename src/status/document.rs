@@ -325,24 +325,44 @@ fn count_costs(
         else {
             continue;
         };
-        paying.clear();
-        for unit in units_on.get(&machine).into_iter().flatten() {
-            let principal = unit_pieces
-                .get(unit)
-                .is_some_and(|piece| piece.unit.principal.is_none());
-            if principal && !paying.contains(&unit.application()) {
-                paying.push(unit.application());
-            }
+        let principals = units_on
+            .get(&machine)
+            .into_iter()
+            .flatten()
+            .filter(|unit| {
+                unit_pieces
+                    .get(*unit)
+                    .is_some_and(|piece| piece.unit.principal.is_none())
+            })
+            .map(UnitName::application);
+        charge(folds, &mut paying, principals, price, counted);
+    }
+}
+
+/// Counts `price` in (`counted`) or out once for each application among
+/// `principals`, the applications of a machine's principal units;
+/// `paying` is room to find them in, kept from one machine to the next.
+fn charge<'a>(
+    folds: &mut HashMap<ApplicationName, UnitsFold>,
+    paying: &mut Vec<&'a ApplicationName>,
+    principals: impl Iterator<Item = &'a ApplicationName>,
+    price: HourlyPrice,
+    counted: bool,
+) {
+    paying.clear();
+    for application in principals {
+        if !paying.contains(&application) {
+            paying.push(application);
         }
-        for application in &paying {
-            update_fold(folds, application, |fold| {
-                fold.cost = if counted {
-                    fold.cost.saturating_add(price.micro_usd())
-                } else {
-                    fold.cost.saturating_sub(price.micro_usd())
-                };
-            });
-        }
+    }
+    for application in paying.iter() {
+        update_fold(folds, application, |fold| {
+            fold.cost = if counted {
+                fold.cost.saturating_add(price.micro_usd())
+            } else {
+                fold.cost.saturating_sub(price.micro_usd())
+            };
+        });
     }
 }
 
@@ -368,17 +388,11 @@ fn count_costs_in_order(
         else {
             continue;
         };
-        paying.clear();
-        for (_, unit, principal) in group {
-            if *principal && !paying.contains(&unit.application()) {
-                paying.push(unit.application());
-            }
-        }
-        for application in &paying {
-            update_fold(folds, application, |fold| {
-                fold.cost = fold.cost.saturating_add(price.micro_usd());
-            });
-        }
+        let principals = group
+            .iter()
+            .filter(|(_, _, principal)| *principal)
+            .map(|(_, unit, _)| unit.application());
+        charge(folds, &mut paying, principals, price, true);
     }
 }
 
