@@ -556,6 +556,168 @@ impl Provider for Misbehaving {
     }
 }
 
+/// The simulated cloud, whose next listing of instances can be made to
+/// answer with one taken earlier: as a cloud's answer is when the engine
+/// reads its machines after it listed the instances, and machines record
+/// launches or are removed in between.
+struct ListsLate {
+    inner: Arc<SimProvider>,
+    earlier: std::sync::Mutex<Option<Vec<Instance>>>,
+    /// How many listings answered with the earlier one.
+    late_answers: std::sync::atomic::AtomicUsize,
+    /// The instances of every terminate call, in order.
+    terminated: std::sync::Mutex<Vec<String>>,
+}
+
+impl ListsLate {
+    /// The next listing answers with `instances`.
+    fn answer_next_listing_with(&self, instances: Vec<Instance>) {
+        *self.earlier.lock().unwrap() = Some(instances);
+    }
+
+    fn late_answers(&self) -> usize {
+        self.late_answers.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn terminated(&self) -> Vec<String> {
+        self.terminated.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Provider for ListsLate {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn supported_constraints(&self) -> &[Key] {
+        self.inner.supported_constraints()
+    }
+    fn catalogue(&self) -> &Catalogue {
+        self.inner.catalogue()
+    }
+    fn max_launch_batch(&self) -> usize {
+        self.inner.max_launch_batch()
+    }
+    fn attach(&self, link: Arc<dyn ControllerLink>) {
+        self.inner.attach(link)
+    }
+    async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
+        self.inner.zones().await
+    }
+    async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        self.inner.launch(requests).await
+    }
+    async fn terminate(&self, ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
+        self.terminated.lock().unwrap().extend(ids.iter().cloned());
+        self.inner.terminate(ids).await
+    }
+    async fn instances(&self, controller: &str) -> Result<Vec<Instance>, ProviderError> {
+        let earlier = self.earlier.lock().unwrap().take();
+        match earlier {
+            Some(instances) => {
+                self.late_answers
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(instances)
+            }
+            None => self.inner.instances(controller).await,
+        }
+    }
+    async fn instances_named(
+        &self,
+        controller: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.instances_named(controller, ids).await
+    }
+}
+
+/// An app with the engine (no periodic reconciliation but the one asked
+/// for) over a cloud that [`ListsLate`]; and that cloud.
+async fn spawn_listing_late(backend: Backend) -> (TestApp, Arc<ListsLate>) {
+    let site = Site::new(backend);
+    let provider = Arc::new(ListsLate {
+        inner: site.open_sim(SimConfig::default()),
+        earlier: std::sync::Mutex::new(None),
+        late_answers: std::sync::atomic::AtomicUsize::new(0),
+        terminated: std::sync::Mutex::new(Vec::new()),
+    });
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        cloud: Cloud::Given {
+            provider: provider.clone(),
+            limits: RateLimits::default(),
+        },
+        engine: Some(ProvisionerConfig {
+            reconcile_interval_s: 0,
+            ..fast_provisioner()
+        }),
+        ..Options::default()
+    })
+    .await;
+    (app, provider)
+}
+
+/// Asks for a reconciliation and waits until its listing was answered
+/// with the earlier one, and a while after for what it decided.
+async fn reconcile_with_the_earlier_listing(app: &TestApp, cloud: &ListsLate) {
+    app.engine().reconcile_now();
+    eventually("the listing to be answered", PATIENCE, || async {
+        match cloud.late_answers() {
+            1 => Ok(()),
+            n => Err(n),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+async fn a_launch_recorded_after_the_cloud_listed_its_instances_is_not_taken_for_vanished(
+    backend: Backend,
+) {
+    let (app, cloud) = spawn_listing_late(backend).await;
+    let controller = app.store().model().unwrap().controller_uuid;
+    // The cloud lists nothing; then the machine launches and records its
+    // instance before the reconciliation reads the machines.
+    let before = cloud.inner.instances(&controller).await.unwrap();
+    assert!(before.is_empty());
+    deploy(app.store(), "wordpress", 1, "", "").await;
+    until(app.store(), "started", all_started(1)).await;
+    cloud.answer_next_listing_with(before);
+    reconcile_with_the_earlier_listing(&app, &cloud).await;
+    throughout(
+        Duration::from_secs(1),
+        app.store(),
+        "the machine started",
+        all_started(1),
+    )
+    .await;
+}
+
+async fn an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again(backend: Backend) {
+    let (app, cloud) = spawn_listing_late(backend).await;
+    let controller = app.store().model().unwrap().controller_uuid;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    let status = until(app.store(), "started", all_started(1)).await;
+    let instance = status.machines[0].instance_id().unwrap().to_string();
+    // The cloud lists the instance live; then its machine is removed and
+    // the instance stopped before the reconciliation reads the machines.
+    let listed = cloud.inner.instances(&controller).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    app.store()
+        .remove_machine(status.machines[0].id, false)
+        .await
+        .unwrap();
+    until(app.store(), "removed", |s| s.machines.is_empty()).await;
+    assert!(live_instances(&cloud.inner).is_empty());
+    assert_eq!(cloud.terminated(), std::slice::from_ref(&instance));
+    cloud.answer_next_listing_with(listed);
+    reconcile_with_the_earlier_listing(&app, &cloud).await;
+    assert_eq!(cloud.terminated(), [instance]);
+}
+
 /// An app with the engine on `config` over a provider that misbehaves as
 /// `how` for machine `victim`; and the simulated cloud behind it.
 async fn spawn_misbehaving(
@@ -1118,6 +1280,8 @@ on_each_backend! {
         a_machine_removed_while_its_instance_is_starting_leaks_no_instance,
         a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back,
         the_simulated_agents_heartbeats_keep_their_machines_started,
+        a_launch_recorded_after_the_cloud_listed_its_instances_is_not_taken_for_vanished,
+        an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again,
     ],
     plain: [
         an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine,

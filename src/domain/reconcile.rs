@@ -20,6 +20,7 @@
 //! addresses (EC2 gives a public address after the launch, or an elastic
 //! one later) is *readdressed*: the engine records what the provider says.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 
@@ -84,7 +85,7 @@ pub struct ReconciliationPlan {
     /// launch in flight when the engine stopped), by machine: to take over.
     pub adopt: HashMap<MachineId, String>,
     /// Machines whose recorded instance the provider no longer has.
-    pub vanished: HashSet<MachineId>,
+    pub vanished: HashMap<MachineId, Vanished>,
     /// Machines whose instance the provider reports at other addresses
     /// than those stored: the machine, its instance and the addresses, in
     /// machine order.
@@ -121,157 +122,194 @@ fn expects_its_instance(state: MachineState) -> bool {
 ///
 /// # Panics
 ///
-/// With 4,294,967,295 machines or instances or more: places in the lists
-/// are kept in four bytes.
+/// With more than 4,294,967,296 instances: places in the list are kept
+/// in four bytes.
 pub fn plan_reconciliation(
     machines: &[MachineSummary],
     instances: &[ListedInstance],
 ) -> ReconciliationPlan {
-    let by_id = ById::of(machines);
-    let recorders = Recorders::of(machines);
-    // Where the last live instance a machine records is in `instances`
-    // (`NOT_LISTED` if nowhere), by the machine's place in `machines`.
-    let mut listed_at = vec![NOT_LISTED; machines.len()];
-    let mut plan = ReconciliationPlan::default();
-    for (at, instance) in instances.iter().enumerate() {
-        if instance.state.is_gone() {
-            continue;
-        }
-        let mut recorded = false;
-        for machine in recorders.of_instance(machines, instance.id()) {
-            listed_at[machine] = place(at);
-            recorded = true;
-        }
-        if recorded {
-            continue;
-        }
-        let claim = instance.machine.and_then(|m| by_id.get(m));
-        match claim {
-            Some(machine)
-                if machine.instance_id().is_none()
-                    && may_have_unrecorded_launch(machine.state)
-                    && !plan.adopt.contains_key(&machine.id) =>
-            {
-                plan.adopt.insert(machine.id, instance.id().to_string());
+    let mut comparison = Comparison::of(instances);
+    for machine in machines {
+        comparison.look_at(machine);
+    }
+    comparison.finish().0
+}
+
+/// A comparison of the provider's instances with the store's machines,
+/// the machines looked at one at a time as they are read, so that none
+/// need be held: with a million machines, their summaries were 168 MB
+/// held beside the provider's list for the whole comparison. What it
+/// keeps of the machines is only what the plan says of them (and the
+/// machines that record no instance yet and may have launched one).
+pub struct Comparison<'a> {
+    instances: Cow<'a, [ListedInstance]>,
+    /// The last place in `instances` of each live instance's id, hashed by
+    /// the id.
+    listed: HashTable<u32>,
+    hashes: RandomState,
+    /// Whether a machine records the instance at each place (marked at
+    /// the last live place of its id).
+    recorded: Vec<bool>,
+    /// The machines that record no instance and may have launched one
+    /// they have not recorded, with their state: by id, as the last
+    /// machine of that id looked at is.
+    launching: HashMap<MachineId, MachineState>,
+    readdressed: Vec<(MachineId, String, Vec<String>)>,
+    vanished: HashMap<MachineId, Vanished>,
+}
+
+/// A machine whose recorded instance the provider does not list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vanished {
+    /// The machine's state when it was read.
+    pub state: MachineState,
+    /// The instance it records.
+    pub instance: String,
+}
+
+impl<'a> Comparison<'a> {
+    /// A comparison of machines, to come, with `instances`.
+    ///
+    /// # Panics
+    ///
+    /// With more than 4,294,967,296 instances.
+    pub fn of(instances: impl Into<Cow<'a, [ListedInstance]>>) -> Comparison<'a> {
+        let instances = instances.into();
+        let hashes = RandomState::new();
+        let mut listed: HashTable<u32> = HashTable::with_capacity(instances.len());
+        for (at, instance) in instances.iter().enumerate() {
+            if instance.state.is_gone() {
+                continue;
             }
-            _ => plan.strays.push(instance.id().to_string()),
+            let id = instance.id();
+            let hash = hashes.hash_one(id);
+            match listed.find_mut(hash, |&other| instances[other as usize].id() == id) {
+                Some(last) => *last = place(at),
+                None => {
+                    listed.insert_unique(hash, place(at), |&other| {
+                        hashes.hash_one(instances[other as usize].id())
+                    });
+                }
+            }
+        }
+        Comparison {
+            recorded: vec![false; instances.len()],
+            instances,
+            listed,
+            hashes,
+            launching: HashMap::new(),
+            readdressed: Vec::new(),
+            vanished: HashMap::new(),
         }
     }
-    for (machine, at) in machines.iter().zip(listed_at) {
-        if let Some(instance) = machine.instance_id() {
-            match instances.get(at as usize).filter(|_| at != NOT_LISTED) {
+
+    /// The last live place of the instance `id` in the list.
+    fn listed_at(&self, id: &str) -> Option<usize> {
+        self.listed
+            .find(self.hashes.hash_one(id), |&at| {
+                self.instances[at as usize].id() == id
+            })
+            .map(|&at| at as usize)
+    }
+
+    /// Compares `machine` with the instances.
+    pub fn look_at(&mut self, machine: &MachineSummary) {
+        let Some(instance) = machine.instance_id() else {
+            if may_have_unrecorded_launch(machine.state) {
+                self.launching.insert(machine.id, machine.state);
+            } else if !self.launching.is_empty() {
+                self.launching.remove(&machine.id);
+            }
+            return;
+        };
+        if !self.launching.is_empty() {
+            self.launching.remove(&machine.id);
+        }
+        match self.listed_at(instance) {
+            Some(at) => {
+                self.recorded[at] = true;
+                let listed = &self.instances[at];
                 // An instance that reports no address keeps the last ones
                 // known.
-                Some(listed)
-                    if !listed.addresses().is_empty()
-                        && machine.addresses() != listed.addresses() =>
-                {
-                    plan.readdressed.push((
+                if !listed.addresses().is_empty() && machine.addresses() != listed.addresses() {
+                    self.readdressed.push((
                         machine.id,
                         instance.to_string(),
                         listed.address_list(),
                     ));
                 }
-                Some(_) => {}
-                // No cloud lists an enlisted host: its agent's heartbeats
-                // say whether it lives.
-                None if expects_its_instance(machine.state) && !is_manual_instance(instance) => {
-                    plan.vanished.insert(machine.id);
+            }
+            // No cloud lists an enlisted host: its agent's heartbeats say
+            // whether it lives.
+            None if expects_its_instance(machine.state) && !is_manual_instance(instance) => {
+                self.vanished.insert(
+                    machine.id,
+                    Vanished {
+                        state: machine.state,
+                        instance: instance.to_string(),
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// The plan, once every machine has been looked at, and the instances
+    /// compared.
+    pub fn finish(mut self) -> (ReconciliationPlan, Cow<'a, [ListedInstance]>) {
+        let mut plan = ReconciliationPlan {
+            readdressed: std::mem::take(&mut self.readdressed),
+            vanished: std::mem::take(&mut self.vanished),
+            ..ReconciliationPlan::default()
+        };
+        for (at, instance) in self.instances.iter().enumerate() {
+            if instance.state.is_gone() {
+                continue;
+            }
+            let last = self.listed_at(instance.id()).unwrap_or(at);
+            if self.recorded[last] {
+                continue;
+            }
+            match instance.machine {
+                Some(machine)
+                    if self.launching.contains_key(&machine)
+                        && !plan.adopt.contains_key(&machine) =>
+                {
+                    plan.adopt.insert(machine, instance.id().to_string());
                 }
-                None => {}
+                _ => plan.strays.push(instance.id().to_string()),
             }
         }
+        plan.readdressed.sort_by_key(|(id, _, _)| *id);
+        plan.strays.sort();
+        (plan, self.instances)
     }
-    plan.readdressed.sort_by_key(|(id, _, _)| *id);
-    plan.strays.sort();
-    plan
-}
 
-/// No place in a list: a machine whose instance is not listed.
-const NOT_LISTED: u32 = u32::MAX;
-
-/// `at`, a place in the machines' or the instances' list, in four bytes.
-fn place(at: usize) -> u32 {
-    match u32::try_from(at) {
-        Ok(place) if place != NOT_LISTED => place,
-        _ => panic!("a reconciliation compares fewer than {NOT_LISTED} machines and instances"),
-    }
-}
-
-/// The machines that record each instance, found by the instance's id:
-/// their places in the machines' slice, hashed by the id they record. A
-/// map of ids to machines and one of ids to listed instances, with a
-/// million of each, were 88 MB held through the comparison; this table is
-/// 10 MB (and the list of where each machine's instance is listed, 4).
-struct Recorders {
-    places: HashTable<u32>,
-    hashes: RandomState,
-}
-
-impl Recorders {
-    fn of(machines: &[MachineSummary]) -> Recorders {
-        let hashes = RandomState::new();
-        let recording = machines
+    /// As [`Comparison::finish`], for a reconciliation while the engine
+    /// runs: the strays are those of [`periodic_strays`], less the
+    /// launches in flight.
+    pub fn finish_periodic(self) -> (ReconciliationPlan, Cow<'a, [ListedInstance]>) {
+        let launching: HashSet<MachineId> = self
+            .launching
             .iter()
-            .filter(|m| m.instance_id().is_some())
-            .count();
-        let mut places = HashTable::with_capacity(recording);
-        for (at, machine) in machines.iter().enumerate() {
-            if let Some(instance) = machine.instance_id() {
-                let hash = hashes.hash_one(instance);
-                places.insert_unique(hash, place(at), |&other| {
-                    hashes.hash_one(machines[other as usize].instance_id().unwrap_or_default())
-                });
-            }
-        }
-        Recorders { places, hashes }
-    }
-
-    /// The places of the machines (of those this was made of) that record
-    /// `instance`.
-    fn of_instance<'m>(
-        &'m self,
-        machines: &'m [MachineSummary],
-        instance: &'m str,
-    ) -> impl Iterator<Item = usize> + 'm {
-        self.places
-            .iter_hash(self.hashes.hash_one(instance))
-            .map(|&at| at as usize)
-            .filter(move |&at| machines[at].instance_id() == Some(instance))
+            .filter(|(_, state)| **state == MachineState::Starting)
+            .map(|(id, _)| *id)
+            .collect();
+        let (mut plan, instances) = self.finish();
+        let in_flight: HashSet<&str> = instances
+            .iter()
+            .filter(|i| i.machine.is_some_and(|m| launching.contains(&m)))
+            .map(|i| i.id())
+            .collect();
+        plan.strays.retain(|id| !in_flight.contains(id.as_str()));
+        (plan, instances)
     }
 }
 
-/// Machines found by id: in the slice itself when it is in id order (as
-/// the store reads them), else through a map. With a million machines,
-/// the map was 64 MB held through the comparison.
-enum ById<'a> {
-    InOrder(&'a [MachineSummary]),
-    Mapped(HashMap<MachineId, &'a MachineSummary>),
-}
-
-impl<'a> ById<'a> {
-    fn of(machines: &'a [MachineSummary]) -> ById<'a> {
-        if machines.is_sorted_by_key(|m| m.id) {
-            ById::InOrder(machines)
-        } else {
-            ById::Mapped(machines.iter().map(|m| (m.id, m)).collect())
-        }
-    }
-
-    /// The machine `id` (the last of that id, if several, as a map
-    /// keeps).
-    fn get(&self, id: MachineId) -> Option<&'a MachineSummary> {
-        match self {
-            ById::InOrder(machines) => {
-                let after = machines.partition_point(|m| m.id <= id);
-                after
-                    .checked_sub(1)
-                    .and_then(|at| machines.get(at))
-                    .filter(|m| m.id == id)
-            }
-            ById::Mapped(map) => map.get(&id).copied(),
-        }
-    }
+/// `at`, a place in the instances' list, in four bytes.
+fn place(at: usize) -> u32 {
+    u32::try_from(at)
+        .unwrap_or_else(|_| panic!("a reconciliation compares at most 4,294,967,296 instances"))
 }
 
 /// The strays of a periodic reconciliation, while the engine runs: as
@@ -279,31 +317,11 @@ impl<'a> ById<'a> {
 /// tagged for a machine that is `starting` with no instance recorded),
 /// whose machines' actors will record them.
 pub fn periodic_strays(machines: &[MachineSummary], instances: &[ListedInstance]) -> Vec<String> {
-    let strays = plan_reconciliation(machines, instances).strays;
-    periodic_of(strays, machines, instances)
-}
-
-/// [`periodic_strays`], given the `strays` of [`plan_reconciliation`] of
-/// the same machines and instances.
-pub fn periodic_of(
-    strays: Vec<String>,
-    machines: &[MachineSummary],
-    instances: &[ListedInstance],
-) -> Vec<String> {
-    let launching: HashSet<MachineId> = machines
-        .iter()
-        .filter(|m| m.instance_id().is_none() && m.state == MachineState::Starting)
-        .map(|m| m.id)
-        .collect();
-    let in_flight: HashSet<&str> = instances
-        .iter()
-        .filter(|i| i.machine.is_some_and(|m| launching.contains(&m)))
-        .map(|i| i.id())
-        .collect();
-    strays
-        .into_iter()
-        .filter(|id| !in_flight.contains(id.as_str()))
-        .collect()
+    let mut comparison = Comparison::of(instances);
+    for machine in machines {
+        comparison.look_at(machine);
+    }
+    comparison.finish_periodic().0.strays
 }
 
 /// What decides whether the instances `candidates` names are
@@ -473,7 +491,7 @@ mod tests {
         ];
         let instances = [instance("i-2", Some(2), InstanceState::Terminated)];
         let plan = plan_reconciliation(&machines, &instances);
-        let vanished: BTreeSet<u64> = plan.vanished.iter().map(|m| m.host_number()).collect();
+        let vanished: BTreeSet<u64> = plan.vanished.keys().map(|m| m.host_number()).collect();
         // Down is already shown down: nothing to do for it.
         assert_eq!(vanished, BTreeSet::from([0, 1, 2]));
         assert!(plan.strays.is_empty());
@@ -486,7 +504,7 @@ mod tests {
             machine(1, MachineState::Started, Some("i-1")),
         ];
         let plan = plan_reconciliation(&machines, &[]);
-        let vanished: BTreeSet<u64> = plan.vanished.iter().map(|m| m.host_number()).collect();
+        let vanished: BTreeSet<u64> = plan.vanished.keys().map(|m| m.host_number()).collect();
         assert_eq!(vanished, BTreeSet::from([1]));
     }
 
@@ -612,7 +630,13 @@ mod tests {
                 }
                 Some(_) => {}
                 None if expects_its_instance(machine.state) && !is_manual_instance(id) => {
-                    plan.vanished.insert(machine.id);
+                    plan.vanished.insert(
+                        machine.id,
+                        Vanished {
+                            state: machine.state,
+                            instance: id.to_string(),
+                        },
+                    );
                 }
                 None => {}
             }
@@ -681,6 +705,28 @@ mod tests {
                 plan_reconciliation(&machines, &instances),
                 plan_by_every_pair(&machines, &instances)
             );
+        }
+
+        #[test]
+        fn periodic_strays_are_the_plans_less_the_launches_in_flight(
+            (machines, instances) in world()
+        ) {
+            let in_flight = |stray: &String| {
+                instances.iter().any(|i| {
+                    i.id() == stray
+                        && machines.iter().any(|m| {
+                            Some(m.id) == i.machine
+                                && m.instance_id().is_none()
+                                && m.state == MachineState::Starting
+                        })
+                })
+            };
+            let expected: Vec<String> = plan_by_every_pair(&machines, &instances)
+                .strays
+                .into_iter()
+                .filter(|stray| !in_flight(stray))
+                .collect();
+            prop_assert_eq!(periodic_strays(&machines, &instances), expected);
         }
 
         #[test]

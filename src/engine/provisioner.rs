@@ -11,7 +11,11 @@
 //! most `max_machine_actors` live at once; each machine's full record is
 //! read when its turn comes). Then it follows the change log for changes it did not
 //! make itself, and every `reconcile_interval_s` compares the provider's
-//! list with the store again, because webhooks can be lost.
+//! list with the store again, because webhooks can be lost. That periodic
+//! comparison lists the instances first and then looks at each machine as
+//! the store hands it over (`Store::each_machine_summary`), so that it
+//! never holds every machine's summary; what it finds vanished or stray is
+//! asked of the provider again by id before anything is done about it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, PoisonError};
@@ -23,8 +27,8 @@ use crate::domain::instance::{Instance, InstanceState, ListedInstance};
 use crate::domain::machine::{is_settled, needs_actor, Event, Machine, MachineState};
 use crate::domain::names::MachineId;
 use crate::domain::reconcile::{
-    deciding_strays, periodic_of, periodic_strays, plan_reconciliation, MachineSummary,
-    ReconciliationPlan,
+    deciding_strays, periodic_strays, plan_reconciliation, Comparison, MachineSummary,
+    ReconciliationPlan, Vanished,
 };
 use crate::engine::leases::{is_mine, Fence};
 use crate::engine::machine::{lost_instance_message, Host, MachineActor};
@@ -511,8 +515,8 @@ impl Provisioner {
                 if !is_settled(machine.state) {
                     // Every actor's record is read when its turn comes, so
                     // the start never holds every full record at once.
-                    act.wait_for_actor(id, adopted.remove(&id), vanished.contains(&id));
-                } else if vanished.contains(&id) {
+                    act.wait_for_actor(id, adopted.remove(&id), vanished.contains_key(&id));
+                } else if vanished.contains_key(&id) {
                     lost.push(id);
                 } else if machine.state == MachineState::Started {
                     act.host_ready(id, machine.instance_id(), machine.zone());
@@ -719,37 +723,38 @@ impl Provisioner {
         let shared = self.shared.clone();
         let generation = self.generation;
         let work = async move {
-            let (machines, instances) = read_machines_and_instances(&shared).await?;
-            let mut plan = plan_reconciliation(&machines, &instances);
-            // Launches in flight are not strays: their machines' actors
-            // will record them (and nothing is adopted while they run).
+            let instances = list_instances(&shared).await?;
+            let (mut plan, instances) = shared
+                .store
+                .blocking(move |s| {
+                    let mut comparison = Comparison::of(instances);
+                    s.each_machine_summary(|machine| comparison.look_at(machine))?;
+                    // Launches in flight are not strays: their machines'
+                    // actors will record them (and nothing is adopted
+                    // while they run).
+                    Ok(comparison.finish_periodic())
+                })
+                .await
+                .map_err(|e| e.to_string())?;
             let candidates = if shared.harvest.harvests_strays() {
-                periodic_of(std::mem::take(&mut plan.strays), &machines, &instances)
+                std::mem::take(&mut plan.strays)
             } else {
                 Vec::new()
             };
+            let (vanished, candidates) =
+                listed_again(&shared, std::mem::take(&mut plan.vanished), candidates).await?;
             let strays = confirm_strays(&shared, candidates, &instances).await?;
-            Ok::<_, String>(Survey {
-                machines,
-                plan,
-                adopted: HashMap::new(),
-                strays,
-            })
+            Ok::<_, String>((plan.readdressed, vanished, strays))
         };
         ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
             if act.generation != generation {
                 return;
             }
-            let Survey {
-                machines,
-                mut plan,
-                strays,
-                ..
-            } = match result {
+            let (readdressed, vanished, strays) = match result {
                 Ok(found) => found,
                 Err(e) => return log::warn!("provisioner: periodic reconciliation failed: {e}"),
             };
-            act.record_addresses(std::mem::take(&mut plan.readdressed), ctx);
+            act.record_addresses(readdressed, ctx);
             if !strays.is_empty() {
                 log::info!(
                     "provisioner: stopping {} stray instance(s): {}",
@@ -762,13 +767,10 @@ impl Provisioner {
                 });
             }
             let mut lost = Vec::new();
-            for machine in machines {
-                if !plan.vanished.contains(&machine.id) {
-                    continue;
-                }
-                match act.actors.get(&machine.id) {
+            for (id, machine) in vanished {
+                match act.actors.get(&id) {
                     Some((_, actor)) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
-                    None if machine.state == MachineState::Started => lost.push(machine.id),
+                    None if machine.state == MachineState::Started => lost.push(id),
                     None => {}
                 }
             }
@@ -944,7 +946,7 @@ impl Provisioner {
                         instance.id
                     );
                 }
-                act.wait_in_line(id, adopt, vanished.contains(&id), true);
+                act.wait_in_line(id, adopt, vanished.contains_key(&id), true);
             }
             act.admit_waiting(ctx);
         }));
@@ -986,9 +988,9 @@ async fn take_part(shared: &Shared) -> Result<(bool, Vec<String>), StoreError> {
     Ok((reconciler, peers))
 }
 
-/// What a reconciliation found: the machines it compared, its plan, and
-/// the strays it confirmed. The instances compared are let go once the
-/// plan is made.
+/// What the start-up reconciliation found: the machines it compared, its
+/// plan, and the strays it confirmed. The instances compared are let go
+/// once the plan is made.
 struct Survey {
     machines: Vec<MachineSummary>,
     plan: ReconciliationPlan,
@@ -1034,10 +1036,14 @@ async fn adopted_instances(
 }
 
 /// The `candidates` for stopping that are strays still when the machines
-/// are read again after the provider listed its instances. The first read
-/// came before the listing, so an instance another controller launched in
-/// between looks like nobody's; by the second read its machine says it is
-/// starting (the launch is written before it is made) or has recorded it.
+/// are read again after the provider listed its instances. At start-up
+/// the first read came before the listing, so an instance another
+/// controller launched in between looks like nobody's; by the second read
+/// its machine says it is starting (the launch is written before it is
+/// made) or has recorded it. (A periodic reconciliation reads the
+/// machines after the listing, and a launch made since is in no listing
+/// it compares; the second read still sees machines that changed while
+/// the first went through them.)
 ///
 /// The second read takes only the machines that decide it
 /// ([`deciding_strays`]), so each candidate comes out as it would against
@@ -1065,6 +1071,59 @@ async fn confirm_strays(
         .collect())
 }
 
+/// Every instance of this controller at the provider, as a reconciliation
+/// compares them.
+async fn list_instances(shared: &Shared) -> Result<Vec<ListedInstance>, String> {
+    shared
+        .broker
+        .send(ListInstances {
+            controller_uuid: shared.controller_uuid.clone(),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// Of a periodic reconciliation's `vanished` machines and stray
+/// `candidates`, those the provider still says so of when asked again by
+/// id: the machines whose instance it still does not list live, and the
+/// candidates it still lists live.
+///
+/// The listing was made before the machines were read, so a machine that
+/// recorded a new launch in between records an instance the listing
+/// lacks, and an instance stopped in between (its machine then removed)
+/// is listed as live with no machine recording it.
+async fn listed_again(
+    shared: &Shared,
+    mut vanished: HashMap<MachineId, Vanished>,
+    mut candidates: Vec<String>,
+) -> Result<(HashMap<MachineId, Vanished>, Vec<String>), String> {
+    if vanished.is_empty() && candidates.is_empty() {
+        return Ok((vanished, candidates));
+    }
+    let ids = vanished
+        .values()
+        .map(|machine| machine.instance.clone())
+        .chain(candidates.iter().cloned())
+        .collect();
+    let live: HashSet<String> = shared
+        .broker
+        .send(DescribeInstances {
+            controller_uuid: shared.controller_uuid.clone(),
+            ids,
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|instance| !instance.state.is_gone())
+        .map(|instance| instance.id)
+        .collect();
+    vanished.retain(|_, machine| !live.contains(&machine.instance));
+    candidates.retain(|id| live.contains(id));
+    Ok((vanished, candidates))
+}
+
 /// Every machine in the store, and every instance of this controller at the
 /// provider: what a reconciliation compares.
 async fn read_machines_and_instances(
@@ -1075,14 +1134,7 @@ async fn read_machines_and_instances(
         .blocking(|s| s.machine_summaries())
         .await
         .map_err(|e| e.to_string())?;
-    let instances = shared
-        .broker
-        .send(ListInstances {
-            controller_uuid: shared.controller_uuid.clone(),
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let instances = list_instances(shared).await?;
     Ok((machines, instances))
 }
 

@@ -760,6 +760,29 @@ impl Store {
         })
     }
 
+    /// Hands every machine, as a reconciliation sees it, to `each` as it
+    /// is read (in no particular order), holding none: a comparison with
+    /// a million machines need not hold their summaries.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] or [`StoreError::Invariant`]; `each` has
+    /// then seen some of the machines.
+    pub fn each_machine_summary(
+        &self,
+        mut each: impl FnMut(&MachineSummary),
+    ) -> Result<(), StoreError> {
+        self.read(|conn| {
+            let rows = machines::table
+                .select(SummaryRow::as_select())
+                .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?;
+            for row in rows {
+                each(&summary_of(row?)?);
+            }
+            Ok(())
+        })
+    }
+
     /// The machines, in id order, as a reconciliation sees them, that
     /// record one of `instance_ids` or whose id is one of `machine_ids`:
     /// what it takes to tell whether those instances are strays, read
