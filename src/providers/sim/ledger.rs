@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use crate::providers::sim::chunked::Chunked;
 use crate::providers::sim::file::LedgerFile;
 use crate::providers::sim::records::{AgentState, Batch, Change, Record, Values};
 use crate::providers::sim::shared::SharedLedger;
@@ -45,14 +46,14 @@ impl KeyIndex {
     }
 
     /// Where the record with `key` is among `records`.
-    fn find(&self, records: &[Record], hashes: &RandomState, key: &str) -> Option<usize> {
+    fn find(&self, records: &Chunked<Record>, hashes: &RandomState, key: &str) -> Option<usize> {
         let holds = holding(records, self.key, key);
         self.positions.find(hashes.hash_one(key), holds).copied()
     }
 
     /// Indexes the record at `at` of `records` by its key, if it has one
     /// (in place of another record with the same key).
-    fn insert(&mut self, records: &[Record], hashes: &RandomState, at: usize) {
+    fn insert(&mut self, records: &Chunked<Record>, hashes: &RandomState, at: usize) {
         let Some(key) = records.get(at).and_then(self.key) else {
             return;
         };
@@ -70,7 +71,7 @@ impl KeyIndex {
     }
 
     /// Indexes every one of `records` again, after positions moved.
-    fn rebuild(&mut self, records: &[Record], hashes: &RandomState) {
+    fn rebuild(&mut self, records: &Chunked<Record>, hashes: &RandomState) {
         self.positions.clear();
         for at in 0..records.len() {
             self.insert(records, hashes, at);
@@ -81,7 +82,7 @@ impl KeyIndex {
 /// Whether the record at a position among `records` holds `key` (by
 /// `key_of`).
 fn holding<'r>(
-    records: &'r [Record],
+    records: &'r Chunked<Record>,
     key_of: fn(&Record) -> Option<&str>,
     key: &'r str,
 ) -> impl Fn(&usize) -> bool + 'r {
@@ -100,8 +101,9 @@ fn forget_spent_password(record: &mut Record) {
 /// The in-memory index, and the file behind it.
 pub(super) struct Ledger {
     /// Every record, in `seq` order (records are never removed, and each
-    /// new one has the next `seq`).
-    by_seq: Vec<Record>,
+    /// new one has the next `seq`): in chunks, so that a new record never
+    /// moves the million before it.
+    by_seq: Chunked<Record>,
     /// Instance id to record.
     ids: KeyIndex,
     /// Client token to record, for idempotent launches.
@@ -146,7 +148,7 @@ impl Ledger {
         let mut ledger = Ledger {
             ids: KeyIndex::new(|r| Some(&r.entry.id), records.len()),
             tokens: KeyIndex::new(|r| r.entry.client_token.as_deref(), tokens),
-            by_seq: records,
+            by_seq: Chunked::from_vec(records),
             hashes: RandomState::new(),
             live_in_zone: HashMap::new(),
             values: Values::default(),
@@ -200,7 +202,8 @@ impl Ledger {
     }
 
     fn position(&self, seq: u64) -> Option<usize> {
-        self.by_seq.binary_search_by_key(&seq, |r| r.seq).ok()
+        let at = self.by_seq.partition_point(|r| r.seq < seq);
+        self.by_seq.get(at).filter(|r| r.seq == seq).map(|_| at)
     }
 
     fn at(&self, seq: u64) -> Option<&Record> {
@@ -294,13 +297,6 @@ impl Ledger {
 
     fn insert(&mut self, record: Record) {
         let seq = record.seq;
-        if self.by_seq.len() == self.by_seq.capacity() {
-            // Grown by an eighth, not doubled: with 100,000 instances a
-            // doubling would leave room for 30,000 more unused, and hold
-            // both the old and the new array while it moves them.
-            let more = (self.by_seq.len() / 8).max(1024);
-            self.by_seq.reserve_exact(more);
-        }
         match self.by_seq.last() {
             Some(last) if last.seq >= seq => {
                 // Out of order (not how launches are made): keep the order,
@@ -334,15 +330,14 @@ impl Ledger {
     /// of a spent password, shares tags with the record before it and
     /// values with every record, and counts it by host and zone.
     fn take_in_place(&mut self, at: usize) {
-        let (before, from) = self.by_seq.split_at_mut(at);
-        let Some(record) = from.first_mut() else {
+        let Some((last, record)) = self.by_seq.with_previous_mut(at) else {
             return;
         };
         forget_spent_password(record);
         self.values.share(record);
         // Launches in a row carry the same controller's and model's tags:
         // one copy of them serves all.
-        if let Some(last) = before.last() {
+        if let Some(last) = last {
             record.entry.tags.share_with(&last.entry.tags);
         }
         let record = &*record;

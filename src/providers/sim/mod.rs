@@ -14,9 +14,10 @@
 //! - [`faults`]: the faults an administrator sets while it runs,
 //!   [`FaultSet`]: zones down, zone capacity, transient failures, calls
 //!   that hang or are throttled, agents that never check in.
-//! - `ledger`: the instances, indexed in memory; `file`: their SQLite file
-//!   (read on a thread of its own once the cloud has opened, while calls
-//!   wait for it: a starting controller reads its own state meanwhile);
+//! - `ledger`: the instances, indexed in memory (in a `chunked` list,
+//!   which grows without moving them); `file`: their SQLite file (read on
+//!   a thread of its own once the cloud has opened, while calls wait for
+//!   it: a starting controller reads its own state meanwhile);
 //!   `shared`: their PostgreSQL tables, shared by several controllers'
 //!   clouds ([`SimProvider::open_shared`]).
 //! - `events`: the timeline of starts and check-ins, the reports still to be
@@ -58,6 +59,7 @@
 //!   rest of the request differs (EC2 would refuse with
 //!   `IdempotentParameterMismatch`).
 
+mod chunked;
 pub mod config;
 mod error;
 mod events;
