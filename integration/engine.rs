@@ -492,6 +492,29 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
     assert!(live_instances(app.sim()).is_empty());
 }
 
+/// The methods of a wrapper of the simulated cloud (in its `inner` field)
+/// that answer as the cloud does: its name, constraints, catalogue and
+/// launch batch, and where it reports.
+macro_rules! what_the_simulated_cloud_says {
+    () => {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn supported_constraints(&self) -> &[Key] {
+            self.inner.supported_constraints()
+        }
+        fn catalogue(&self) -> &Catalogue {
+            self.inner.catalogue()
+        }
+        fn max_launch_batch(&self) -> usize {
+            self.inner.max_launch_batch()
+        }
+        fn attach(&self, link: Arc<dyn ControllerLink>) {
+            self.inner.attach(link)
+        }
+    };
+}
+
 /// A provider that misbehaves for one machine and is the simulated cloud
 /// for the rest.
 struct Misbehaving {
@@ -513,21 +536,7 @@ enum Misbehaviour {
 
 #[async_trait]
 impl Provider for Misbehaving {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn supported_constraints(&self) -> &[Key] {
-        self.inner.supported_constraints()
-    }
-    fn catalogue(&self) -> &Catalogue {
-        self.inner.catalogue()
-    }
-    fn max_launch_batch(&self) -> usize {
-        self.inner.max_launch_batch()
-    }
-    fn attach(&self, link: Arc<dyn ControllerLink>) {
-        self.inner.attach(link)
-    }
+    what_the_simulated_cloud_says!();
     async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
         self.inner.zones().await
     }
@@ -586,21 +595,7 @@ impl ListsLate {
 
 #[async_trait]
 impl Provider for ListsLate {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn supported_constraints(&self) -> &[Key] {
-        self.inner.supported_constraints()
-    }
-    fn catalogue(&self) -> &Catalogue {
-        self.inner.catalogue()
-    }
-    fn max_launch_batch(&self) -> usize {
-        self.inner.max_launch_batch()
-    }
-    fn attach(&self, link: Arc<dyn ControllerLink>) {
-        self.inner.attach(link)
-    }
+    what_the_simulated_cloud_says!();
     async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
         self.inner.zones().await
     }

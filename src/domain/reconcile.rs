@@ -128,11 +128,7 @@ pub fn plan_reconciliation(
     machines: &[MachineSummary],
     instances: &[ListedInstance],
 ) -> ReconciliationPlan {
-    let mut comparison = Comparison::of(instances);
-    for machine in machines {
-        comparison.look_at(machine);
-    }
-    comparison.finish().0
+    Comparison::of_all(machines, instances).finish().0
 }
 
 /// A comparison of the provider's instances with the store's machines,
@@ -203,6 +199,15 @@ impl<'a> Comparison<'a> {
         }
     }
 
+    /// A comparison of `machines`, every one looked at, with `instances`.
+    fn of_all(machines: &[MachineSummary], instances: &'a [ListedInstance]) -> Comparison<'a> {
+        let mut comparison = Comparison::of(instances);
+        for machine in machines {
+            comparison.look_at(machine);
+        }
+        comparison
+    }
+
     /// The last live place of the instance `id` in the list.
     fn listed_at(&self, id: &str) -> Option<usize> {
         self.listed
@@ -214,17 +219,14 @@ impl<'a> Comparison<'a> {
 
     /// Compares `machine` with the instances.
     pub fn look_at(&mut self, machine: &MachineSummary) {
-        let Some(instance) = machine.instance_id() else {
-            if may_have_unrecorded_launch(machine.state) {
-                self.launching.insert(machine.id, machine.state);
-            } else if !self.launching.is_empty() {
-                self.launching.remove(&machine.id);
-            }
-            return;
-        };
-        if !self.launching.is_empty() {
+        if machine.instance_id().is_none() && may_have_unrecorded_launch(machine.state) {
+            self.launching.insert(machine.id, machine.state);
+        } else if !self.launching.is_empty() {
             self.launching.remove(&machine.id);
         }
+        let Some(instance) = machine.instance_id() else {
+            return;
+        };
         match self.listed_at(instance) {
             Some(at) => {
                 self.recorded[at] = true;
@@ -317,11 +319,10 @@ fn place(at: usize) -> u32 {
 /// tagged for a machine that is `starting` with no instance recorded),
 /// whose machines' actors will record them.
 pub fn periodic_strays(machines: &[MachineSummary], instances: &[ListedInstance]) -> Vec<String> {
-    let mut comparison = Comparison::of(instances);
-    for machine in machines {
-        comparison.look_at(machine);
-    }
-    comparison.finish_periodic().0.strays
+    Comparison::of_all(machines, instances)
+        .finish_periodic()
+        .0
+        .strays
 }
 
 /// What decides whether the instances `candidates` names are

@@ -728,7 +728,7 @@ impl Provisioner {
                 .store
                 .blocking(move |s| {
                     let mut comparison = Comparison::of(instances);
-                    s.each_machine_summary(|machine| comparison.look_at(machine))?;
+                    s.each_machine_summary(|machine| comparison.look_at(&machine))?;
                     // Launches in flight are not strays: their machines'
                     // actors will record them (and nothing is adopted
                     // while they run).
@@ -1017,15 +1017,7 @@ async fn adopted_instances(
         .iter()
         .map(|(machine, instance)| (instance.as_str(), *machine))
         .collect();
-    let instances = shared
-        .broker
-        .send(DescribeInstances {
-            controller_uuid: shared.controller_uuid.clone(),
-            ids: adopt.values().cloned().collect(),
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let instances = describe_instances(shared, adopt.values().cloned().collect()).await?;
     Ok(instances
         .into_iter()
         .filter_map(|instance| {
@@ -1084,6 +1076,20 @@ async fn list_instances(shared: &Shared) -> Result<Vec<ListedInstance>, String> 
         .map_err(|e| e.to_string())
 }
 
+/// The instances of this controller that `ids` names, whole, as the
+/// provider describes them (those it does not list are left out).
+async fn describe_instances(shared: &Shared, ids: Vec<String>) -> Result<Vec<Instance>, String> {
+    shared
+        .broker
+        .send(DescribeInstances {
+            controller_uuid: shared.controller_uuid.clone(),
+            ids,
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// Of a periodic reconciliation's `vanished` machines and stray
 /// `candidates`, those the provider still says so of when asked again by
 /// id: the machines whose instance it still does not list live, and the
@@ -1106,15 +1112,8 @@ async fn listed_again(
         .map(|machine| machine.instance.clone())
         .chain(candidates.iter().cloned())
         .collect();
-    let live: HashSet<String> = shared
-        .broker
-        .send(DescribeInstances {
-            controller_uuid: shared.controller_uuid.clone(),
-            ids,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?
+    let live: HashSet<String> = describe_instances(shared, ids)
+        .await?
         .into_iter()
         .filter(|instance| !instance.state.is_gone())
         .map(|instance| instance.id)

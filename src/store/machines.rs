@@ -744,20 +744,15 @@ impl Store {
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
     pub fn machine_summaries(&self) -> Result<Vec<MachineSummary>, StoreError> {
-        self.read(|conn| {
-            // Row by row, into a list of the size counted first: with
-            // 100,000 machines, gathering the rows first held an array of
-            // 19 MB and their strings beside the result; with a million, a
-            // list grown by doubling left its smaller copies behind.
-            let count: i64 = machines::table.count().get_result(conn)?;
-            summaries_of(
-                usize::try_from(count).unwrap_or(0),
-                machines::table
-                    .select(SummaryRow::as_select())
-                    .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?
-                    .map(|row| row.map_err(StoreError::from)),
-            )
-        })
+        // Row by row, into a list of the size counted first: with 100,000
+        // machines, gathering the rows first held an array of 19 MB and
+        // their strings beside the result; with a million, a list grown by
+        // doubling left its smaller copies behind.
+        let count: i64 = self.read(|conn| Ok(machines::table.count().get_result(conn)?))?;
+        let mut summaries = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        self.each_machine_summary(|machine| summaries.push(machine))?;
+        in_key_order(&mut summaries, |m| m.id);
+        Ok(summaries)
     }
 
     /// Hands every machine, as a reconciliation sees it, to `each` as it
@@ -770,14 +765,14 @@ impl Store {
     /// then seen some of the machines.
     pub fn each_machine_summary(
         &self,
-        mut each: impl FnMut(&MachineSummary),
+        mut each: impl FnMut(MachineSummary),
     ) -> Result<(), StoreError> {
         self.read(|conn| {
             let rows = machines::table
                 .select(SummaryRow::as_select())
                 .load_iter::<SummaryRow, diesel::connection::DefaultLoadingMode>(conn)?;
             for row in rows {
-                each(&summary_of(row?)?);
+                each(summary_of(row?)?);
             }
             Ok(())
         })
