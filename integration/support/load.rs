@@ -551,7 +551,15 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Whether a request failed because the server closed the connection it
-/// was sent on before answering (a kept-alive connection closing).
+/// was sent on before answering (a kept-alive connection closing). The
+/// close shows as an end of stream, or as a reset when the request's bytes
+/// had already reached the server's socket: a controller whose worker was
+/// starved past its keep-alive deadline closes the connection without
+/// reading them, and the kernel answers them with a reset.
 fn is_closed_keep_alive(error: &reqwest::Error) -> bool {
-    error.is_request() && error_chain(error).contains("connection closed before message completed")
+    let chain = error_chain(error);
+    error.is_request()
+        && chain.contains("SendRequest")
+        && (chain.contains("connection closed before message completed")
+            || chain.contains("Connection reset by peer"))
 }
