@@ -230,6 +230,26 @@ async fn machines_waiting_their_turn_hold_no_lease(backend: Backend) {
     );
 }
 
+/// A machine made while the engine runs is taken up from the change log,
+/// not left for the sweep of unheld machines, which runs with each lease
+/// renewal (here every twenty minutes).
+async fn a_machine_made_while_the_engine_runs_starts_without_waiting_for_a_sweep(backend: Backend) {
+    let config = ProvisionerConfig {
+        lease_ttl_s: 3600,
+        ..fast_provisioner()
+    };
+    let app = spawn_engine(backend, SimConfig::default(), config).await;
+    // Once a first machine has started, the engine follows the change log.
+    deploy(app.store(), "mysql", 1, "", "").await;
+    until(app.store(), "1 started", all_started(1)).await;
+    deploy(app.store(), "wordpress", 6, "", "").await;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    until(app.store(), "8 started", all_started(8)).await;
+}
+
 async fn zones_known(store: &Store) {
     until(store, "zones recorded", |s| s.zones.len() == 3).await;
 }
@@ -1253,6 +1273,7 @@ on_each_backend! {
         settled_machines_keep_no_actor_alive,
         machines_beyond_the_actor_limit_wait_their_turn_and_all_start,
         machines_waiting_their_turn_hold_no_lease,
+        a_machine_made_while_the_engine_runs_starts_without_waiting_for_a_sweep,
         a_zone_disabled_by_an_administrator_gets_no_new_machines,
         a_zone_out_of_capacity_sends_machines_to_the_next_zone,
         an_explicit_zone_placement_is_honoured,

@@ -389,6 +389,58 @@ async fn the_change_log_records_every_change_in_order(store: Store) {
     assert_eq!(store.revision(), start + 3);
 }
 
+/// The engine does not read a machine whose only change is its creation
+/// (a new machine is pending and held by no one), so every way of making
+/// a machine logs it as new, and no later change of a machine looks so.
+async fn a_machine_is_logged_new_when_made_and_never_after(store: Store) {
+    let start = store.revision();
+    let ids = add_machines(&store, 2).await;
+    let hosted = add_machine(
+        &store,
+        AddMachines {
+            placement: Some(placement("lxd")),
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    let contained = add_machine(
+        &store,
+        AddMachines {
+            placement: Some(placement("lxd:0")),
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    fail_provisioning(&store, &ids[0], "boom").await;
+    store.retry(vec![ids[0]], None).await.unwrap();
+    store.remove_machine(ids[1], false).await.unwrap();
+
+    let changes = store.changes_since(start, 100).unwrap();
+    let new: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.is_new_machine())
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(new, vec!["0", "1", "2", "2/lxd/0", "0/lxd/0"]);
+    for id in [ids[0], hosted[0], contained[0]] {
+        let record = store.machine(&id).unwrap();
+        if id != ids[0] {
+            assert_eq!(record.state(), MachineState::Pending, "machine {id}");
+        }
+        assert_eq!(record.lease, None, "machine {id}");
+    }
+    let later: Vec<String> = changes
+        .iter()
+        .filter(|c| !c.is_new_machine())
+        .map(|c| format!("{} {} {}", c.id, c.change.as_str(), c.detail))
+        .collect();
+    assert!(later.len() >= 4, "{later:?}");
+    assert!(
+        changes.iter().any(|c| c.is_retry()),
+        "the retry is logged as one: {later:?}"
+    );
+}
+
 async fn concurrent_writers_leave_no_gap_or_reorder_in_the_change_log(store: Store) {
     let start = store.revision();
     let mut tasks = Vec::new();
@@ -1666,6 +1718,7 @@ on_both_backends!(
     zones_keep_an_administrators_disable_across_provider_reports,
     enabling_an_unknown_zone_is_not_found,
     the_change_log_records_every_change_in_order,
+    a_machine_is_logged_new_when_made_and_never_after,
     concurrent_writers_leave_no_gap_or_reorder_in_the_change_log,
     a_failed_operation_leaves_no_partial_write,
     failed_operations_in_a_batch_undo_only_their_own_writes,

@@ -76,6 +76,16 @@ impl Change {
             && self.change == ChangeKind::Updated
             && self.detail == "state=pending"
     }
+
+    /// Whether this is a machine's creation: a new machine is pending and
+    /// held by no controller, whatever its kind (the writer describes
+    /// every new machine as `state=pending`, and never gives a machine's
+    /// id to another).
+    pub fn is_new_machine(&self) -> bool {
+        self.entity == Entity::Machine
+            && self.change == ChangeKind::Created
+            && self.detail == "state=pending"
+    }
 }
 
 /// Milliseconds since the Unix epoch.
