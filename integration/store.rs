@@ -395,22 +395,12 @@ async fn the_change_log_records_every_change_in_order(store: Store) {
 async fn a_machine_is_logged_new_when_made_and_never_after(store: Store) {
     let start = store.revision();
     let ids = add_machines(&store, 2).await;
-    let hosted = add_machine(
-        &store,
-        AddMachines {
-            placement: Some(placement("lxd")),
-            ..AddMachines::default()
-        },
-    )
-    .await;
-    let contained = add_machine(
-        &store,
-        AddMachines {
-            placement: Some(placement("lxd:0")),
-            ..AddMachines::default()
-        },
-    )
-    .await;
+    let placed = |to: &str| AddMachines {
+        placement: Some(placement(to)),
+        ..AddMachines::default()
+    };
+    let hosted = add_machine(&store, placed("lxd")).await;
+    let contained = add_machine(&store, placed("lxd:0")).await;
     fail_provisioning(&store, &ids[0], "boom").await;
     store.retry(vec![ids[0]], None).await.unwrap();
     store.remove_machine(ids[1], false).await.unwrap();

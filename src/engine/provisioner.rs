@@ -101,6 +101,21 @@ struct Waiting {
     retried: bool,
 }
 
+impl Waiting {
+    /// A machine the change log named, in line from now, to be claimed
+    /// when its turn comes if it is this controller's share.
+    fn changed(id: MachineId, retried: bool) -> Waiting {
+        Waiting {
+            id,
+            adopt: None,
+            vanished: false,
+            since: std::time::Instant::now(),
+            anyone: false,
+            retried,
+        }
+    }
+}
+
 pub struct Provisioner {
     shared: Arc<Shared>,
     /// The live machine actors, with the serial each was started with.
@@ -1299,14 +1314,7 @@ impl Handler<StoreChanged> for Provisioner {
                     // Claimed when its turn comes: a controller holds
                     // leases only on the machines it works on now, so a
                     // long line costs its renewals nothing.
-                    self.line_up(Waiting {
-                        id,
-                        adopt: None,
-                        vanished: false,
-                        since: std::time::Instant::now(),
-                        anyone: false,
-                        retried,
-                    });
+                    self.line_up(Waiting::changed(id, retried));
                     lined_up = true;
                 }
             }
@@ -1318,14 +1326,7 @@ impl Handler<StoreChanged> for Provisioner {
                 && !self.queued.contains(&id)
                 && !self.actors.contains_key(&id)
             {
-                self.line_up(Waiting {
-                    id,
-                    adopt: None,
-                    vanished: false,
-                    since: std::time::Instant::now(),
-                    anyone: false,
-                    retried: false,
-                });
+                self.line_up(Waiting::changed(id, false));
                 lined_up = true;
             }
         }
