@@ -71,16 +71,16 @@ struct StoreChanged {
     /// The zones, when they changed: applied before the machines, so that
     /// a machine never chooses from zones older than its own revision.
     zones: Option<Vec<ZoneRecord>>,
-    /// Machines whose only change was their creation. Their records are
-    /// not read: a new machine is pending and held by no one, so those
-    /// that are this controller's share wait in line as they are, and are
-    /// read when their lease is claimed (a deploy of 100,000 units read
-    /// each new machine twice).
+    /// Machines of this controller's share whose only change was their
+    /// creation. Their records are not read: a new machine is pending and
+    /// held by no one, so it waits in line as it is and is read when its
+    /// lease is claimed (a deploy of 100,000 units read each new machine
+    /// twice).
     created: Vec<MachineId>,
-    /// The machines among `machines` and `created` that need an actor and
-    /// are this controller's to work on (its share, or ones it held): only
-    /// these get an actor here, those it does not hold after waiting in
-    /// line for their lease to be claimed.
+    /// The machines among `machines` that need an actor and are this
+    /// controller's to work on (its share, or ones it held): only these get
+    /// an actor here, those it does not hold after waiting in line for
+    /// their lease to be claimed.
     wanted: HashSet<MachineId>,
 }
 
@@ -711,9 +711,14 @@ impl Provisioner {
                     } else {
                         None
                     };
-                    let machines = store
-                        .blocking(move |s| s.engine_machines(Some(&ids)))
-                        .await?;
+                    // A batch of new machines alone has none to read.
+                    let machines = if ids.is_empty() {
+                        Vec::new()
+                    } else {
+                        store
+                            .blocking(move |s| s.engine_machines(Some(&ids)))
+                            .await?
+                    };
                     // Those needing work that no other controller holds,
                     // and that hash to this one, are this one's to do:
                     // they wait in line and are claimed at admission; the
@@ -721,7 +726,7 @@ impl Provisioner {
                     let now = now_ms();
                     let wanted: HashSet<MachineId> = {
                         let peers = peers.read().unwrap_or_else(PoisonError::into_inner);
-                        machines
+                        let wanted = machines
                             .iter()
                             .filter(|m| needs_actor(m.record.state()))
                             .filter(|m| match &m.record.lease {
@@ -730,13 +735,9 @@ impl Provisioner {
                                 _ => is_mine(&peers, store.holder(), m.record.id),
                             })
                             .map(|m| m.record.id)
-                            .chain(
-                                created
-                                    .iter()
-                                    .copied()
-                                    .filter(|id| is_mine(&peers, store.holder(), *id)),
-                            )
-                            .collect()
+                            .collect();
+                        created.retain(|id| is_mine(&peers, store.holder(), *id));
+                        wanted
                     };
                     if me
                         .send(StoreChanged {
@@ -1320,12 +1321,9 @@ impl Handler<StoreChanged> for Provisioner {
             }
         }
         for id in msg.created {
-            // A new machine has no actor and waits in no line; its
-            // creation is all there is to know of it until it is claimed.
-            if msg.wanted.contains(&id)
-                && !self.queued.contains(&id)
-                && !self.actors.contains_key(&id)
-            {
+            // One that the start's read of every machine found after its
+            // creation is in line already, or has an actor.
+            if !self.queued.contains(&id) && !self.actors.contains_key(&id) {
                 self.line_up(Waiting::changed(id, false));
                 lined_up = true;
             }
