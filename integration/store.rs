@@ -1264,6 +1264,106 @@ async fn zone_choices_in_one_batch_see_each_other(store: Store) {
     assert_eq!(store.zone_census().unwrap(), census);
 }
 
+/// A new machine the engine takes to allocating without writing it: its
+/// zone choice writes it from pending to starting in one save and one
+/// change, alone or gathered with others; a choice or a save whose machine
+/// is no longer pending writes nothing.
+async fn a_new_machine_goes_from_pending_to_starting_with_its_zone_in_one_save(store: Store) {
+    use berth::domain::zones::Zone;
+    use berth::store::census::ZoneChosen;
+    let ids = add_machines(&store, 4).await;
+    let ttl = std::time::Duration::from_secs(30);
+    store.claim_machines(ids.clone(), ttl).await.unwrap();
+    let zones = vec![Zone::available("a"), Zone::available("b")];
+    let unwritten = |id: MachineId| {
+        store
+            .decide(&Machine::new(), MachineEvent::new(id, Event::StartInstance))
+            .unwrap()
+            .into_applied()
+            .next
+    };
+    let before = store.revision();
+    // Two choices queued behind a busy writer, so that they go in one
+    // batch (on PostgreSQL, one statement).
+    let holding = hold_the_writer(&store).await;
+    let mut tasks = Vec::new();
+    for id in &ids[..2] {
+        let (store, allocating) = (store.clone(), unwritten(*id));
+        let choice = unit_less_choice(*id, &zones);
+        tasks.push(tokio::spawn(async move {
+            store
+                .choose_zone_from(allocating, MachineState::Pending, choice)
+                .await
+        }));
+    }
+    holding.await.unwrap();
+    let mut chosen = Vec::new();
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ZoneChosen::Chosen(applied) => {
+                assert_eq!(applied.next.state, MachineState::Starting);
+                chosen.push(applied.next.lifecycle.zone.unwrap());
+            }
+            ZoneChosen::NoZone { reason, .. } => panic!("{reason}"),
+        }
+    }
+    chosen.sort();
+    assert_eq!(chosen, ["a", "b"]);
+    let logged: Vec<String> = store
+        .changes_since(before, 100)
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {}", c.id, c.detail))
+        .collect();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    for id in &ids[..2] {
+        let record = store.machine(id).unwrap();
+        assert_eq!(record.state(), MachineState::Starting, "machine {id}");
+        let zone = record.machine.lifecycle.zone.clone().unwrap();
+        assert!(
+            logged.contains(&format!("{id} state=starting zone={zone}")),
+            "{logged:?}"
+        );
+    }
+    let census = store.zone_census().unwrap();
+    assert_eq!(census.values().sum::<i64>(), 2, "{census:?}");
+
+    // No zone for a new machine: its error is written from pending.
+    let no_zone = MachineEvent::new(
+        ids[2],
+        Event::NoZoneAvailable {
+            reason: "no zone named x".into(),
+            permanent: true,
+        },
+    );
+    let decided = store.decide(&unwritten(ids[2]), no_zone).unwrap();
+    let applied = store
+        .commit(decided.stored_as(MachineState::Pending))
+        .await
+        .unwrap();
+    assert_eq!(applied.next.state, MachineState::ProvisioningError);
+    assert_eq!(
+        store.machine(&ids[2]).unwrap().state(),
+        MachineState::ProvisioningError
+    );
+
+    // A machine written to allocating meanwhile is not pending: the choice
+    // said to start from pending conflicts and writes nothing.
+    let allocating = allocating(&store, ids[3]).await;
+    let revision = store.revision();
+    let stale = store
+        .choose_zone_from(
+            allocating.clone(),
+            MachineState::Pending,
+            unit_less_choice(ids[3], &zones),
+        )
+        .await;
+    assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+    assert_eq!(store.machine(&ids[3]).unwrap().machine, allocating);
+    assert_eq!(store.revision(), revision);
+    assert_eq!(store.zone_census().unwrap(), census);
+}
+
 /// Keeps the writer busy for a moment, so that the writes queued meanwhile
 /// go in one batch; await it after queueing them.
 async fn hold_the_writer(store: &Store) -> tokio::task::JoinHandle<()> {
@@ -1669,6 +1769,7 @@ on_both_backends!(
     a_store_that_kept_only_the_tokens_hash_makes_a_new_one_without_the_token,
     the_zone_census_counts_a_chosen_zone_and_lets_it_go_with_the_zone,
     zone_choices_in_one_batch_see_each_other,
+    a_new_machine_goes_from_pending_to_starting_with_its_zone_in_one_save,
     engine_saves_at_once_leave_what_each_alone_would,
     a_save_that_keeps_the_instance_writes_the_machine_as_decided,
     check_ins_at_once_each_get_their_own_answer,

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use diesel::prelude::*;
 
 use crate::domain::constraints::Setting;
-use crate::domain::machine::{Event, Machine, Policy};
+use crate::domain::machine::{Event, Machine, MachineState, Policy};
 use crate::domain::names::MachineId;
 use crate::domain::zones::{order_zones, Occupant, Zone, ZoneCensus, ZoneRequest};
 use crate::store::db::per_backend;
@@ -264,6 +264,7 @@ pub(crate) fn zone_event(choice: &ZoneChoice, zone: &str) -> MachineEvent {
 pub(crate) fn choose_zone_tx(
     tx: &mut Tx<'_>,
     current: &Machine,
+    stored: MachineState,
     choice: &ZoneChoice,
     policy: &Policy,
     holder: &str,
@@ -275,14 +276,7 @@ pub(crate) fn choose_zone_tx(
         Err(no_zone) => return Ok(no_zone.into()),
     };
     let request = zone_event(choice, &zone);
-    let applied = apply_to(
-        tx,
-        current,
-        Some(current.state),
-        request,
-        policy,
-        Some(holder),
-    )?;
+    let applied = apply_to(tx, current, Some(stored), request, policy, Some(holder))?;
     count(tx, &choice.occupant, &choice.occupant.key(), &zone)?;
     Ok(ZoneChosen::Chosen(applied))
 }
@@ -443,9 +437,28 @@ impl Store {
         current: Machine,
         choice: ZoneChoice,
     ) -> Result<ZoneChosen, StoreError> {
+        let stored = current.state;
+        self.choose_zone_from(current, stored, choice).await
+    }
+
+    /// [`Store::choose_zone`] for a machine the engine holds as `current`
+    /// and the store as `stored`: a pending machine the engine took to
+    /// `allocating` without writing it goes from `pending` to `starting`
+    /// in one save.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::choose_zone`]; [`StoreError::Conflict`] also if the
+    /// store no longer holds the machine in `stored`.
+    pub async fn choose_zone_from(
+        &self,
+        current: Machine,
+        stored: MachineState,
+        choice: ZoneChoice,
+    ) -> Result<ZoneChosen, StoreError> {
         let policy = self.policy();
         let holder = self.holder().to_string();
-        let request = ZoneChoiceRequest::new(current, choice, policy, holder);
+        let request = ZoneChoiceRequest::new(current, stored, choice, policy, holder);
         if self.guard.is_some() {
             self.write(move |tx| request.run(tx)).await
         } else {

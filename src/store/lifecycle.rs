@@ -126,9 +126,20 @@ impl Decided {
         !self.decision.unchanged || self.decision.applied.next.state == MachineState::Dead
     }
 
-    /// The result, for an event that needs no write.
+    /// The result, for an event that needs no write (or whose write the
+    /// engine leaves to the next step, see [`Decided::stored_as`]).
     pub fn into_applied(self) -> Applied {
         self.decision.applied
+    }
+
+    /// The same decision, written only if the store still holds the
+    /// machine in `stored`: for an engine whose machine ran ahead of the
+    /// store by a step it did not write (a pending machine taken to
+    /// `allocating` while its zone is chosen, written with the choice).
+    #[must_use]
+    pub fn stored_as(mut self, stored: MachineState) -> Decided {
+        self.expected = stored;
+        self
     }
 }
 

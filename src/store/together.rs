@@ -112,22 +112,27 @@ impl AgentCheckIn {
 /// A machine actor's zone choice for its machine, as it holds it.
 pub(crate) struct ZoneChoiceRequest {
     current: Machine,
+    /// The state the store holds the machine in: `current`'s, or
+    /// `pending` for a machine the engine took to `allocating` unwritten.
+    stored: MachineState,
     choice: ZoneChoice,
     policy: Policy,
     holder: String,
 }
 
 impl ZoneChoiceRequest {
-    /// The choice `choice` for `current`, with `policy`, while controller
-    /// `holder` holds the machine's lease.
+    /// The choice `choice` for `current`, stored as `stored`, with
+    /// `policy`, while controller `holder` holds the machine's lease.
     pub(super) fn new(
         current: Machine,
+        stored: MachineState,
         choice: ZoneChoice,
         policy: Policy,
         holder: String,
     ) -> ZoneChoiceRequest {
         ZoneChoiceRequest {
             current,
+            stored,
             choice,
             policy,
             holder,
@@ -140,7 +145,14 @@ impl ZoneChoiceRequest {
     ///
     /// As [`crate::store::Store::choose_zone`].
     pub(crate) fn run(&self, tx: &mut Tx<'_>) -> Result<ZoneChosen, StoreError> {
-        choose_zone_tx(tx, &self.current, &self.choice, &self.policy, &self.holder)
+        choose_zone_tx(
+            tx,
+            &self.current,
+            self.stored,
+            &self.choice,
+            &self.policy,
+            &self.holder,
+        )
     }
 }
 
@@ -393,7 +405,7 @@ pub(crate) fn choose_zones_together(
         .map(|(at, (step, r))| {
             let plain = match step {
                 Step::Save { decision, .. } => {
-                    PlainSave::of(r.choice.id, r.current.state, decision, Some(&r.holder))
+                    PlainSave::of(r.choice.id, r.stored, decision, Some(&r.holder))
                 }
                 Step::Answer(_) => None,
             };
