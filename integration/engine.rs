@@ -22,6 +22,7 @@ use berth::engine::config::ProvisionerConfig;
 use berth::providers::sim::{SimConfig, SimProvider};
 use berth::status::snapshot::StatusSnapshot;
 use berth::store::applications::DeployRequest;
+use berth::store::change_log::ChangeKind;
 use berth::store::machines::AddMachines;
 use berth::store::records::MachineRecord;
 use berth::store::Store;
@@ -464,6 +465,30 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend
         .find(|e| Some(e.id.as_str()) == container.instance_id())
         .unwrap();
     assert_eq!(entry.host_instance.as_deref(), host.instance_id());
+    // Each machine, host and container alike, is first written when its
+    // zone is chosen: from pending to starting, never logged allocating.
+    let changes = app.store().changes_since(0, 1000).unwrap();
+    for id in &ids {
+        let updates: Vec<&str> = changes
+            .iter()
+            .filter(|c| &c.id == id && c.change == ChangeKind::Updated)
+            .map(|c| c.detail.as_str())
+            .collect();
+        let zone = status.machines[0].machine.lifecycle.zone.clone();
+        let first = updates.first().copied().unwrap_or_default();
+        if id.contains("lxd") {
+            assert_eq!(first, format!("state=starting zone={}", zone.unwrap()));
+        } else {
+            assert!(
+                first.starts_with("state=starting zone=sim-"),
+                "{id}: {updates:?}"
+            );
+        }
+        assert!(
+            !updates.iter().any(|u| u.contains("allocating")),
+            "{id}: {updates:?}"
+        );
+    }
 }
 
 async fn removing_a_started_machine_stops_its_instance_and_removes_it(backend: Backend) {

@@ -209,9 +209,12 @@ pub struct SetZones(pub Vec<ZoneRecord>);
 #[rtype(result = "Result<ZoneChosen, StoreError>")]
 pub struct ChooseZone {
     pub machine: MachineId,
-    /// The machine as the actor holds it: the choice is written only if
-    /// the store still has it so.
+    /// The machine as the actor holds it.
     pub current: Machine,
+    /// The state the store holds it in, which the choice's write checks:
+    /// `current`'s, or `pending` for a new machine the actor took to
+    /// `allocating` without writing it (the choice writes both steps).
+    pub stored: MachineState,
     pub occupant: Occupant,
     /// Whether the machine has a retry time stored, to clear.
     pub clear_retry_at: bool,

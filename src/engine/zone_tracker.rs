@@ -82,6 +82,10 @@ impl Handler<ChooseZone> for ZoneTracker {
             placement_zone: msg.placement_zone,
             clear_retry_at: msg.clear_retry_at,
         };
-        Box::pin(async move { store.choose_zone(msg.current, choice).await })
+        Box::pin(async move {
+            store
+                .choose_zone_from(msg.current, msg.stored, choice)
+                .await
+        })
     }
 }
