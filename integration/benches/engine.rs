@@ -49,7 +49,7 @@ use berth::api::webhooks::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use berth::charms::resolve;
 use berth::contracts::secrets::Secret;
 use berth::domain::constraints::Constraints;
-use berth::domain::machine::{Event, Machine};
+use berth::domain::machine::{Event, Machine, MachineState};
 use berth::domain::names::MachineId;
 use berth::store::applications::DeployRequest;
 use berth::store::db::DatabaseUrl;
@@ -282,7 +282,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// The same rows as a deploy of `n` units that all start, written straight
 /// through the store: units and machines in transactions of 1,000 units,
-/// then four transitions per machine, committed by the group-committing
+/// then three saves per machine (a new machine's start is written with its
+/// zone, as the engine writes it), committed by the group-committing
 /// writer in large batches (each kind together on PostgreSQL, as the
 /// engine's are).
 async fn floor(url: DatabaseUrl, n: usize) -> Duration {
@@ -326,13 +327,14 @@ async fn floor(url: DatabaseUrl, n: usize) -> Duration {
     // The engine's own steps, each through the store's one writer as a
     // machine actor makes them (decided, then committed under this
     // controller's lease); the last is the agent's check-in with the
-    // launch's one-time password.
+    // launch's one-time password. A machine actor takes a new machine to
+    // `allocating` without writing it, and writes that step with its
+    // zone: so does this.
     store
         .claim_machines(ids.clone(), Duration::from_secs(600))
         .await
         .expect("claim the machines");
-    let steps: [fn(MachineId) -> Event; 3] = [
-        |_| Event::StartInstance,
+    let steps: [fn(MachineId) -> Event; 2] = [
         |_| Event::ZoneChosen {
             zone: "sim-a".to_string(),
         },
@@ -340,17 +342,32 @@ async fn floor(url: DatabaseUrl, n: usize) -> Duration {
             instance_id: format!("i-0-{id}"),
         },
     ];
-    let mut machines: Vec<(MachineId, Machine, Option<Secret>)> =
-        ids.iter().map(|id| (*id, Machine::new(), None)).collect();
+    let mut machines: Vec<(MachineId, Machine, Option<Secret>)> = ids
+        .iter()
+        .map(|id| {
+            let allocating = store
+                .decide(
+                    &Machine::new(),
+                    MachineEvent::new(*id, Event::StartInstance),
+                )
+                .expect("decide")
+                .into_applied()
+                .next;
+            (*id, allocating, None)
+        })
+        .collect();
     for step in steps {
         let writes: Vec<_> = machines
             .drain(..)
             .map(|(id, current, password)| {
                 let store = store.clone();
                 tokio::spawn(async move {
-                    let decided = store
+                    let mut decided = store
                         .decide(&current, MachineEvent::new(id, step(id)))
                         .expect("decide");
+                    if current.state == MachineState::Allocating {
+                        decided = decided.stored_as(MachineState::Pending);
+                    }
                     let applied = store.commit(decided).await.expect("commit");
                     (id, applied.next, applied.password.or(password))
                 })
