@@ -350,22 +350,25 @@ fn redact_password(url: &str) -> String {
 ///   allocation SQLite makes.
 ///
 /// Together these locks were about an eighth of the store writer's time
-/// during a deploy. If SQLite was already initialized (by another user in
-/// the same process), it keeps its settings: they are safe, only slower.
-fn configure_sqlite() {
+/// during a deploy. Every SQLite connection berth opens (the store's, the
+/// simulated cloud's ledger) calls this first. If SQLite was already
+/// initialized (by another user in the same process), it keeps its
+/// settings: they are safe, only slower.
+pub(crate) fn configure_sqlite() {
     static CONFIGURED: std::sync::Once = std::sync::Once::new();
     CONFIGURED.call_once(|| {
         use libsqlite3_sys::{
             sqlite3_config, SQLITE_CONFIG_MEMSTATUS, SQLITE_CONFIG_MULTITHREAD, SQLITE_OK,
         };
-        // SAFETY: sqlite3_config is called before any connection is opened
-        // by this process's store, with the arguments each option takes (none
-        // for MULTITHREAD, one int for MEMSTATUS); called after SQLite
-        // initialized, it only returns SQLITE_MISUSE.
+        let off: std::ffi::c_int = 0;
+        // SAFETY: each option is given the arguments it takes (none for
+        // MULTITHREAD, one int for MEMSTATUS); called after SQLite has
+        // initialized, sqlite3_config changes nothing and returns
+        // SQLITE_MISUSE.
         let (threads, memstatus) = unsafe {
             (
                 sqlite3_config(SQLITE_CONFIG_MULTITHREAD),
-                sqlite3_config(SQLITE_CONFIG_MEMSTATUS, std::ffi::c_int::from(0u8)),
+                sqlite3_config(SQLITE_CONFIG_MEMSTATUS, off),
             )
         };
         if threads != SQLITE_OK || memstatus != SQLITE_OK {

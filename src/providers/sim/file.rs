@@ -141,6 +141,7 @@ impl LedgerFile {
             path: path.to_path_buf(),
             reason,
         };
+        crate::store::db::configure_sqlite();
         let mut conn = SqliteConnection::establish(&path.to_string_lossy())
             .map_err(|e| failed(e.to_string()))?;
         // Exclusive locking: the lock taken by `BEGIN EXCLUSIVE` below is
