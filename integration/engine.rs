@@ -468,16 +468,16 @@ async fn a_container_is_started_on_its_host_once_the_host_is_up(backend: Backend
     // Each machine, host and container alike, is first written when its
     // zone is chosen: from pending to starting, never logged allocating.
     let changes = app.store().changes_since(0, 1000).unwrap();
+    let host_zone = host.machine.lifecycle.zone.as_deref().unwrap();
     for id in &ids {
         let updates: Vec<&str> = changes
             .iter()
             .filter(|c| &c.id == id && c.change == ChangeKind::Updated)
             .map(|c| c.detail.as_str())
             .collect();
-        let zone = status.machines[0].machine.lifecycle.zone.clone();
         let first = updates.first().copied().unwrap_or_default();
         if id.contains("lxd") {
-            assert_eq!(first, format!("state=starting zone={}", zone.unwrap()));
+            assert_eq!(first, format!("state=starting zone={host_zone}"));
         } else {
             assert!(
                 first.starts_with("state=starting zone=sim-"),
