@@ -16,6 +16,9 @@ use crate::domain::placement::Placement;
 /// `berth add-machine [PLACEMENT]`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct AddMachineArgs {
+    // The doc comment is the command line's help, where the brackets mark
+    // optional parts, not links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     /// lxd (a container on a new machine), lxd:3 (a container on machine
     /// 3), zone=us-east-1a, ssh:[user@]host[:port] (an existing host,
     /// enlisted over SSH); a new machine by default.

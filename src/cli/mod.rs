@@ -96,6 +96,9 @@ pub struct Cli {
         value_name = "URL"
     )]
     pub url: Option<String>,
+    // The doc comment is the command line's help, where `<data-dir>` is a
+    // placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// The admin token; by default the one saved with the controller by
     /// `berth login`, else read from <data-dir>/admin.token (the data
     /// directory is BERTH_DATA_DIR, else $XDG_DATA_HOME/berth, else
@@ -108,6 +111,9 @@ pub struct Cli {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    // The doc comment is the command line's help, where `<data-dir>` is a
+    // placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// The CA certificate (PEM) to verify an https:// controller with; by
     /// default the one saved by `berth login`, else <data-dir>/ca.crt when
     /// there is one, else the public roots.
@@ -178,6 +184,9 @@ pub enum Command {
     EnableZone(zones::ZoneArgs),
     /// Keep new machines out of a zone.
     DisableZone(zones::ZoneArgs),
+    // The doc comment is the command line's help, where `<data-dir>` is a
+    // placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Check that a controller answers with a token, save it, and make it
     /// the current controller.
     ///

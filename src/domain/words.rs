@@ -1,7 +1,7 @@
 //! Enums whose values are each named by one fixed word: machine states,
 //! constraint keys, risks, change-log entities and the like.
 //!
-//! [`word_enum!`] declares such an enum
+//! `word_enum!` declares such an enum
 //! once, each variant beside its word, and gives it what every one of them
 //! needs:
 //!
@@ -15,9 +15,9 @@
 //! The words are what the store persists and users type, so they are
 //! stable: change one and stored data stops parsing.
 //!
-//! [`checked_name!`] does the same for names that are any text passing a
+//! `checked_name!` does the same for names that are any text passing a
 //! rule (application names, endpoint names): a newtype over `String` whose
-//! only way in is its `is_valid` check. [`text_conversions!`] gives a type
+//! only way in is its `is_valid` check. `text_conversions!` gives a type
 //! that parses and prints as text (a base, a placement, a machine id) the
 //! conversions serde's `try_from = "String", into = "String"` goes through.
 

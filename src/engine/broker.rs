@@ -12,7 +12,7 @@
 //!   type, base and image); once the launch bucket is paced, sends only as
 //!   many calls as it has tokens for, full batches first, and lets the
 //!   rest gather into fuller batches until the next token (where a fuller
-//!   batch costs no more tokens, a partial one gathers for [`GATHER`]
+//!   batch costs no more tokens, a partial one gathers for `GATHER`
 //!   even while tokens are plentiful),
 //! - takes a launch call's instance tokens too (one per instance, as AWS
 //!   counts RunInstances' resources) when an instance bucket is set,
@@ -20,8 +20,8 @@
 //!   paces itself to the provider's own limit: a throttled call slows its
 //!   kind's bucket (or, for a kind without one, gives it one at half the
 //!   rate it was being called at), and calls that go through speed it up
-//!   again, back to the configured limit ([`TokenBucket::slow_down`],
-//!   [`TokenBucket::speed_up`]),
+//!   again, back to the configured limit (`TokenBucket::slow_down`,
+//!   `TokenBucket::speed_up`),
 //! - gives every call a timeout, and runs it as its own task so that a
 //!   provider that panics or hangs fails that call (as a transient error)
 //!   and nothing else,

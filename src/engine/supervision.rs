@@ -12,7 +12,7 @@
 //! not restarted again: it is stopped, which its peers see as for any
 //! stopped actor.
 //!
-//! Tests make an actor panic with [`hooks::arm`] (compiled only for tests
+//! Tests make an actor panic with `hooks::arm` (compiled only for tests
 //! and the `test-hooks` feature); every engine actor calls
 //! [`hooks::checkpoint`] where it handles its main messages.
 

@@ -374,7 +374,7 @@ pub struct Fresh<'a> {
 /// has asked for that) once the log has been quiet for that moment, so
 /// that the next request finds it ready. While the log keeps growing and
 /// clients take gzip, it also renders and gzips every
-/// [`BUSY_RENDER_EVERY`] or so, so that the rendering after a long burst
+/// `BUSY_RENDER_EVERY` or so, so that the rendering after a long burst
 /// shares most of its segments with one already compressed. `parts` says
 /// where in `shared` the cache, store and cloud are.
 /// Ends when the server has let go of `shared` or the store has stopped.

@@ -9,9 +9,9 @@
 //! domain's rule ([`order_zones`]), writes the machine's transition and
 //! counts it. On PostgreSQL a batch's choices are made together: in turn
 //! from one read of the census, then saved in one statement and counted in
-//! one more ([`crate::store::together`]). Whenever a save clears a
+//! one more (`crate::store::together`). Whenever a save clears a
 //! machine's zone, or the machine is removed, its count is let go in the
-//! same transaction ([`release`]).
+//! same transaction (`release`).
 //!
 //! Every change of the census is a writer operation, and on PostgreSQL
 //! every writer batch holds the writers' advisory lock from its first
@@ -19,7 +19,7 @@
 //! controllers never choose from the same census: the second reads the
 //! first's choice. (SQLite has one writer.) For the same reason a batch
 //! reads the census once and keeps its copy up with its own counts
-//! ([`Tx::census`]); a release, a rebuild or an undone operation drops the
+//! (`Tx::census`); a release, a rebuild or an undone operation drops the
 //! copy, and the next choice reads the table again. A unit joining or
 //! leaving a machine that holds a zone moves the machine to its new kind's
 //! count in the same transaction (`recount`). A store written before that

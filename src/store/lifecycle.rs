@@ -4,9 +4,9 @@
 //! engine's events ([`Store::apply`]), an agent's check-in and heartbeat,
 //! over HTTP or from the simulated cloud ([`Store::agent_connect`],
 //! [`Store::agent_heartbeat`], [`Store::agents_alive`]), and the user's
-//! `remove-machine` and `retry-provisioning` (through [`apply_tx`] inside
+//! `remove-machine` and `retry-provisioning` (through `apply_tx` inside
 //! their own transactions). Each applies the domain's
-//! [`transition`](crate::domain::machine::transition) with the controller's
+//! [`transition`] with the controller's
 //! configured [`Policy`] (see [`Store::set_policy`]), performs the store's
 //! part of the effect (a fresh one-time password for a launch, the time of
 //! the next retry, replaced constraints, removal of a dead machine), writes

@@ -5,13 +5,14 @@
 //! whether they were batched. Each operation runs in its own savepoint, so
 //! one failing operation rolls back only its own writes, and its change-log
 //! entries are dropped with them. On PostgreSQL, where every statement is
-//! a round trip, the machine actors' saves ([`Writer::save`]) and zone
-//! choices ([`Writer::choose_zone`]) and agents' check-ins
-//! ([`Writer::check_in`]) come as data instead, and a batch does each kind
-//! together before its other operations (see [`crate::store::together`]). Revisions are assigned to the batch's
-//! entries just before the commit, by bumping the `log_head` row inside the
-//! transaction: the row lock orders concurrent committers (several
-//! controllers on one PostgreSQL), so the log never has a gap or a reorder.
+//! a round trip, the machine actors' saves (`Writer::save`) and zone
+//! choices (`Writer::choose_zone`) and agents' check-ins
+//! (`Writer::check_in`) come as data instead, and a batch does each kind
+//! together before its other operations (see `crate::store::together`).
+//! Revisions are assigned to the batch's entries just before the commit,
+//! by bumping the `log_head` row inside the transaction: the row lock
+//! orders concurrent committers (several controllers on one PostgreSQL),
+//! so the log never has a gap or a reorder.
 //! On PostgreSQL a batch first takes an advisory lock, so that concurrent
 //! batches take their turns before they lock any row and cannot deadlock.
 //!
