@@ -2,6 +2,9 @@
 //! cloud, API) on a random port and a temporary data directory, driven over
 //! HTTP.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use berth::app::{Application, ADMIN_TOKEN_FILE};
 use berth::config::Config;
 use reqwest::Response;
@@ -299,4 +302,141 @@ async fn without_the_ec2_feature_an_ec2_controller_refuses_to_start_and_says_why
         error,
         "cannot start the ec2 provider: this berth was built without the EC2 provider (cargo feature `ec2`)"
     );
+}
+
+/// The send buffers (`SO_SNDBUF`) of this process's connected TCP sockets
+/// whose local port is `port`: the server's side of its connections, when
+/// the server runs in this process.
+fn send_buffers_of_connections_to(port: u16) -> Vec<usize> {
+    let mut buffers = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd")
+        .expect("own descriptors")
+        .flatten()
+    {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: plain reads of a socket's names and options into values
+        // of the lengths given; a descriptor closed meanwhile only makes
+        // a call fail.
+        unsafe {
+            let mut local: libc::sockaddr_in = std::mem::zeroed();
+            let mut length = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if libc::getsockname(fd, std::ptr::from_mut(&mut local).cast(), &mut length) != 0
+                || i32::from(local.sin_family) != libc::AF_INET
+                || u16::from_be(local.sin_port) != port
+            {
+                continue;
+            }
+            let mut peer: libc::sockaddr_in = std::mem::zeroed();
+            let mut length = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if libc::getpeername(fd, std::ptr::from_mut(&mut peer).cast(), &mut length) != 0 {
+                continue; // the listener
+            }
+            let mut buffer: libc::c_int = 0;
+            let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            if libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                std::ptr::from_mut(&mut buffer).cast(),
+                &mut length,
+            ) == 0
+            {
+                buffers.push(usize::try_from(buffer).unwrap_or(0));
+            }
+        }
+    }
+    buffers
+}
+
+/// Opens an event stream to the controller at `url` with the command
+/// line's client, then reads the status on a connection of its own: the
+/// send buffers of the server's connections with the stream open, and
+/// again after the status read.
+async fn send_buffers_with_a_stream_open(
+    url: String,
+    token: String,
+    ca: Option<PathBuf>,
+    port: u16,
+) -> (Vec<usize>, Vec<usize>) {
+    use berth::cli::client::{Client, TrustedCa};
+    tokio::task::spawn_blocking(move || {
+        let ca = ca.map(|path| TrustedCa::read(&path, "test").expect("the CA"));
+        let client = Client::with_ca(&url, Some(token.clone()), ca.as_ref()).expect("client");
+        // The response has begun once `events` returns: the handler has run.
+        let stream = client
+            .events(0, Some(Duration::from_secs(30)))
+            .expect("event stream");
+        let with_stream = send_buffers_of_connections_to(port);
+        let reader = Client::with_ca(&url, Some(token), ca.as_ref()).expect("client");
+        let _: Value = reader.get("/v1/status").expect("status");
+        let with_status_too = send_buffers_of_connections_to(port);
+        drop(stream);
+        (with_stream, with_status_too)
+    })
+    .await
+    .expect("the client's thread")
+}
+
+/// How many of `buffers` are an event stream's bounded send buffer (Linux
+/// keeps twice the size asked for).
+fn bounded(buffers: &[usize]) -> usize {
+    use berth::api::observe::EVENT_STREAM_SEND_BUFFER;
+    buffers
+        .iter()
+        .filter(|b| **b == 2 * EVENT_STREAM_SEND_BUFFER)
+        .count()
+}
+
+#[actix_web::test]
+async fn an_event_streams_connection_keeps_a_bounded_send_buffer_and_others_do_not() {
+    let c = spawn_controller().await;
+    let port = c.address.rsplit(':').next().unwrap().parse().unwrap();
+    let (with_stream, with_status_too) =
+        send_buffers_with_a_stream_open(c.address.clone(), c.token.clone(), None, port).await;
+    assert_eq!(bounded(&with_stream), 1, "{with_stream:?}");
+    assert_eq!(
+        with_status_too.len(),
+        with_stream.len() + 1,
+        "{with_status_too:?}"
+    );
+    assert_eq!(bounded(&with_status_too), 1, "{with_status_too:?}");
+}
+
+#[actix_web::test]
+async fn over_https_too_an_event_streams_connection_keeps_a_bounded_send_buffer() {
+    let site = Site::new(Backend::Sqlite);
+    let mut config = config_for(&site);
+    config.tls.enabled = Some(true);
+    let app = Application::build(config).await.expect("controller starts");
+    let port = app.port();
+    let task = actix_web::rt::spawn(async move {
+        let _ = app.run_until_stopped().await;
+    });
+    let token = std::fs::read_to_string(site.dir().join(ADMIN_TOKEN_FILE)).expect("token");
+    let (with_stream, with_status_too) = send_buffers_with_a_stream_open(
+        format!("https://127.0.0.1:{port}"),
+        token.trim().to_string(),
+        Some(site.dir().join(berth::tls::CA_CERT_FILE)),
+        port,
+    )
+    .await;
+    assert_eq!(bounded(&with_stream), 1, "{with_stream:?}");
+    assert_eq!(
+        with_status_too.len(),
+        with_stream.len() + 1,
+        "{with_status_too:?}"
+    );
+    assert_eq!(bounded(&with_status_too), 1, "{with_status_too:?}");
+    task.abort();
 }

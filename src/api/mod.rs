@@ -39,6 +39,7 @@ pub mod openapi;
 pub mod plans;
 pub mod relations;
 pub mod sim;
+pub mod socket;
 pub mod webhooks;
 pub mod zones;
 
@@ -369,6 +370,8 @@ pub fn server_with_status(
             )
             .default_service(web::to(errors::no_route))
     })
+    // Each connection's socket, for the responses that set its options.
+    .on_connect(socket::remember_socket)
     .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
     // A response written in several pieces (the status is handed over in
     // slices) must not wait for the client's delayed ACK of the previous

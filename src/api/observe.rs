@@ -14,6 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::api::errors::{route_error, store_status, ErrorBody};
 use crate::api::feed::{Deflated, Next, Watcher};
+use crate::api::socket::ConnectionSocket;
 use crate::api::Shared;
 use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::gzip;
@@ -453,6 +454,18 @@ impl Follow {
     }
 }
 
+/// The send buffer an event stream's socket asks for, instead of the
+/// kernel's own sizing, which grows up to 4 MiB for a client that reads
+/// slowly. What a stream has yet to send waits in the feed's tail, one
+/// copy for every stream, rather than in a kernel copy of each stream's
+/// own: with 500 streams following a 10,000-unit deploy, the kernel's TCP
+/// memory peaked at 156–170 MiB instead of 283–295 MiB, and serving them
+/// cost the controller about 40% less CPU time (RELIABILITY.md). The kernel
+/// keeps twice this, so 128 KiB can be in flight: 2.6 MB/s to a client
+/// 50 ms away, some 15,000 events a second as they are and about fifteen
+/// times that gzipped.
+pub const EVENT_STREAM_SEND_BUFFER: usize = 64 * 1024;
+
 /// The revision to start after: `Last-Event-ID` (what a reconnecting
 /// client saw last) over `since` (where it first asked to start).
 ///
@@ -514,6 +527,11 @@ pub async fn get_events(
             ObserveError::TooManyStreams(shared.state.limits.max_event_streams)
         })?;
     let since = start.unwrap_or_else(|| shared.state.store.revision());
+    if let Some(socket) = req.conn_data::<ConnectionSocket>() {
+        if let Err(e) = socket.limit_send_buffer(EVENT_STREAM_SEND_BUFFER) {
+            log::debug!("event stream: cannot bound the socket's send buffer: {e}");
+        }
+    }
     let gzipped = accepts_gzip(&req);
     let mut follow = Follow {
         newest: shared.feed.subscribe(),
