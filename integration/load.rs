@@ -29,7 +29,7 @@ async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a
     )
     .await;
     println!(
-        "{UNITS} units settled in {:.2} s with {STATUS_READERS} status readers ({} requests) and {STREAMS} streams; revisions {}..{}; {} events delivered; streams drained {:.2} s after; {:.1} KiB per open stream; peak RSS {} KiB; CPU while deploying: controller {:.2} s, clients {:.2} s",
+        "{UNITS} units settled in {:.2} s with {STATUS_READERS} status readers ({} requests) and {STREAMS} streams; revisions {}..{}; {} events delivered; streams drained {:.2} s after; {:.1} KiB per open stream; peak RSS {} KiB; CPU while deploying: controller {:.2} s, clients {:.2} s; kernel TCP memory peak {} KiB",
         report.settled.as_secs_f64(),
         report.status_requests,
         report.revision_before,
@@ -40,6 +40,7 @@ async fn five_hundred_streams_and_a_hundred_status_readers_miss_nothing_during_a
         report.peak_rss_kib,
         report.controller_cpu_s,
         report.clients_cpu_s,
+        report.peak_tcp_kib,
     );
     assert!(
         report.status_failures.is_empty(),

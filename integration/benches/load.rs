@@ -11,8 +11,10 @@
 //! long the streams took to receive the last revision after the deploy
 //! settled, the memory each open stream costs and the controller's peak
 //! memory; a second row gives the bytes the streams received and the CPU
-//! seconds the controller and the clients spent while the deploy ran. It
-//! writes `target/bench/load.json`. The clients run in this process on the
+//! seconds the controller and the clients spent while the deploy ran, and
+//! the most memory the kernel held for TCP (every socket on the machine)
+//! until the streams had the last revision. It writes
+//! `target/bench/load.json`. The clients run in this process on the
 //! same cores as the controller, on a runtime of their own; the requests
 //! that drive the deploy and time it run on another, at normal priority.
 //! The stream clients take gzip, as browsers do; `BERTH_BENCH_STREAM_GZIP=0`
@@ -94,8 +96,8 @@ fn main() {
         "peak MiB",
     );
     println!(
-        "{:>8} {:>12} {:>10} {:>10} {:>10}",
-        "", "bytes", "chunks", "berth cpu", "client cpu"
+        "{:>8} {:>12} {:>10} {:>10} {:>10} {:>10}",
+        "", "bytes", "chunks", "berth cpu", "client cpu", "TCP MiB"
     );
     for units in setting("BERTH_BENCH_SIZES", vec![10_000]) {
         let alone = runtime.block_on(run(
@@ -148,13 +150,15 @@ fn main() {
             loaded.peak_rss_kib as f64 / 1024.0,
         );
         println!(
-            "{:>8} {:>12} {:>10} {:>10.2} {:>10.2}   (alone: berth cpu {:.2})",
+            "{:>8} {:>12} {:>10} {:>10.2} {:>10.2} {:>10.0}   (alone: berth cpu {:.2}, TCP MiB {:.0})",
             "",
             loaded.streams.iter().map(|s| s.bytes).sum::<usize>(),
             loaded.streams.iter().map(|s| s.chunks).sum::<usize>(),
             loaded.controller_cpu_s,
             loaded.clients_cpu_s,
+            loaded.peak_tcp_kib as f64 / 1024.0,
             alone.controller_cpu_s,
+            alone.peak_tcp_kib as f64 / 1024.0,
         );
         rows.push(json!({
             "units": units,
@@ -173,6 +177,7 @@ fn main() {
             "controller_cpu_s": loaded.controller_cpu_s,
             "alone_controller_cpu_s": alone.controller_cpu_s,
             "clients_cpu_s": loaded.clients_cpu_s,
+            "peak_tcp_mib": loaded.peak_tcp_kib as f64 / 1024.0,
             "client_nice": client_nice,
             "client_idle": client_idle,
             "streams_take_gzip": streams_take_gzip,

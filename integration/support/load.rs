@@ -78,6 +78,10 @@ pub struct LoadReport {
     /// from the first deploy request to settled.
     pub controller_cpu_s: f64,
     pub clients_cpu_s: f64,
+    /// The most memory the kernel held for TCP (every socket on the
+    /// machine: the controller's and the clients' buffers) from the first
+    /// deploy request until every stream had the last revision, in KiB.
+    pub peak_tcp_kib: u64,
 }
 
 impl LoadReport {
@@ -458,6 +462,18 @@ pub async fn run(
         }));
     }
 
+    let sampling = Arc::new(AtomicBool::new(true));
+    let tcp_sampler = std::thread::spawn({
+        let sampling = sampling.clone();
+        move || {
+            let mut peak = 0;
+            while sampling.load(Ordering::SeqCst) {
+                peak = peak.max(tcp_memory_kib());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        }
+    });
     let started = Instant::now();
     let controller_cpu_before = controller.cpu_seconds();
     let clients_cpu_before = cpu_seconds("self");
@@ -507,6 +523,8 @@ pub async fn run(
         seen.push(account);
     }
     let streams_drained = drain_started.elapsed();
+    sampling.store(false, Ordering::SeqCst);
+    let peak_tcp_kib = tcp_sampler.join().expect("TCP memory sampler");
     let mut status_requests = 0;
     let mut status_failures = Vec::new();
     for reader in readers {
@@ -530,7 +548,26 @@ pub async fn run(
         peak_rss_kib,
         controller_cpu_s,
         clients_cpu_s,
+        peak_tcp_kib,
     }
+}
+
+/// The memory the kernel holds for TCP now (`/proc/net/sockstat`'s
+/// `TCP: ... mem`, in pages), in KiB; 0 if it cannot be read.
+fn tcp_memory_kib() -> u64 {
+    let pages: u64 = std::fs::read_to_string("/proc/net/sockstat")
+        .unwrap_or_default()
+        .lines()
+        .find(|line| line.starts_with("TCP:"))
+        .and_then(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "mem")?;
+            words.next()?.parse().ok()
+        })
+        .unwrap_or(0);
+    // SAFETY: a plain query of a system constant.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page_size).unwrap_or(4096) / 1024
 }
 
 /// Where the `berth` binary built with this test or benchmark is.
