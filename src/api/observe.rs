@@ -459,11 +459,11 @@ impl Follow {
 /// slowly. What a stream has yet to send waits in the feed's tail, one
 /// copy for every stream, rather than in a kernel copy of each stream's
 /// own: with 500 streams following a 10,000-unit deploy, the kernel's TCP
-/// memory peaked at 156–170 MiB instead of 283–295 MiB, and serving them
-/// cost the controller about 40% less CPU time (RELIABILITY.md). The kernel
-/// keeps twice this, so 128 KiB can be in flight: 2.6 MB/s to a client
-/// 50 ms away, some 15,000 events a second as they are and about fifteen
-/// times that gzipped.
+/// memory peaked at 156–171 MiB instead of 283–299 MiB, and serving them
+/// cost the controller about a third less CPU time (RELIABILITY.md). The
+/// kernel keeps twice this, so 128 KiB can be in flight: 2.6 MB/s to a
+/// client 50 ms away, some 15,000 events a second as they are and about
+/// fifteen times that gzipped.
 pub const EVENT_STREAM_SEND_BUFFER: usize = 64 * 1024;
 
 /// The revision to start after: `Last-Event-ID` (what a reconnecting
