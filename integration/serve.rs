@@ -413,8 +413,9 @@ async fn an_event_streams_connection_keeps_a_bounded_send_buffer_and_others_do_n
     assert_eq!(bounded(&with_status_too), 1, "{with_status_too:?}");
 }
 
-#[actix_web::test]
-async fn over_https_too_an_event_streams_connection_keeps_a_bounded_send_buffer() {
+/// A controller serving HTTPS with its own CA, in this process: its site
+/// (the CA is in its directory), its port and its task.
+async fn tls_controller() -> (Site, u16, actix_web::rt::task::JoinHandle<()>) {
     let site = Site::new(Backend::Sqlite);
     let mut config = config_for(&site);
     config.tls.enabled = Some(true);
@@ -423,10 +424,22 @@ async fn over_https_too_an_event_streams_connection_keeps_a_bounded_send_buffer(
     let task = actix_web::rt::spawn(async move {
         let _ = app.run_until_stopped().await;
     });
-    let token = std::fs::read_to_string(site.dir().join(ADMIN_TOKEN_FILE)).expect("token");
+    (site, port, task)
+}
+
+fn admin_token(site: &Site) -> String {
+    std::fs::read_to_string(site.dir().join(ADMIN_TOKEN_FILE))
+        .expect("token")
+        .trim()
+        .to_string()
+}
+
+#[actix_web::test]
+async fn over_https_too_an_event_streams_connection_keeps_a_bounded_send_buffer() {
+    let (site, port, task) = tls_controller().await;
     let (with_stream, with_status_too) = send_buffers_with_a_stream_open(
         format!("https://127.0.0.1:{port}"),
-        token.trim().to_string(),
+        admin_token(&site),
         Some(site.dir().join(berth::tls::CA_CERT_FILE)),
         port,
     )
@@ -439,4 +452,41 @@ async fn over_https_too_an_event_streams_connection_keeps_a_bounded_send_buffer(
     );
     assert_eq!(bounded(&with_status_too), 1, "{with_status_too:?}");
     task.abort();
+}
+
+#[actix_web::test]
+async fn an_event_stream_over_http2_leaves_the_connection_it_shares_as_it_is() {
+    use std::io::BufRead;
+    let (site, port, task) = tls_controller().await;
+    // curl negotiates HTTP/2 over TLS, as browsers do.
+    let mut curl = std::process::Command::new("curl")
+        .args(["-sS", "-N", "--http2", "--max-time", "60", "-H"])
+        .arg(format!("Authorization: Bearer {}", admin_token(&site)))
+        .arg("--cacert")
+        .arg(site.dir().join(berth::tls::CA_CERT_FILE))
+        .arg(format!("https://127.0.0.1:{port}/v1/events?since=0"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl runs");
+    let stdout = curl.stdout.take().expect("curl's output");
+    // The stream's first line has come: the handler has run.
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read");
+        line
+    })
+    .await
+    .expect("reader");
+    assert!(
+        first.starts_with(": berth change log after revision 0"),
+        "{first:?}"
+    );
+    let buffers = send_buffers_of_connections_to(port);
+    let _ = curl.kill();
+    let _ = curl.wait();
+    task.abort();
+    assert_eq!(buffers.len(), 1, "{buffers:?}");
+    assert_eq!(bounded(&buffers), 0, "{buffers:?}");
 }

@@ -454,9 +454,9 @@ impl Follow {
     }
 }
 
-/// The send buffer an event stream's socket asks for, instead of the
-/// kernel's own sizing, which grows up to 4 MiB for a client that reads
-/// slowly. What a stream has yet to send waits in the feed's tail, one
+/// The send buffer an event stream over HTTP/1.1 asks for its connection,
+/// instead of the kernel's own sizing, which grows up to 4 MiB for a
+/// client that reads slowly. What a stream has yet to send waits in the feed's tail, one
 /// copy for every stream, rather than in a kernel copy of each stream's
 /// own: with 500 streams following a 10,000-unit deploy, the kernel's TCP
 /// memory peaked at 156–171 MiB instead of 283–299 MiB, and serving them
@@ -527,7 +527,14 @@ pub async fn get_events(
             ObserveError::TooManyStreams(shared.state.limits.max_event_streams)
         })?;
     let since = start.unwrap_or_else(|| shared.state.store.revision());
-    if let Some(socket) = req.conn_data::<ConnectionSocket>() {
+    // An HTTP/2 connection carries the client's other requests too (a
+    // browser's status reads beside its stream), which keep the kernel's
+    // sizing.
+    let own_connection = req.version() < actix_web::http::Version::HTTP_2;
+    if let Some(socket) = req
+        .conn_data::<ConnectionSocket>()
+        .filter(|_| own_connection)
+    {
         if let Err(e) = socket.limit_send_buffer(EVENT_STREAM_SEND_BUFFER) {
             log::debug!("event stream: cannot bound the socket's send buffer: {e}");
         }

@@ -7,7 +7,7 @@
 //! came some other way (the tests' in-memory service) has none, and its
 //! response goes out with the socket's defaults.
 //!
-//! An event stream bounds its socket's send buffer
+//! An event stream over HTTP/1.1 bounds its socket's send buffer
 //! ([`ConnectionSocket::limit_send_buffer`]): the kernel would otherwise
 //! grow it up to `net.ipv4.tcp_wmem`'s maximum (4 MiB by default) for a
 //! watcher that reads slowly, each stream's backlog a private copy in
