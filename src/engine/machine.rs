@@ -226,10 +226,7 @@ impl MachineActor {
             self.applied(decided.into_applied(), ctx);
             return;
         }
-        let decided = match self.stored_behind {
-            Some(stored) => decided.stored_as(stored),
-            None => decided,
-        };
+        let decided = decided.stored_as(self.stored_state());
         let store = self.shared.store.clone();
         ctx.wait(
             async move { store.commit(decided).await }
@@ -253,6 +250,12 @@ impl MachineActor {
                     }
                 }),
         );
+    }
+
+    /// The state the store holds the machine in: a step behind `machine`
+    /// while a new machine's start waits to be written with its zone.
+    fn stored_state(&self) -> MachineState {
+        self.stored_behind.unwrap_or(self.machine.state)
     }
 
     /// Whether `event` takes the machine to `allocating` and is left to be
@@ -435,7 +438,7 @@ impl MachineActor {
         let request = ChooseZone {
             machine: self.id,
             current: self.machine.clone(),
-            stored: self.stored_behind.unwrap_or(self.machine.state),
+            stored: self.stored_state(),
             occupant: self.occupant(),
             clear_retry_at: self.retry_at_stored,
             failed: exclude.into_iter().collect(),
@@ -852,7 +855,7 @@ impl Actor for MachineActor {
         self.provisioner.do_send(ActorStopped {
             machine: self.id,
             serial: self.serial,
-            state: Some(self.stored_behind.unwrap_or(self.machine.state)),
+            state: Some(self.stored_state()),
         });
     }
 }

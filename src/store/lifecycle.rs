@@ -5,12 +5,12 @@
 //! over HTTP or from the simulated cloud ([`Store::agent_connect`],
 //! [`Store::agent_heartbeat`], [`Store::agents_alive`]), and the user's
 //! `remove-machine` and `retry-provisioning` (through `apply_tx` inside
-//! their own transactions). Each applies the domain's
-//! [`transition`] with the controller's
-//! configured [`Policy`] (see [`Store::set_policy`]), performs the store's
-//! part of the effect (a fresh one-time password for a launch, the time of
-//! the next retry, replaced constraints, removal of a dead machine), writes
-//! the machine in one statement and appends the change to the change log.
+//! their own transactions). Each applies the domain's [`transition`] with
+//! the controller's configured [`Policy`] (see [`Store::set_policy`]),
+//! performs the store's part of the effect (a fresh one-time password for
+//! a launch, the time of the next retry, replaced constraints, removal of
+//! a dead machine), writes the machine in one statement and appends the
+//! change to the change log.
 //!
 //! # Errors
 //!
