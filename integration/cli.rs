@@ -18,6 +18,7 @@ use berth::cli::follow::Backoff;
 use berth::cli::status::{watch, Format, PATH};
 use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
 use berth::contracts::provider::ProviderZone;
+use berth::status::text::Shown;
 use berth::status::view::Status;
 use clap::Parser;
 use serde_json::{json, Value};
@@ -591,6 +592,37 @@ fn applications_are_integrated_and_the_relation_removed() {
 }
 
 #[test]
+fn a_dry_run_of_a_local_charm_stores_the_charm_once_and_says_so() {
+    let controller = start_controller();
+    let mysql = charm_dir(MYSQL, None);
+    let path = mysql.path().to_str().unwrap();
+    let first = berth(&controller, &["deploy", path, "--dry-run"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(
+        first.err,
+        "Stored charm \"local:mysql-0\" on the controller for the plan to read\n"
+    );
+    let revision = status_json(&controller)["model"]["revision"].clone();
+    // The same contents again: nothing stored, nothing said, and a plan's
+    // revision holds for the deploy that follows.
+    let second = berth(&controller, &["deploy", path, "--dry-run"]);
+    assert_eq!((second.code, second.err.as_str()), (0, ""));
+    assert_eq!(status_json(&controller)["model"]["revision"], revision);
+    assert!(status_json(&controller)["applications"]
+        .as_object()
+        .unwrap()
+        .is_empty());
+    let deployed = ok(
+        &controller,
+        &["deploy", path, "--if-revision", &revision.to_string()],
+    );
+    assert!(
+        deployed.starts_with("Deployed \"mysql\" from charm \"local:mysql-0\""),
+        "{deployed}"
+    );
+}
+
+#[test]
 fn zones_are_listed_disabled_and_enabled() {
     let controller = start_controller();
     controller
@@ -813,6 +845,7 @@ fn status_watch_prints_again_after_a_change() {
         watch(
             &client,
             PATH,
+            Shown::Whole,
             Format::Json,
             &mut Io {
                 out: &mut out,
@@ -1258,6 +1291,7 @@ fn budgets_are_set_shown_cleared_and_refuse_a_command_over_them() {
     }
     let unknown = berth(&controller, &["set-budget", "nope", "1"]);
     assert_eq!(unknown.code, 1);
+    assert_eq!(unknown.err, "ERROR application \"nope\" not found\n");
 }
 
 #[test]
@@ -1370,6 +1404,12 @@ fn status_shows_only_what_its_filters_select() {
     let table = ok(&controller, &["status", "mysql"]);
     assert!(table.contains("mysql/0"), "{table}");
     assert!(!table.contains("wordpress/0"), "{table}");
+    // A filter that matches nothing says so, not that the model is empty.
+    let none = ok(&controller, &["status", "--machines", "99"]);
+    assert!(
+        none.ends_with("\n\nNothing matches the filter.\n"),
+        "{none}"
+    );
 
     let revision = whole["model"]["revision"].clone();
     let missing = berth(&controller, &["status", "nosuch"]);

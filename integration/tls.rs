@@ -231,6 +231,23 @@ fn a_tls_controller_on_loopback_is_verified_with_its_own_ca_and_refused_without_
         .output()
         .unwrap();
     assert!(given.status.success(), "{}", stderr(&given));
+    // In a list of controllers, the CA is used for the HTTPS one even when
+    // a plain HTTP address (here one that nothing answers) comes first.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let listed = berth_command()
+        .args(["status", "--token", &token, "--ca-cert"])
+        .arg(&ca)
+        .env(
+            "BERTH_URL",
+            format!("http://127.0.0.1:{closed},{}", https_url(&served)),
+        )
+        .env("BERTH_DATA_DIR", elsewhere.path())
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
 
     // The machine agent verifies too: with the CA it reaches the API
     // (which does not know machine 9); without it, it does not connect.

@@ -23,11 +23,11 @@ use crate::charms::{self, CharmLoadError};
 use crate::cli::client::segment;
 use crate::cli::error::CliError;
 use crate::cli::plans::PlanArgs;
-use crate::cli::{split_units, unit_count, Io, Session};
+use crate::cli::{directives_fit, split_units, unit_count, Io, Session};
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
 use crate::domain::names::{ApplicationName, UnitName};
-use crate::domain::placement::parse_to_list;
+use crate::domain::placement::{parse_to_list, scale_with};
 
 /// `berth deploy CHARM [APP]`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
@@ -243,6 +243,23 @@ impl DeployArgs {
             .map(|c| canonical_constraints(&[c]))
             .transpose()?;
         let to = self.to.as_deref().map(placement_list).transpose()?;
+        let directives = to
+            .as_deref()
+            .map(parse_to_list)
+            .transpose()
+            .map_err(CliError::usage)?;
+        match directives.as_deref().and_then(scale_with) {
+            // The leader's units decide how many there are.
+            Some(leader) if num_units.is_some() => {
+                return Err(CliError::Usage(format!(
+                    "--to scale-with={leader} places a unit beside every unit of {leader}: leave out --num-units"
+                )));
+            }
+            Some(_) => {}
+            // One unit unless `-n` says otherwise (none for a subordinate
+            // charm, which the controller knows and refuses directives for).
+            None => directives_fit(num_units.unwrap_or(1), to.as_deref())?,
+        }
         // The first part; the rest are added as units ([`Self::rest`]).
         let (num_units, to) = match num_units {
             Some(n) => {
@@ -323,6 +340,7 @@ impl AddUnitArgs {
         let application = application_name(&self.application)?;
         let num_units = unit_count("--num-units", self.num_units, 1)?;
         let to = self.to.as_deref().map(placement_list).transpose()?;
+        directives_fit(num_units, to.as_deref())?;
         let (num_units, to) = split_units(num_units, to.as_deref()).remove(0);
         let to = to.map(PlacementList::One);
         let constraints = self
@@ -410,7 +428,17 @@ pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Resu
     let mut request = args.request()?;
     let later = later_parts(args.num_units.unwrap_or(0), args.to.as_deref(), &args.plan)?;
     if charms::is_path(&args.charm) {
-        request.charm = upload_charm(session, Path::new(&request.charm))?;
+        let uploaded = upload_charm(session, Path::new(&request.charm))?;
+        if args.plan.dry_run && uploaded.created {
+            // The one change a dry run makes: the plan reads the charm
+            // from the controller. The same contents are not stored again.
+            writeln!(
+                io.err,
+                "Stored charm {:?} on the controller for the plan to read",
+                uploaded.charm
+            )?;
+        }
+        request.charm = uploaded.charm;
     }
     if args
         .plan
@@ -430,14 +458,14 @@ pub fn deploy(args: &DeployArgs, session: &mut Session, io: &mut Io<'_>) -> Resu
     add_parts(session, io, &application, later, None)
 }
 
-/// Uploads the charm directory or archive at `path` and returns the URL
-/// the controller stored it under.
+/// Uploads the charm directory or archive at `path`: the URL the
+/// controller stored it under, and whether this upload stored it.
 ///
 /// # Errors
 ///
 /// A directory that is not a charm, or a file that cannot be read, before
 /// anything is sent; the controller's refusal of the archive.
-fn upload_charm(session: &mut Session, path: &Path) -> Result<String, CliError> {
+fn upload_charm(session: &mut Session, path: &Path) -> Result<CharmUploaded, CliError> {
     let archive = if path.is_dir() {
         charms::pack_charm_dir(path).map_err(CliError::usage)?
     } else {
@@ -448,11 +476,9 @@ fn upload_charm(session: &mut Session, path: &Path) -> Result<String, CliError> 
             ))
         })?
     };
-    let uploaded: CharmUploaded =
-        session
-            .client()?
-            .post_bytes("/v1/charms", "application/zip", &archive)?;
-    Ok(uploaded.charm)
+    session
+        .client()?
+        .post_bytes("/v1/charms", "application/zip", &archive)
 }
 
 /// `berth add-unit`: prints where each unit went.
@@ -691,7 +717,7 @@ mod tests {
 
     #[test]
     fn bad_deploy_input_is_refused_with_the_domains_message() {
-        let cases: [(&[&str], &str); 7] = [
+        let cases: [(&[&str], &str); 10] = [
             (
                 &["wordpress", "--constraints", "mem=lots"],
                 "bad \"mem\" constraint: must be a non-negative float with optional M/G/T/P suffix",
@@ -719,6 +745,18 @@ mod tests {
             (
                 &["wordpress", "--config", "port"],
                 "invalid --config value \"port\": expected KEY=VALUE",
+            ),
+            (
+                &["cache", "--to", "lxd:0,lxd:1"],
+                "2 placement directives given for 1 unit: give at most one per unit",
+            ),
+            (
+                &["cache", "-n", "2", "--to", "lxd:0,lxd:1,lxd:2"],
+                "3 placement directives given for 2 units: give at most one per unit",
+            ),
+            (
+                &["cache", "-n", "2", "--to", "scale-with=db"],
+                "--to scale-with=db places a unit beside every unit of db: leave out --num-units",
             ),
         ];
         for (args, message) in cases {
@@ -826,6 +864,22 @@ mod tests {
             args.request().unwrap_err().to_string(),
             "invalid --to parameter \"kvm:1\": invalid placement scope \"kvm\": containers other than lxd are not supported"
         );
+        let Command::AddUnit(args) = command(&[
+            "add-unit",
+            "wordpress",
+            "-n",
+            "2",
+            "--to",
+            "lxd:0,lxd:1,lxd:2",
+        ]) else {
+            panic!()
+        };
+        let e = args.request().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "3 placement directives given for 2 units: give at most one per unit"
+        );
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

@@ -152,6 +152,13 @@ fn normalize_url(url: &str) -> &str {
     url.trim().trim_end_matches('/')
 }
 
+/// Whether any address of `url` (one, or several separated by commas, as
+/// `--url` takes them) is reached over HTTPS, so that a CA certificate is
+/// wanted for it.
+pub fn names_https(url: &str) -> bool {
+    url.split(',').any(|one| one.trim().starts_with("https://"))
+}
+
 #[cfg(unix)]
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -355,7 +362,7 @@ pub fn login(
     let name = args.name.clone().unwrap_or_else(|| default_name(&url));
     check_name(&name)?;
     let token = token::discover(token, data_dir)?;
-    let ca = if url.starts_with("https://") {
+    let ca = if names_https(&url) {
         trusted_ca(ca_cert, None, data_dir)?
     } else {
         None

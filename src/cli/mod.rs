@@ -352,10 +352,28 @@ pub fn unit_count(flag: &str, n: u32, min: u32) -> Result<u32, CliError> {
     Ok(n)
 }
 
+/// Refuses more `--to` directives (`to`, already checked, comma-separated)
+/// than the `n` units they place, as the controller would.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] naming both counts.
+pub fn directives_fit(n: u32, to: Option<&str>) -> Result<(), CliError> {
+    let given = to.map_or(0, |t| t.split(',').filter(|d| !d.is_empty()).count());
+    if given > n as usize {
+        return Err(CliError::Usage(format!(
+            "{given} placement directives given for {n} unit{}: give at most one per unit",
+            if n == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
 /// `n` units in parts of at most the API's request size, each with its
 /// share of the `--to` directives (`to`, already checked, comma-separated;
-/// directives beyond the units go with the last part, for the controller
-/// to judge). At least one part, of 0 units when `n` is 0.
+/// directives beyond the units, which the commands refuse first with
+/// [`directives_fit`], would go with the last part). At least one part, of
+/// 0 units when `n` is 0.
 pub fn split_units(n: u32, to: Option<&str>) -> Vec<(u32, Option<String>)> {
     let directives: Vec<&str> = to
         .map(|t| t.split(',').filter(|d| !d.is_empty()).collect())
@@ -430,7 +448,7 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
         Command::Controllers => controllers::list(&saved, io),
         Command::Switch(args) => controllers::switch(args, &saved, io),
         command => controllers::resolve(cli.url.as_deref(), token, &saved).and_then(|target| {
-            let ca = if target.url.trim().starts_with("https://") {
+            let ca = if controllers::names_https(&target.url) {
                 controllers::trusted_ca(
                     cli.ca_cert.as_deref(),
                     target.saved_ca.as_deref(),

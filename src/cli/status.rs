@@ -16,7 +16,7 @@ use crate::cli::error::CliError;
 use crate::cli::follow::Follower;
 use crate::cli::{Io, Session};
 use crate::status::filter::StatusFilter;
-use crate::status::text;
+use crate::status::text::{self, Shown};
 use crate::status::view::Status;
 
 /// The status route.
@@ -52,13 +52,14 @@ pub struct StatusArgs {
     pub watch: bool,
 }
 
-/// The status in `format`, ending in a newline.
+/// The status in `format`, ending in a newline; `shown` says whether a
+/// filter picked it (for the tables' word when it is empty).
 ///
 /// # Errors
 ///
 /// [`CliError::Protocol`] if the status cannot be encoded (it always
 /// can: it was decoded from the same types).
-pub fn render(status: &Status, format: Format) -> Result<String, CliError> {
+pub fn render(status: &Status, shown: Shown, format: Format) -> Result<String, CliError> {
     let encoding = |e: String| CliError::Protocol {
         url: PATH.to_string(),
         reason: format!("cannot encode the status: {e}"),
@@ -66,6 +67,7 @@ pub fn render(status: &Status, format: Format) -> Result<String, CliError> {
     match format {
         Format::Tabular => Ok(text::tabular(
             status,
+            shown,
             env!("CARGO_PKG_VERSION"),
             &text::utc_clock(SystemTime::now()),
         )),
@@ -82,13 +84,18 @@ pub fn render(status: &Status, format: Format) -> Result<String, CliError> {
 pub fn run(args: &StatusArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
     // A filter that does not parse is refused before the controller is
     // asked.
-    let path = format!("{PATH}{}", filter_of(args)?.query());
+    let filter = filter_of(args)?;
+    let shown = match filter.is_whole() {
+        true => Shown::Whole,
+        false => Shown::Filtered,
+    };
+    let path = format!("{PATH}{}", filter.query());
     let client = session.client()?.clone();
     if args.watch {
-        return watch(&client, &path, args.format, io, None);
+        return watch(&client, &path, shown, args.format, io, None);
     }
     let status: Status = client.get(&path)?;
-    write!(io.out, "{}", render(&status, args.format)?)?;
+    write!(io.out, "{}", render(&status, shown, args.format)?)?;
     Ok(())
 }
 
@@ -125,26 +132,27 @@ pub fn filter_of(args: &StatusArgs) -> Result<StatusFilter, CliError> {
 pub fn watch(
     client: &Client,
     path: &str,
+    shown: Shown,
     format: Format,
     io: &mut Io<'_>,
     frames: Option<usize>,
 ) -> Result<(), CliError> {
     let mut follower = Follower::new(client);
-    let mut shown = 0usize;
+    let mut printed = 0usize;
     loop {
         let status: Status = client.get(path)?;
-        let text = render(&status, format)?;
+        let text = render(&status, shown, format)?;
         if io.tty {
             write!(io.out, "\x1b[H\x1b[2J{text}")?;
         } else {
-            if shown > 0 {
+            if printed > 0 {
                 writeln!(io.out)?;
             }
             write!(io.out, "{text}")?;
         }
         io.out.flush()?;
-        shown += 1;
-        if frames.is_some_and(|n| shown >= n) {
+        printed += 1;
+        if frames.is_some_and(|n| printed >= n) {
             return Ok(());
         }
         follower.next_change(status.model.revision, None, |_| true)?;
@@ -173,14 +181,14 @@ mod tests {
     fn each_format_prints_through_its_status_renderer() {
         let status = empty();
         assert_eq!(
-            render(&status, Format::Json).unwrap(),
+            render(&status, Shown::Whole, Format::Json).unwrap(),
             text::json(&status).unwrap()
         );
         assert_eq!(
-            render(&status, Format::Yaml).unwrap(),
+            render(&status, Shown::Whole, Format::Yaml).unwrap(),
             text::yaml(&status).unwrap()
         );
-        let table = render(&status, Format::Tabular).unwrap();
+        let table = render(&status, Shown::Whole, Format::Tabular).unwrap();
         assert!(table.starts_with("Model    Controller"), "{table}");
         assert!(table.ends_with("Model \"default\" is empty.\n"), "{table}");
     }

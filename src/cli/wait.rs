@@ -45,7 +45,8 @@ pub struct Tally {
     /// Machines in error, with the provider's message.
     pub failed: Vec<(MachineId, String)>,
     /// The others, with their instance status (`pending`, `allocating`,
-    /// `running`, `down`).
+    /// `running`), or `down` and why when the machine is down (its agent
+    /// lost, or its instance stopped) whatever its instance status says.
     pub waiting: Vec<(MachineId, String)>,
 }
 
@@ -65,6 +66,18 @@ impl Tally {
                             .or_else(|| machine.juju_status.message.clone())
                             .unwrap_or_else(|| machine.machine_status.current.clone()),
                     )),
+                    "down" => {
+                        let why = machine
+                            .machine_status
+                            .message
+                            .as_deref()
+                            .or(machine.juju_status.message.as_deref());
+                        let state = match why {
+                            Some(why) => format!("down: {why}"),
+                            None => "down".to_string(),
+                        };
+                        tally.waiting.push((*id, state));
+                    }
                     _ => tally
                         .waiting
                         .push((*id, machine.machine_status.current.clone())),
@@ -308,6 +321,10 @@ mod tests {
             ),
             ("2", dying),
             ("3", machine("down", "running", None)),
+            (
+                "4",
+                machine("down", "running", Some("was stopped by the provider")),
+            ),
         ]));
         assert_eq!(
             tally,
@@ -316,14 +333,15 @@ mod tests {
                 failed: vec![(id("1"), "no capacity".into())],
                 waiting: vec![
                     (id("0/lxd/0"), "allocating".into()),
-                    (id("3"), "running".into())
+                    (id("3"), "down".into()),
+                    (id("4"), "down: was stopped by the provider".into()),
                 ],
             }
         );
         assert!(!tally.done());
         assert_eq!(
             tally.summary(),
-            "1/4 machines started, 1 in error, 2 waiting"
+            "1/5 machines started, 1 in error, 3 waiting"
         );
     }
 

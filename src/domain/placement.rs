@@ -390,6 +390,15 @@ pub fn parse_to_list(s: &str) -> Result<Vec<Placement>, PlacementError> {
         .collect()
 }
 
+/// The application a `scale-with=` directive among `placements` names:
+/// the deployed application follows its units.
+pub fn scale_with(placements: &[Placement]) -> Option<&ApplicationName> {
+    placements.iter().find_map(|p| match p {
+        Placement::ScaleWith(leader) => Some(leader),
+        _ => None,
+    })
+}
+
 /// Whether `s` is a DNS name by RFC 1123: dot-separated labels of letters,
 /// digits and inner hyphens, up to 63 bytes each and 253 in all.
 fn is_dns_name(s: &str) -> bool {

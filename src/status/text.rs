@@ -173,10 +173,20 @@ fn machine_row(table: &mut Table, id: &MachineId, machine: &MachineView) {
     }
 }
 
+/// What part of the model a status holds: all of it, or what a filter
+/// (`berth status wordpress`, `--machines 1-100`) picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    Whole,
+    Filtered,
+}
+
 /// The status as Juju's tables: the model, then applications, units and
 /// machines (each section only when it has rows). `version` and
-/// `timestamp` fill the model section's columns of those names.
-pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
+/// `timestamp` fill the model section's columns of those names. A status
+/// with nothing in it says the model is empty, or, when `shown` is
+/// [`Shown::Filtered`], that nothing matches the filter.
+pub fn tabular(status: &Status, shown: Shown, version: &str, timestamp: &str) -> String {
     let model = &status.model;
     let mut head = Table::new(&[
         "Model",
@@ -197,7 +207,10 @@ pub fn tabular(status: &Status, version: &str, timestamp: &str) -> String {
     ]);
     let mut text = head.render();
     if status.applications.is_empty() && status.machines.is_empty() {
-        text.push_str(&format!("\nModel {:?} is empty.\n", model.name));
+        match shown {
+            Shown::Whole => text.push_str(&format!("\nModel {:?} is empty.\n", model.name)),
+            Shown::Filtered => text.push_str("\nNothing matches the filter.\n"),
+        }
         return text;
     }
 
@@ -437,7 +450,7 @@ mod tests {
     #[test]
     fn tabular_status_has_juju_sections_with_subordinates_and_containers_under_their_hosts() {
         assert_eq!(
-            tabular(&status(), "0.1.0", "06:21:51Z"),
+            tabular(&status(), Shown::Whole, "0.1.0", "06:21:51Z"),
             "\
 Model    Controller  Cloud/Region  Version  Timestamp     $/h
 default  0f3c9a2e    sim           0.1.0    06:21:51Z  $0.096
@@ -468,7 +481,7 @@ Machine  State    DNS         Inst id  Base          AZ        $/h  Constraints 
             applications: BTreeMap::new(),
         };
         assert_eq!(
-            tabular(&empty, "0.1.0", "00:00:00Z"),
+            tabular(&empty, Shown::Whole, "0.1.0", "00:00:00Z"),
             "\
 Model    Controller  Cloud/Region  Version  Timestamp  $/h
 default  0f3c9a2e    sim           0.1.0    00:00:00Z   $0
@@ -476,13 +489,16 @@ default  0f3c9a2e    sim           0.1.0    00:00:00Z   $0
 Model \"default\" is empty.
 "
         );
+        // The same, picked by a filter: the model may hold much else.
+        assert!(tabular(&empty, Shown::Filtered, "0.1.0", "00:00:00Z")
+            .ends_with("\n\nNothing matches the filter.\n"));
     }
 
     #[test]
     fn machines_without_applications_show_only_the_machine_section() {
         let mut only = status();
         only.applications.clear();
-        let text = tabular(&only, "0.1.0", "00:00:00Z");
+        let text = tabular(&only, Shown::Whole, "0.1.0", "00:00:00Z");
         assert!(!text.contains("App "), "{text}");
         assert!(!text.contains("Unit "), "{text}");
         assert!(text.contains("\nMachine  State"), "{text}");
@@ -494,7 +510,7 @@ Model \"default\" is empty.
         let mysql = s.applications.get_mut(&"mysql".parse().unwrap()).unwrap();
         let unit = mysql.units.values_mut().next().unwrap();
         unit.juju_status.message = Some("waiting for machine".into());
-        let text = tabular(&s, "v", "t");
+        let text = tabular(&s, Shown::Whole, "v", "t");
         assert!(
             text.contains("mysql/0  waiting   allocating  0        waiting for machine\n"),
             "{text}"

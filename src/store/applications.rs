@@ -12,7 +12,7 @@ use crate::domain::charm::{
 };
 use crate::domain::constraints::Constraints;
 use crate::domain::names::ApplicationName;
-use crate::domain::placement::Placement;
+use crate::domain::placement::{scale_with, Placement};
 use crate::store::machines::delete_unit_rows;
 use crate::store::records::{stored, ApplicationRecord, ApplicationRow, RelationRecord};
 use crate::store::schema::{applications, charms, relations, units};
@@ -135,6 +135,13 @@ fn deploy_tx(tx: &mut Tx<'_>, request: &DeployRequest) -> Result<Deployed, Store
     let settings = serde_json::to_string(&settings)
         .map_err(|e| StoreError::Invariant(format!("settings: {e}")))?;
     let leader = scale_with_leader(tx, request)?;
+    if leader.is_none() && request.units == 0 && !request.placement.is_empty() {
+        // Nothing would be placed: the directives would be dropped unread.
+        return Err(StoreError::Invalid(format!(
+            "{} placement directives given for 0 units: give at most one per unit",
+            request.placement.len()
+        )));
+    }
     let (charm_url, _) = store_charm(tx, &request.charm)?;
     diesel::insert_into(applications::table)
         .values((
@@ -183,11 +190,7 @@ fn scale_with_leader(
     tx: &mut Tx<'_>,
     request: &DeployRequest,
 ) -> Result<Option<ApplicationName>, StoreError> {
-    let leader = request.placement.iter().find_map(|p| match p {
-        Placement::ScaleWith(leader) => Some(leader.clone()),
-        _ => None,
-    });
-    let Some(leader) = leader else {
+    let Some(leader) = scale_with(&request.placement).cloned() else {
         return Ok(None);
     };
     if request.placement.len() > 1 {

@@ -132,7 +132,8 @@ impl Store {
                         .execute(tx.conn)?;
                     if set == 0 {
                         return Err(StoreError::NotFound(format!(
-                            "application {name:?} not found"
+                            "application {:?} not found",
+                            name.as_str()
                         )));
                     }
                     tx.record(
