@@ -225,6 +225,118 @@ async fn deploy_warns_of_constraints_the_provider_ignores() {
 }
 
 #[tokio::test]
+async fn options_sent_where_a_route_does_not_read_them_are_refused_and_change_nothing() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "wordpress"})).await;
+    let before = app.store().revision();
+    // POST and PUT read their options from the body: a query string would
+    // be ignored, and the command carried out.
+    for (method, path, body) in [
+        (
+            Method::POST,
+            "/v1/applications/wordpress/units?dry_run=true",
+            json!({}),
+        ),
+        (Method::POST, "/v1/machines?dry_run=true", json!({})),
+        (
+            Method::POST,
+            "/v1/units/remove?dry_run=true",
+            json!({"units": ["wordpress/0"]}),
+        ),
+        (
+            Method::PUT,
+            "/v1/model/constraints?dry_run=true",
+            json!({"constraints": "mem=1G"}),
+        ),
+        (
+            Method::POST,
+            "/v1/machines/retry?anything",
+            json!({"machines": ["0"]}),
+        ),
+    ] {
+        let message = error_of(
+            app.send(method.clone(), path, Some(&body)).await,
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+        )
+        .await;
+        let route = path.split('?').next().unwrap();
+        assert_eq!(
+            message,
+            format!("invalid query string: {method} {route} takes no query parameters: its options (such as dry_run and if_revision) go in the JSON body")
+        );
+    }
+    // DELETE reads them from the query string: a body would be ignored.
+    let message = error_of(
+        app.send(
+            Method::DELETE,
+            "/v1/machines/0",
+            Some(&json!({"dry_run": true})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(
+        message,
+        "invalid request body: DELETE /v1/machines/0 takes no body: its options (such as dry_run, if_revision and force) go in the query string"
+    );
+    assert_eq!(app.store().revision(), before);
+    // Where they belong, they are carried out: a plan, and nothing changes.
+    let planned = app
+        .send(
+            Method::DELETE,
+            "/v1/applications/wordpress?dry_run=true",
+            None,
+        )
+        .await;
+    assert_eq!(planned.status(), StatusCode::OK);
+    let planned = app
+        .send(
+            Method::POST,
+            "/v1/applications/wordpress/units",
+            Some(&json!({"dry_run": true})),
+        )
+        .await;
+    assert_eq!(planned.status(), StatusCode::OK);
+    assert_eq!(app.store().revision(), before);
+}
+
+#[tokio::test]
+async fn a_unit_or_machine_listed_twice_is_refused_by_name_and_changes_nothing() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "wordpress"})).await;
+    let before = app.store().revision();
+    let message = error_of(
+        app.remove_units(&json!({"units": ["wordpress/0", "wordpress/0"]}))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(message, "wordpress/0 is listed twice in units");
+    let message = error_of(
+        app.retry(&json!({"machines": ["0", "0"]})).await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(message, "0 is listed twice in machines");
+    assert_eq!(app.store().revision(), before);
+    let document = json_of(app.openapi().await).await;
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(
+        schemas["RemoveUnitsRequest"]["properties"]["units"]["uniqueItems"],
+        true
+    );
+    assert_eq!(
+        schemas["RetryRequest"]["properties"]["machines"]["uniqueItems"],
+        true
+    );
+}
+
+#[tokio::test]
 async fn a_bad_constraint_is_refused_with_the_domains_message_and_changes_nothing() {
     let app = spawn_app().await;
     let before = app.store().revision();
@@ -623,6 +735,33 @@ async fn add_units_takes_constraints_for_the_new_units_and_refuses_bad_ones() {
 async fn an_application_deployed_to_scale_with_another_follows_its_units_in_status() {
     let app = spawn_app().await;
     app.deploy(&json!({"charm": "db", "num_units": 2})).await;
+    // The leader's units say how many: a count is refused, not ignored.
+    let before = app.store().revision();
+    let message = error_of(
+        app.deploy(&json!({"charm": "cache", "to": "scale-with=db", "num_units": 5}))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(
+        message,
+        "scale-with=db places a unit beside every unit of db: leave out num_units"
+    );
+    assert_eq!(app.store().revision(), before);
+    // Without units, a directive would place nothing: refused too.
+    let message = error_of(
+        app.deploy(&json!({"charm": "cache", "num_units": 0, "to": "lxd:99"}))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert_eq!(
+        message,
+        "1 placement directives given for 0 units: give at most one per unit"
+    );
+    assert_eq!(app.store().revision(), before);
     let deployed = json_of(
         app.deploy(&json!({"charm": "cache", "to": "scale-with=db"}))
             .await,
@@ -1177,7 +1316,7 @@ async fn without_a_webhook_secret_webhooks_are_503() {
     let response = app
         .signed_webhook("ec2", &ec2_event("i-0abc", "running"))
         .await;
-    let message = error_of(response, StatusCode::SERVICE_UNAVAILABLE, "overloaded").await;
+    let message = error_of(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     assert_eq!(
         message,
         "webhooks are not set up on this controller: it has no webhook secret"
@@ -1213,7 +1352,7 @@ async fn requests_beyond_the_concurrency_limit_are_503() {
     let gate = gate_app.link.gate.as_ref().unwrap();
     gate.entered.notified().await;
     let refused = gate_app.status().await;
-    let message = error_of(refused, StatusCode::SERVICE_UNAVAILABLE, "overloaded").await;
+    let message = error_of(refused, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     assert_eq!(
         message,
         "the controller is overloaded (too many requests in flight); retry later"
@@ -1472,7 +1611,7 @@ async fn event_streams_beyond_the_limit_are_503() {
     .await;
     let first = EventReader::new(app.events(None, None).await);
     let second = app.events(None, None).await;
-    let message = error_of(second, StatusCode::SERVICE_UNAVAILABLE, "overloaded").await;
+    let message = error_of(second, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     assert_eq!(
         message,
         "too many event streams are open (the limit is 1); retry later"

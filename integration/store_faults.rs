@@ -6,7 +6,8 @@
 //!
 //! And the store unable to write: a SQLite database on a small file system
 //! of its own (a tmpfs this test mounts) that fills up under a running
-//! controller, and one that is read-only when the controller starts.
+//! controller, one that is read-only when the controller starts, and one
+//! whose lock another process holds.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -296,4 +297,36 @@ async fn a_controller_on_a_read_only_sqlite_store_refuses_to_start_saying_why_an
     .await;
     let after: Value = again.status_json().await;
     assert_eq!(after["machines"], before["machines"]);
+}
+
+#[actix_web::test]
+async fn a_sqlite_store_locked_by_another_process_answers_503_busy_and_writes_once_released() {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, SqliteConnection};
+
+    let app = spawn_app_with(Options::default()).await;
+    let DatabaseUrl::Sqlite(path) = app.site.database().clone() else {
+        panic!("the default test site is SQLite");
+    };
+    // Another process holds the write lock (here a connection of the
+    // test's own, as `sqlite3` would). The writer's transaction reads
+    // before it writes, and SQLite refuses such an upgrade at once rather
+    // than wait out its busy timeout: either way, a 503 that says so.
+    let mut holder = SqliteConnection::establish(&path.display().to_string()).unwrap();
+    holder.batch_execute("BEGIN EXCLUSIVE").unwrap();
+    let refused = app.add_machines(&json!({"count": 1})).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    assert_eq!(
+        message(&body),
+        "the database is busy (database is locked): nothing was changed; try again shortly"
+    );
+    // Reads go on meanwhile (WAL: readers do not wait for the writer).
+    assert_eq!(app.status().await.status(), StatusCode::OK);
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(machine_count(&app.status_json().await), 0);
+    let added = app.add_machines(&json!({"count": 1})).await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+    assert_eq!(machine_count(&app.status_json().await), 1);
 }

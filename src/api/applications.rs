@@ -13,6 +13,7 @@ use crate::api::plans::{planned, planning_of, ConstraintsOrPlan, PlanningQuery};
 use crate::api::Shared;
 use crate::charms;
 use crate::domain::charm::{CharmUrl, ParsedCharm};
+use crate::domain::placement::scale_with;
 use crate::plan::Plan;
 use crate::store::applications::DeployRequest as StoreDeploy;
 use crate::store::units::PlacedUnit;
@@ -32,7 +33,7 @@ pub struct DeployRequest {
     pub application: Option<String>,
     /// How many units to add: 1 by default, 0 by default for a
     /// subordinate charm (whose units follow its principals'); at most
-    /// 1000.
+    /// 1000. Left out with `to: scale-with=APP`, where APP's units decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 1000)]
     pub num_units: Option<u32>,
@@ -129,8 +130,8 @@ pub struct AddUnitsResponse {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveUnitsRequest {
-    /// Principal units; all are removed or none.
-    #[schema(example = json!(["wordpress/0"]))]
+    /// Principal units, each once; all are removed or none.
+    #[schema(example = json!(["wordpress/0"]), value_type = std::collections::BTreeSet<String>)]
     pub units: Vec<String>,
     /// Answer the plan (200): what would start and stop, where, at what
     /// price; nothing changes.
@@ -222,7 +223,7 @@ async fn load_charm(shared: &Shared, arg: String) -> Result<ParsedCharm, Applica
         (status = 404, description = "A placement names an unknown machine, or the charm URL names no stored charm", body = ErrorBody),
         (status = 409, description = "The application exists, a placement machine has another base, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn deploy(
@@ -238,6 +239,14 @@ pub async fn deploy(
         .map(|to| to.parse_for(&shared.state.provider))
         .transpose()?
         .unwrap_or_default();
+    if let (Some(leader), Some(_)) = (scale_with(&placement), body.num_units) {
+        // The leader's units decide how many there are: a count would be
+        // ignored.
+        return Err(InputError::Request(format!(
+            "scale-with={leader} places a unit beside every unit of {leader}: leave out num_units"
+        ))
+        .into());
+    }
     let settings = input::settings(&body.config)?;
     let named = body
         .application
@@ -292,7 +301,7 @@ pub async fn deploy(
         (status = 404, description = "Unknown application or machine", body = ErrorBody),
         (status = 409, description = "A placement machine has another base or is being removed, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn add_units(
@@ -341,7 +350,7 @@ pub async fn add_units(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown unit", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn remove_units(
@@ -356,6 +365,7 @@ pub async fn remove_units(
         .iter()
         .map(|u| input::unit(u))
         .collect::<Result<Vec<_>, _>>()?;
+    let units = input::listed_once("units", units)?;
     let (store, plan) =
         planned::<ApplicationError>(&shared, planning_of(body.dry_run, body.if_revision))?;
     store.remove_units(units).await?;
@@ -379,7 +389,7 @@ pub async fn remove_units(
         (status = 400, description = "Bad application name", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn remove_application(
@@ -409,7 +419,7 @@ pub async fn remove_application(
         (status = 400, description = "Bad application name", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn get_constraints(
@@ -440,7 +450,7 @@ pub async fn get_constraints(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn set_constraints(

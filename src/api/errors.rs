@@ -1,6 +1,7 @@
 //! How the API says no: the JSON error body every route uses, the status
 //! each store error maps to, and the errors raised before a handler runs
-//! (bodies, paths and queries that do not parse; unknown routes; overload).
+//! (bodies, paths and queries that do not parse; options sent where the
+//! route does not read them; unknown routes; overload).
 //!
 //! Each group of handlers has its own error enum beside it with an explicit
 //! `status_code()`; they all render through [`json_error`], so a client sees
@@ -8,9 +9,12 @@
 
 use std::fmt;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::http::StatusCode;
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -30,7 +34,9 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A stable word for the class of error: `bad-request`, `unauthorized`,
     /// `not-found`, `method-not-allowed`, `conflict`, `payload-too-large`,
-    /// `overloaded` or `internal`.
+    /// `unavailable` (503: too many requests at once, the database cannot
+    /// be reached, written or locked now, or a feature not set up; the
+    /// message says which) or `internal`.
     #[schema(example = "bad-request")]
     pub code: String,
     /// What was wrong and what was expected, in the domain's own words.
@@ -49,7 +55,7 @@ pub fn code_for(status: StatusCode) -> &'static str {
         StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
         StatusCode::CONFLICT => "conflict",
         StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
-        StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         _ => "internal",
     }
 }
@@ -94,9 +100,10 @@ pub fn store_status(error: &StoreError) -> StatusCode {
         StoreError::Invalid(_) => StatusCode::BAD_REQUEST,
         StoreError::Conflict(_) => StatusCode::CONFLICT,
         StoreError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        StoreError::Connect(_) | StoreError::WriterGone | StoreError::CannotWrite(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        StoreError::Connect(_)
+        | StoreError::WriterGone
+        | StoreError::CannotWrite(_)
+        | StoreError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
         StoreError::BadUrl(_)
         | StoreError::Migration(_)
         | StoreError::Database(_)
@@ -243,6 +250,44 @@ pub fn query_error(error: QueryPayloadError, _req: &HttpRequest) -> actix_web::E
     RequestError::Query(message).into()
 }
 
+/// Middleware: an admin write takes its options where its route reads
+/// them, and nowhere else. POST and PUT routes read theirs from the JSON
+/// body and take no query string; DELETE routes read theirs from the query
+/// string and take no body. Options sent to the other place would be
+/// ignored (`?dry_run=true` on a POST would carry the command out), so the
+/// request is refused before anything is done.
+pub async fn refuse_misplaced_options(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let method = req.method();
+    if (method == Method::POST || method == Method::PUT) && !req.query_string().is_empty() {
+        return Err(RequestError::Query(format!(
+            "{method} {} takes no query parameters: its options (such as dry_run and if_revision) go in the JSON body",
+            req.path()
+        ))
+        .into());
+    }
+    if method == Method::DELETE && carries_body(req.headers()) {
+        return Err(RequestError::Body(format!(
+            "DELETE {} takes no body: its options (such as dry_run, if_revision and force) go in the query string",
+            req.path()
+        ))
+        .into());
+    }
+    next.call(req).await
+}
+
+/// Whether a request's headers announce a body: a length above zero, or
+/// one sent in chunks.
+fn carries_body(headers: &header::HeaderMap) -> bool {
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING)
+}
+
 /// `web::PathConfig`'s error handler.
 pub fn path_error(error: PathError, _req: &HttpRequest) -> actix_web::Error {
     let message = match error {
@@ -301,6 +346,7 @@ mod tests {
             (StoreError::Conflict("x".into()), 409),
             (StoreError::Unauthorized("x".into()), 401),
             (StoreError::Connect("x".into()), 503),
+            (StoreError::Busy("database is locked".into()), 503),
             (StoreError::WriterGone, 503),
             (
                 StoreError::CannotWrite("database or disk is full".into()),
@@ -330,7 +376,7 @@ mod tests {
         );
         assert_eq!(code_for(StatusCode::CONFLICT), "conflict");
         assert_eq!(code_for(StatusCode::PAYLOAD_TOO_LARGE), "payload-too-large");
-        assert_eq!(code_for(StatusCode::SERVICE_UNAVAILABLE), "overloaded");
+        assert_eq!(code_for(StatusCode::SERVICE_UNAVAILABLE), "unavailable");
         assert_eq!(code_for(StatusCode::INTERNAL_SERVER_ERROR), "internal");
     }
 

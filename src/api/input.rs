@@ -171,6 +171,26 @@ pub fn endpoint(spec: &str) -> Result<EndpointSpec, InputError> {
     Ok(spec.parse()?)
 }
 
+/// `items` as given, refusing one listed twice: the commands that take a
+/// list act on all of it or none, so a repeat would be judged against its
+/// own first appearance (a unit "not found" because it was just removed).
+///
+/// # Errors
+///
+/// [`InputError::Request`] naming the repeated item and the field.
+pub fn listed_once<T: Ord + std::fmt::Display>(
+    field: &str,
+    items: Vec<T>,
+) -> Result<Vec<T>, InputError> {
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = items.iter().find(|item| !seen.insert(*item)) {
+        return Err(InputError::Request(format!(
+            "{twice} is listed twice in {field}"
+        )));
+    }
+    Ok(items)
+}
+
 /// A count of units or machines: at least `min`, at most
 /// [`MAX_COUNT_PER_REQUEST`].
 ///

@@ -78,8 +78,10 @@ pub struct RemoveMachineQuery {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryRequest {
-    /// Machines in provisioning error to retry; all or none are.
+    /// Machines in provisioning error to retry, each once; all or none
+    /// are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = std::collections::BTreeSet<String>)]
     pub machines: Vec<String>,
     /// Every machine in provisioning error (instead of `machines`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -131,7 +133,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
         (status = 404, description = "Unknown container host", body = ErrorBody),
         (status = 409, description = "The container host is being removed, the ssh: host is already enlisted, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn add_machines(
@@ -196,7 +198,7 @@ pub async fn add_machines(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "The machine hosts units or containers (use force), or the model changed since if_revision", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn remove_machine(
@@ -229,7 +231,7 @@ pub async fn remove_machine(
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "A machine is not in provisioning error, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn retry(
@@ -255,6 +257,7 @@ pub async fn retry(
                 .iter()
                 .map(|m| input::machine(m))
                 .collect::<Result<Vec<_>, _>>()?;
+            let machines = input::listed_once("machines", machines)?;
             store.retry(machines, constraints).await?
         }
         (true, false) => {

@@ -364,6 +364,7 @@ pub fn server_with_status(
             )
             .service(
                 web::scope("/v1")
+                    .wrap(from_fn(errors::refuse_misplaced_options))
                     .wrap(from_fn(auth::require_admin))
                     .wrap(from_fn(auth::limit_concurrency))
                     .configure(admin_routes),

@@ -57,7 +57,7 @@ route_error!(ZoneError {
     responses(
         (status = 200, description = "The zones", body = [ZoneView]),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn list(shared: web::Data<Shared>) -> Result<HttpResponse, ZoneError> {
@@ -86,7 +86,7 @@ async fn set_enabled(
         (status = 200, description = "Enabled", body = ZoneView),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn enable(
@@ -107,7 +107,7 @@ pub async fn enable(
         (status = 200, description = "Disabled", body = ZoneView),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
-        (status = 503, description = "Overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
     )
 )]
 pub async fn disable(

@@ -34,6 +34,12 @@ pub enum StoreError {
          or make it writable, then try again"
     )]
     CannotWrite(String),
+    /// Another connection or process holds the database's lock for longer
+    /// than the store waits (SQLite's busy timeout), or PostgreSQL gave up
+    /// on a lock or a serialization: nothing was written, and the same
+    /// operation may succeed shortly.
+    #[error("the database is busy ({0}): nothing was changed; try again shortly")]
+    Busy(String),
 }
 
 impl StoreError {
@@ -66,6 +72,29 @@ fn cannot_write(e: &diesel::result::Error) -> Option<String> {
     .iter()
     .any(|words| message.contains(words));
     cannot.then(|| message.trim().to_string())
+}
+
+/// Whether a database error means the database is held by someone else
+/// for now (a lock it could not take in time), rather than anything about
+/// the statement; SQLite's and PostgreSQL's words.
+fn busy(e: &diesel::result::Error) -> Option<String> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    let Error::DatabaseError(kind, info) = e else {
+        return None;
+    };
+    let message = info.message();
+    let held = matches!(kind, DatabaseErrorKind::SerializationFailure)
+        || [
+            // SQLite: SQLITE_BUSY and SQLITE_LOCKED.
+            "database is locked",
+            "database table is locked",
+            // PostgreSQL: lock_not_available (55P03) and a lock timeout.
+            "could not obtain lock",
+            "canceling statement due to lock timeout",
+        ]
+        .iter()
+        .any(|words| message.contains(words));
+    held.then(|| message.trim().to_string())
 }
 
 /// Whether a database error means the connection or the server went away,
@@ -108,6 +137,9 @@ impl From<diesel::result::Error> for StoreError {
                 why.trim()
             ));
         }
+        if let Some(why) = busy(&e) {
+            return StoreError::Busy(why);
+        }
         match cannot_write(&e) {
             Some(why) => StoreError::CannotWrite(why),
             None => StoreError::Database(Arc::new(e)),
@@ -149,6 +181,30 @@ mod tests {
             assert!(text.contains("nothing was changed"), "{text}");
             assert!(!error.is_unavailable(), "the connection itself is fine");
         }
+    }
+
+    #[test]
+    fn a_database_held_by_another_is_busy_and_says_to_try_again() {
+        for message in [
+            "database is locked",
+            "database table is locked",
+            "could not obtain lock on row in relation \"machines\"",
+            "canceling statement due to lock timeout",
+        ] {
+            let error = database_error(message);
+            assert!(matches!(error, StoreError::Busy(_)), "{message}: {error:?}");
+            let text = error.to_string();
+            assert!(
+                text.contains(message) && text.contains("try again shortly"),
+                "{text}"
+            );
+        }
+        let conflict: StoreError = Error::DatabaseError(
+            DatabaseErrorKind::SerializationFailure,
+            Box::new("could not serialize access due to concurrent update".to_string()),
+        )
+        .into();
+        assert!(matches!(conflict, StoreError::Busy(_)), "{conflict:?}");
     }
 
     #[test]
