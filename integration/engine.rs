@@ -1175,6 +1175,13 @@ async fn mem_max_under_the_default_price_ceiling_is_a_provisioning_error_naming_
         message.contains("above the ceiling of $10/hour ([provisioner] max_hourly_price)"),
         "{message}"
     );
+    // The nearest fit under the ceiling is the largest memory there:
+    // not the cheapest type, which mem=max never chooses.
+    assert!(
+        message.contains("(instead of mem=max: mem=") && message.ends_with("/h)"),
+        "{message}"
+    );
+    assert!(!message.contains("zones are known"), "{message}");
     assert!(live_instances(app.sim()).is_empty());
 }
 

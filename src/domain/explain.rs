@@ -13,6 +13,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::constraints::Amount;
 use crate::domain::instance_types::{
     filters, select, size_text, Catalogue, HourlyPrice, InstanceType, Requirements, SelectError,
 };
@@ -94,6 +95,12 @@ pub struct Explanation {
     /// berth launches where the zone offers it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cheapest_fit: Option<Fit>,
+    /// The type the constraints choose when it costs more than the price
+    /// ceiling although cheaper types fit: with a `max` size (`mem=max`
+    /// wants the largest). berth refuses it rather than launch a smaller
+    /// type in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_ceiling: Option<Fit>,
     /// The named `instance-type` is not in the catalogue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown_instance_type: Option<String>,
@@ -122,6 +129,18 @@ impl Explanation {
                 "instance-type={name} is not one of the catalogue's {} types",
                 self.catalogue_types
             );
+        }
+        if let Some(chosen) = &self.over_ceiling {
+            let mut text = format!(
+                "these constraints choose {} at ${}/h, above {}",
+                chosen.instance_type,
+                chosen.hourly_price,
+                self.ceiling_step().unwrap_or(PRICE_CEILING_KEY)
+            );
+            if let Some(nearest) = self.nearest_fits.first() {
+                text.push_str(&format!("; {}", nearest));
+            }
+            return text;
         }
         let Some(fit) = &self.cheapest_fit else {
             let mut text = match self
@@ -185,6 +204,14 @@ impl Explanation {
         }
     }
 
+    /// The price ceiling's step: `max_hourly_price=10`.
+    fn ceiling_step(&self) -> Option<&str> {
+        self.steps
+            .iter()
+            .map(|s| s.constraint.as_str())
+            .find(|c| c.starts_with(PRICE_CEILING_KEY))
+    }
+
     fn known_zones(&self) -> Vec<&str> {
         self.zones
             .iter()
@@ -224,13 +251,18 @@ impl fmt::Display for Explanation {
                 step.constraint, step.ruled_out, step.left
             )?;
         }
-        match &self.cheapest_fit {
-            Some(fit) => writeln!(
+        match (&self.cheapest_fit, &self.over_ceiling) {
+            (Some(fit), _) => writeln!(
                 f,
                 "  cheapest fit: {} at ${}/h",
                 fit.instance_type, fit.hourly_price
             )?,
-            None => writeln!(f, "  nothing fits")?,
+            (None, Some(chosen)) => writeln!(
+                f,
+                "  chosen: {} at ${}/h, above the ceiling",
+                chosen.instance_type, chosen.hourly_price
+            )?,
+            (None, None) => writeln!(f, "  nothing fits")?,
         }
         writeln!(f)?;
         writeln!(f, "Zones:")?;
@@ -275,7 +307,10 @@ pub const PRICE_CEILING_KEY: &str = "max_hourly_price";
 /// - The steps apply the constraints in the order of
 ///   [`crate::domain::instance_types::filters`], then the price ceiling;
 ///   their `ruled_out` add up to the catalogue's size less what is left.
-/// - `cheapest_fit` is what [`select`] chooses (under the ceiling).
+/// - `cheapest_fit` is what [`select`] chooses, when under the ceiling.
+///   When its choice is above the ceiling while cheaper types fit (a `max`
+///   size), it is `over_ceiling` instead, and the nearest fits are the
+///   changes of one constraint that bring the choice under.
 /// - Every known zone has a verdict; a zone is usable only if it is
 ///   available, allowed by `zones=` and the placement, has not refused
 ///   the machine, and offers a fitting type.
@@ -289,6 +324,7 @@ pub fn explain(question: &Question<'_>) -> Explanation {
         unknown_instance_type: None,
         zones: Vec::new(),
         unknown_zones: Vec::new(),
+        over_ceiling: None,
         nearest_fits: Vec::new(),
     };
     let tests = match filters(req, catalogue) {
@@ -321,14 +357,22 @@ pub fn explain(question: &Question<'_>) -> Explanation {
         });
     }
     let under_ceiling = |t: &InstanceType| ceiling.is_none_or(|c| t.price <= c);
-    explanation.cheapest_fit = select(req, catalogue)
-        .ok()
-        .filter(|t| under_ceiling(t))
-        .map(fit_of)
-        .or_else(|| cheapest(&left).map(fit_of));
+    let chosen = select(req, catalogue).ok();
+    match chosen {
+        Some(t) if under_ceiling(t) => explanation.cheapest_fit = Some(fit_of(t)),
+        Some(t) if !left.is_empty() => {
+            explanation.over_ceiling = Some(fit_of(t));
+            let ceiling_step = ceiling
+                .map(|c| format!("{PRICE_CEILING_KEY}={c}"))
+                .unwrap_or_default();
+            explanation.nearest_fits =
+                under_the_ceiling(req, catalogue, t, &left, &under_ceiling, ceiling_step);
+        }
+        _ => explanation.cheapest_fit = cheapest(&left).map(fit_of),
+    }
     explanation.zones = zone_verdicts(question, &left);
     explanation.unknown_zones = unknown_zones(question);
-    if explanation.cheapest_fit.is_none() {
+    if explanation.cheapest_fit.is_none() && explanation.over_ceiling.is_none() {
         // One constraint relaxed at a time, the price ceiling included.
         let count = tests.len() + usize::from(ceiling.is_some());
         for skipped in 0..count {
@@ -349,6 +393,66 @@ pub fn explain(question: &Question<'_>) -> Explanation {
         explanation.nearest_fits.sort_by_key(|r| r.fit.hourly_price);
     }
     explanation
+}
+
+/// When the constraints choose `chosen`, above the price ceiling, while
+/// the types in `left` fit under it: each change of one constraint that
+/// brings [`select`]'s choice under the ceiling (the ceiling raised to
+/// the choice's price, a `max` size set to the largest under the
+/// ceiling), with what it would then choose.
+fn under_the_ceiling(
+    req: &Requirements,
+    catalogue: &Catalogue,
+    chosen: &InstanceType,
+    left: &[&InstanceType],
+    under_ceiling: &dyn Fn(&InstanceType) -> bool,
+    ceiling_step: String,
+) -> Vec<Relaxation> {
+    let mut relaxations = Vec::new();
+    let mut try_instead = |instead_of: String, relaxed: String, changed: Requirements| {
+        if let Some(t) = select(&changed, catalogue)
+            .ok()
+            .filter(|t| under_ceiling(t))
+        {
+            relaxations.push(Relaxation {
+                instead_of,
+                relaxed,
+                fit: fit_of(t),
+            });
+        }
+    };
+    type Size = (
+        &'static str,
+        fn(&mut Requirements) -> &mut Option<Amount>,
+        fn(&InstanceType) -> u64,
+    );
+    let sizes: [Size; 3] = [
+        ("mem", |r| &mut r.mem, |t| t.mem_mib),
+        ("cores", |r| &mut r.cores, |t| t.vcpus),
+        ("cpu-power", |r| &mut r.cpu_power, |t| t.cpu_power),
+    ];
+    for (key, of_req, of_type) in sizes {
+        let mut changed = req.clone();
+        if *of_req(&mut changed) != Some(Amount::Max) {
+            continue;
+        }
+        let Some(largest) = left.iter().map(|t| of_type(t)).max() else {
+            continue;
+        };
+        *of_req(&mut changed) = Some(Amount::AtLeast(largest));
+        let value = match key {
+            "mem" => size_text(largest),
+            _ => largest.to_string(),
+        };
+        try_instead(format!("{key}=max"), format!("{key}={value}"), changed);
+    }
+    relaxations.push(Relaxation {
+        instead_of: ceiling_step,
+        relaxed: format!("{PRICE_CEILING_KEY}={}", chosen.price),
+        fit: fit_of(chosen),
+    });
+    relaxations.sort_by_key(|r| r.fit.hourly_price);
+    relaxations
 }
 
 fn fit_of(t: &InstanceType) -> Fit {
@@ -600,6 +704,42 @@ mod tests {
             .iter()
             .any(|s| s.constraint == "max_hourly_price=10"));
         golden("cores", &e);
+    }
+
+    #[test]
+    fn a_max_size_above_the_ceiling_is_refused_not_replaced_by_the_cheapest_type() {
+        let e = explained("mem=max", &healthy(), &offers_everything, &[], None);
+        let catalogue = Catalogue::embedded().unwrap();
+        let largest = select(&requirements("mem=max"), catalogue).unwrap();
+        assert_eq!(e.cheapest_fit, None);
+        assert_eq!(e.over_ceiling, Some(fit_of(largest)));
+        assert!(!e.placeable());
+        assert!(
+            e.summary().starts_with(&format!(
+                "these constraints choose {} at ${}/h, above max_hourly_price=10; mem=",
+                largest.name, largest.price
+            )),
+            "{}",
+            e.summary()
+        );
+        // Each relaxation names what the selection would then choose,
+        // under the ceiling but for the ceiling raised.
+        let ceiling: HourlyPrice = "10".parse().unwrap();
+        for relaxation in &e.nearest_fits {
+            let price = relaxation.fit.hourly_price;
+            match relaxation.instead_of.as_str() {
+                "mem=max" => {
+                    let size = relaxation.relaxed.strip_prefix("mem=").unwrap();
+                    let chosen = select(&requirements(&format!("mem={size}")), catalogue).unwrap();
+                    assert_eq!(relaxation.fit, fit_of(chosen));
+                    assert!(price <= ceiling);
+                }
+                "max_hourly_price=10" => assert_eq!(relaxation.fit, fit_of(largest)),
+                other => panic!("unexpected relaxation of {other}"),
+            }
+        }
+        assert_eq!(e.nearest_fits.len(), 2);
+        golden("mem-max", &e);
     }
 
     #[test]

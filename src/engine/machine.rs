@@ -36,7 +36,7 @@ use crate::contracts::provider::{
     tags, AgentBootstrap, FailureClass, LaunchRequest, ProviderError,
 };
 use crate::contracts::secrets::Secret;
-use crate::domain::explain::{explain, Question, ZoneFacts};
+use crate::domain::explain::{explain, Explanation, Question, ZoneFacts};
 use crate::domain::hardware::Hardware;
 use crate::domain::instance::{is_manual_instance, Instance, InstanceState, MANUAL_ZONE};
 use crate::domain::instance_types::{select_for_zone, Requirements, ZoneSelectError};
@@ -484,10 +484,9 @@ impl MachineActor {
         });
     }
 
-    /// The one line an explanation gives of why no instance type fits
-    /// (under the price ceiling): which constraint ruled out the last
-    /// types, and the nearest fit.
-    fn why_nothing_fits(&self, requirements: &Requirements) -> String {
+    /// The explanation of where `requirements` fit, zones aside: which
+    /// constraint ruled out the last types, and the nearest fits.
+    fn explained(&self, requirements: &Requirements) -> Explanation {
         explain(&Question {
             requirements,
             catalogue: self.shared.provider.catalogue(),
@@ -499,7 +498,6 @@ impl MachineActor {
                 placement: None,
             },
         })
-        .summary()
     }
 
     fn launch_request(&self, zone: &str, password: Secret) -> Result<LaunchRequest, ProviderError> {
@@ -511,7 +509,7 @@ impl MachineActor {
         .map_err(|e| match e {
             ZoneSelectError::NoFit(_) => ProviderError::new(
                 FailureClass::Permanent,
-                format!("{e}: {}", self.why_nothing_fits(&requirements)),
+                format!("{e}: {}", self.explained(&requirements).summary()),
             ),
             ZoneSelectError::NotOffered { .. } => {
                 ProviderError::new(FailureClass::ZoneSpecific, e.to_string())
@@ -519,15 +517,19 @@ impl MachineActor {
         })?;
         let ceiling = self.shared.price_ceiling;
         if self.host.is_none() && chosen.price > ceiling {
+            let nearest = self
+                .explained(&requirements)
+                .nearest_fits
+                .first()
+                .map(|fit| format!(" (instead of {}: {fit})", fit.instead_of))
+                .unwrap_or_default();
             return Err(ProviderError::new(
                 FailureClass::Permanent,
                 format!(
                     "instance type {} costs ${}/hour, above the ceiling of ${ceiling}/hour \
                      ([provisioner] max_hourly_price): relax the constraints or raise \
-                     max_hourly_price: {}",
-                    chosen.name,
-                    chosen.price,
-                    self.why_nothing_fits(&requirements)
+                     max_hourly_price{nearest}",
+                    chosen.name, chosen.price,
                 ),
             ));
         }
