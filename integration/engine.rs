@@ -535,6 +535,18 @@ async fn an_agent_that_never_checks_in_is_relaunched_and_then_the_machine_is_in_
     // Two instances were launched, and both are gone.
     assert_eq!(app.sim().ledger().len(), 2);
     assert!(live_instances(app.sim()).is_empty());
+
+    // retry-provisioning begins a new round: its launches are new to the
+    // cloud, not answered with the last round's terminated instances.
+    app.store().retry(vec![machine.id], None).await.unwrap();
+    let status = until(app.store(), "provisioning error again", |s| {
+        all_in(s, &[MachineState::ProvisioningError])
+            && s.machines[0].machine.lifecycle.provisioning_rounds == 1
+    })
+    .await;
+    assert_eq!(status.machines[0].machine.lifecycle.bootstrap_timeouts, 2);
+    assert_eq!(app.sim().ledger().len(), 4);
+    assert!(live_instances(app.sim()).is_empty());
 }
 
 /// The methods of a wrapper of the simulated cloud (in its `inner` field)

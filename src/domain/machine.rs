@@ -531,6 +531,30 @@ pub struct Lifecycle {
     pub stop_failures: u32,
     /// The last failure, in the provider's words: the status message.
     pub last_error: Option<String>,
+    /// How many times `retry-provisioning` began the machine's
+    /// provisioning again. Part of each launch's client token, which is
+    /// otherwise made of counters a retry sets back to zero: without it a
+    /// new round would repeat the first round's tokens, and the cloud
+    /// would answer them with that round's instances, long terminated.
+    pub provisioning_rounds: u32,
+}
+
+impl Lifecycle {
+    /// The client token of the launch of `machine` into `zone` now, for
+    /// the cloud to make the launch idempotent: the same for the same
+    /// launch (one resumed after a restart, or a call repeated after a
+    /// timeout, gets its instance back, never a second), and new for each
+    /// new launch: each failed attempt, each relaunch after an agent did
+    /// not check in, each zone, each round of `retry-provisioning`.
+    pub fn client_token(&self, controller: &str, machine: MachineId, zone: &str) -> String {
+        let (attempts, timeouts) = (self.attempts_used, self.bootstrap_timeouts);
+        match self.provisioning_rounds {
+            // The form tokens had before rounds were counted, so that a
+            // launch in flight across an upgrade keeps its token.
+            0 => format!("{controller}-{machine}-{attempts}-{timeouts}-{zone}"),
+            round => format!("{controller}-{machine}-r{round}-{attempts}-{timeouts}-{zone}"),
+        }
+    }
 }
 
 /// A zone that refused a machine, and the cloud's words for why.
@@ -779,7 +803,10 @@ pub fn transition(
 
         // retry-provisioning.
         (S::ProvisioningError, E::Retry { constraints }) => {
-            life = Lifecycle::default();
+            life = Lifecycle {
+                provisioning_rounds: life.provisioning_rounds.saturating_add(1),
+                ..Lifecycle::default()
+            };
             let effect = match constraints {
                 Some(constraints) => Effect::ReplaceConstraints(constraints.clone()),
                 None => Effect::None,
@@ -1661,8 +1688,40 @@ mod tests {
         machine.lifecycle.attempts_used = 10;
         machine.lifecycle.bootstrap_timeouts = 3;
         let t = apply(&machine, Event::Retry { constraints: None });
-        assert_eq!(t.next, Machine::new());
+        let mut fresh = Machine::new();
+        fresh.lifecycle.provisioning_rounds = 1;
+        assert_eq!(t.next, fresh);
         assert_eq!(t.effect, Effect::None);
+    }
+
+    #[test]
+    fn a_new_round_of_provisioning_never_repeats_a_launchs_client_token() {
+        // A first round: two failed attempts, then an agent that never
+        // checked in three times, each launch with its own token.
+        let id = MachineId::new(7);
+        let mut life = Lifecycle::default();
+        let mut first_round = Vec::new();
+        for (attempts, timeouts) in [(0, 0), (1, 0), (2, 0), (2, 1), (2, 2)] {
+            life.attempts_used = attempts;
+            life.bootstrap_timeouts = timeouts;
+            first_round.push(life.client_token("c", id, "az-a"));
+        }
+        assert_eq!(first_round[0], "c-7-0-0-az-a", "the form before rounds");
+        // retry-provisioning sets the counters back to zero: the next
+        // round's launches must still be new to the cloud.
+        let mut machine = well_formed(MachineState::ProvisioningError);
+        machine.lifecycle = life;
+        let retried = apply(&machine, Event::Retry { constraints: None }).next;
+        let second = retried.lifecycle.client_token("c", id, "az-a");
+        assert_eq!(second, "c-7-r1-0-0-az-a");
+        assert!(!first_round.contains(&second));
+        let mut again = retried.clone();
+        again.state = MachineState::ProvisioningError;
+        let third = apply(&again, Event::Retry { constraints: None }).next;
+        assert_eq!(
+            third.lifecycle.client_token("c", id, "az-a"),
+            "c-7-r2-0-0-az-a"
+        );
     }
 
     #[test]

@@ -556,14 +556,7 @@ impl MachineActor {
                 ca_cert: self.shared.controller.ca_cert.clone(),
                 one_time_password: password,
             },
-            client_token: format!(
-                "{}-{}-{}-{}-{}",
-                self.shared.controller_uuid,
-                self.id,
-                life.attempts_used,
-                life.bootstrap_timeouts,
-                zone
-            ),
+            client_token: life.client_token(&self.shared.controller_uuid, self.id, zone),
             tags: instance_tags,
             host_instance: self.host.as_ref().map(|h| h.instance_id.clone()),
         })

@@ -45,6 +45,7 @@ pub(super) struct SaveMachine<'a, const KEEPS_INSTANCE: bool = false> {
     zones_failed: &'a str,
     bootstrap_attempts: i32,
     stop_failures: i32,
+    provisioning_rounds: i32,
     updated_at_ms: i64,
     constraints: Option<&'a str>,
     base: Option<&'a str>,
@@ -132,6 +133,8 @@ where
         out.push_bind_param::<Integer, _>(&self.bootstrap_attempts)?;
         out.push_sql(", stop_failures = ");
         out.push_bind_param::<Integer, _>(&self.stop_failures)?;
+        out.push_sql(", provisioning_rounds = ");
+        out.push_bind_param::<Integer, _>(&self.provisioning_rounds)?;
         out.push_sql(", updated_at_ms = ");
         out.push_bind_param::<BigInt, _>(&self.updated_at_ms)?;
         // Every right-hand side reads the row as it was, so `state` here
@@ -266,6 +269,7 @@ impl SaveRow {
             zones_failed: &self.zones_failed,
             bootstrap_attempts: saturating_i32(life.bootstrap_timeouts),
             stop_failures: saturating_i32(life.stop_failures),
+            provisioning_rounds: saturating_i32(life.provisioning_rounds),
             updated_at_ms: now_ms,
             constraints: self.constraints.as_deref(),
             base: self.base.as_deref(),
@@ -310,6 +314,7 @@ pub(super) struct SaveMachines<'a> {
     zones_failed: Vec<&'a str>,
     bootstrap_attempts: Vec<i32>,
     stop_failures: Vec<i32>,
+    provisioning_rounds: Vec<i32>,
     constraints: Vec<Option<&'a str>>,
     base: Vec<Option<&'a str>>,
     /// `instance_type`, `hourly_price`, `hardware`, `otp_hash`, each a
@@ -354,6 +359,7 @@ impl<'a> SaveMachines<'a> {
             zones_failed: rows.iter().map(|r| r.zones_failed).collect(),
             bootstrap_attempts: rows.iter().map(|r| r.bootstrap_attempts).collect(),
             stop_failures: rows.iter().map(|r| r.stop_failures).collect(),
+            provisioning_rounds: rows.iter().map(|r| r.provisioning_rounds).collect(),
             constraints: column(&|r| r.constraints),
             base: column(&|r| r.base),
             kept_text: [
@@ -407,7 +413,8 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
             "UPDATE machines AS m SET state = v.state, instance_id = v.instance_id, \
              zone = v.zone, status_message = v.status_message, attempts = v.attempts, \
              zones_failed = v.zones_failed, bootstrap_attempts = v.bootstrap_attempts, \
-             stop_failures = v.stop_failures, updated_at_ms = ",
+             stop_failures = v.stop_failures, provisioning_rounds = v.provisioning_rounds, \
+             updated_at_ms = ",
         );
         out.push_bind_param::<BigInt, _>(&self.now_ms)?;
         out.push_sql(
@@ -450,6 +457,8 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
         out.push_sql(", ");
         out.push_bind_param::<Array<Integer>, _>(&self.stop_failures)?;
         out.push_sql(", ");
+        out.push_bind_param::<Array<Integer>, _>(&self.provisioning_rounds)?;
+        out.push_sql(", ");
         out.push_bind_param::<Array<Nullable<Text>>, _>(&self.constraints)?;
         out.push_sql(", ");
         out.push_bind_param::<Array<Nullable<Text>>, _>(&self.base)?;
@@ -479,7 +488,8 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
         out.push_bind_param::<Array<Text>, _>(&self.holder)?;
         out.push_sql(
             ") AS v(id, expected_state, state, instance_id, zone, status_message, attempts, \
-             zones_failed, bootstrap_attempts, stop_failures, constraints, base",
+             zones_failed, bootstrap_attempts, stop_failures, provisioning_rounds, constraints, \
+             base",
         );
         for column in KEPT_TEXT_COLUMNS {
             out.push_sql(&format!(", keep_{column}, {column}"));

@@ -205,6 +205,7 @@ pub(crate) struct MachineRow {
     pub lease_holder: Option<String>,
     pub lease_expires_ms: Option<i64>,
     pub hourly_price: Option<String>,
+    pub provisioning_rounds: i32,
 }
 
 /// A machine as stored: its intent (base, constraints, placement), its
@@ -294,6 +295,7 @@ impl TryFrom<MachineRow> for MachineRecord {
             instance_id: row.instance_id,
             bootstrap_timeouts: stored_u32("bootstrap_attempts", row.bootstrap_attempts)?,
             stop_failures: stored_u32("stop_failures", row.stop_failures)?,
+            provisioning_rounds: stored_u32("provisioning_rounds", row.provisioning_rounds)?,
             last_error: Some(row.status_message).filter(|m| !m.is_empty()),
         };
         Ok(MachineRecord {

@@ -96,6 +96,7 @@ diesel::table! {
         lease_expires_ms -> Nullable<BigInt>,
         spread_kind -> Nullable<Text>,
         hourly_price -> Nullable<Text>,
+        provisioning_rounds -> Integer,
     }
 }
 
