@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use berth::domain::machine::MachineState;
 use berth::engine::config::ProvisionerConfig;
 use berth::providers::sim::SimConfig;
 use berth::store::db::DatabaseUrl;
 
 use crate::support::app::{spawn_app_with, Backend, Launch, Options, Site};
 use crate::support::postgres::OwnServer;
-use crate::support::{all_started, assert_one_live_instance_each, eventually};
+use crate::support::{all_started, assert_one_live_instance_each, eventually, until};
 
 const UNITS: usize = 500;
 
@@ -36,7 +37,7 @@ async fn a_postgres_restart_mid_deploy_answers_503_meanwhile_and_loses_nothing()
         ..Options::engine(
             Backend::Postgres,
             SimConfig {
-                start_delay_ms: 200,
+                start_delay_ms: 1_000,
                 ..SimConfig::default()
             },
             ProvisionerConfig::default(),
@@ -47,6 +48,16 @@ async fn a_postgres_restart_mid_deploy_answers_503_meanwhile_and_loses_nothing()
         .deploy(&json!({"charm": "wordpress", "num_units": UNITS}))
         .await;
     assert_eq!(deployed.status(), StatusCode::CREATED);
+    // Launches in flight when the database goes: their instances start
+    // while it is away, and saying so fails until it is back.
+    until(app.store(), "launches in flight", |s| {
+        s.machines
+            .iter()
+            .filter(|m| m.state() == MachineState::Starting)
+            .count()
+            >= UNITS / 10
+    })
+    .await;
 
     server.stop();
     let stopped = Instant::now();
@@ -94,6 +105,21 @@ async fn a_postgres_restart_mid_deploy_answers_503_meanwhile_and_loses_nothing()
     );
     // Each on its own instance, and the cloud runs exactly those.
     assert_one_live_instance_each(&started, app.sim());
+    // Each with what its launch recorded beside the state, whether or not
+    // the save was tried again while the database was away.
+    let unrecorded: Vec<&String> = started
+        .iter()
+        .filter(|(_, m)| {
+            ["instance-type", "hardware", "hourly-price", "dns-name"]
+                .iter()
+                .any(|field| m[*field].as_str().is_none_or(str::is_empty))
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        unrecorded.is_empty(),
+        "started without their launch's details: {unrecorded:?}"
+    );
 }
 
 /// A tmpfs of `size` mounted on a temporary directory, unmounted when

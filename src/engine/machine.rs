@@ -199,6 +199,10 @@ impl MachineActor {
         message: Option<String>,
         ctx: &mut Context<Self>,
     ) {
+        // What the step records beside the state (an instance's type,
+        // price, hardware and addresses; an enlisted host's base; the
+        // status message), for a save tried again after a store error.
+        let again = (extra.clone(), message.clone());
         let request = MachineEvent {
             id: self.id,
             event: event.clone(),
@@ -244,8 +248,9 @@ impl MachineActor {
                             actor.id,
                             actor.machine.state
                         );
+                        let (extra, message) = again;
                         ctx.run_later(STORE_RETRY, move |actor, ctx| {
-                            actor.step(event, MachineUpdate::default(), None, ctx)
+                            actor.step(event, extra, message, ctx)
                         });
                     }
                 }),
