@@ -472,7 +472,15 @@ impl Gate {
 
     /// Waits for the tokens a call costs; returns the refusal instead if
     /// the provider is refusing our credentials and this is not a probe.
+    /// Either way a launch call's tokens are no longer promised to it.
     async fn admit(&self, cost: CallCost) -> Result<(), ProviderError> {
+        if cost.kind == CallKind::Launch {
+            let _ =
+                self.launches_unadmitted
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        Some(n.saturating_sub(cost.requests))
+                    });
+        }
         if let Ok(mut refused) = self.refused.lock() {
             if let Some((error, last_probe)) = refused.as_mut() {
                 if last_probe.elapsed() < UNAUTHORIZED_PROBE_INTERVAL {
@@ -485,13 +493,6 @@ impl Gate {
             Ok(mut buckets) => buckets.reserve_call(cost, Instant::now()),
             Err(_) => Duration::ZERO,
         };
-        if cost.kind == CallKind::Launch {
-            let _ =
-                self.launches_unadmitted
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                        Some(n.saturating_sub(cost.requests))
-                    });
-        }
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -996,6 +997,33 @@ impl Handler<ListZones> for ProviderBroker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_launch_refused_for_our_credentials_keeps_no_tokens_promised() {
+        let sim = crate::providers::sim::SimProvider::open(Default::default(), None).unwrap();
+        let broker = ProviderBroker::new(
+            Arc::new(sim),
+            RateLimits::default(),
+            1,
+            Duration::from_secs(5),
+            None,
+        );
+        let gate = broker.gate;
+        *gate.refused.lock().unwrap() = Some((
+            ProviderError::new(FailureClass::Unauthorized, "AuthFailure"),
+            Instant::now(),
+        ));
+        // What a flush promises a batch before its call is made.
+        let cost = CallCost {
+            kind: CallKind::Launch,
+            requests: 1,
+            instances: 1,
+        };
+        gate.launches_unadmitted.fetch_add(1, Ordering::SeqCst);
+        let refused = gate.admit(cost).await.unwrap_err();
+        assert_eq!(refused.class, FailureClass::Unauthorized);
+        assert_eq!(gate.launches_unadmitted.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn a_bucket_lets_its_capacity_through_at_once_then_paces_at_its_rate() {
