@@ -124,7 +124,7 @@ impl Engine {
             kinds::MANUAL_BROKER,
             Restart::OnPanic,
             metrics.clone(),
-            ManualBroker::new(ManualHosts::new(manual, &model.uuid)),
+            ManualBroker::new(ManualHosts::new(manual, &model.uuid)).fenced(leases.clone()),
         );
         let shared = Arc::new(Shared {
             store,
