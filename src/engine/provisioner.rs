@@ -434,6 +434,15 @@ impl Provisioner {
     /// the actors and the change-log follower.
     fn rebuild(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
+        // A new start from the store: whatever the last one left in flight
+        // (an admission, a takeover's survey) answers as stale and is
+        // dropped, so none of it may keep its flag set or its machines
+        // marked as in line, where they would never be lined up again.
+        // The start lines every unsettled machine up afresh.
+        self.admitting = false;
+        self.taking_over = false;
+        self.waiting.clear();
+        self.queued.clear();
         let generation = self.generation;
         let shared = self.shared.clone();
         let shared_peers = self.peers.clone();
