@@ -864,6 +864,100 @@ async fn the_agents_one_time_password_starts_the_machine_once(store: Store) {
     );
 }
 
+async fn a_launch_resumed_under_its_token_keeps_the_earlier_password_valid(store: Store) {
+    let ids = add_machine(
+        &store,
+        AddMachines {
+            count: 3,
+            ..AddMachines::default()
+        },
+    )
+    .await;
+    let mut first = Vec::new();
+    for id in &ids {
+        first.push(engine_steps::launch_in(&store, *id, "a").await);
+    }
+    // The controller restarts with the launches in flight: each is sent
+    // again under its client token, with a fresh password, all at once
+    // (saved together, as the engine's actors' saves are).
+    store
+        .claim_machines(ids.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let holding = hold_the_writer(&store).await;
+    let mut commits = Vec::new();
+    for id in &ids {
+        let current = store.machine(id).unwrap().machine;
+        let decided = store
+            .decide(&current, MachineEvent::new(*id, Event::Resume))
+            .unwrap();
+        let store = store.clone();
+        commits.push(tokio::spawn(async move { store.commit(decided).await }));
+    }
+    holding.await.unwrap();
+    let mut resumed = Vec::new();
+    for commit in commits {
+        resumed.push(commit.await.unwrap().unwrap());
+    }
+    for (id, applied) in ids.iter().zip(&resumed) {
+        assert!(applied.password.is_some(), "machine {id}: a fresh password");
+        engine_steps::apply(
+            &store,
+            *id,
+            Event::InstanceStarted {
+                instance_id: format!("i-{id}"),
+            },
+            MachineUpdate::default(),
+        )
+        .await;
+    }
+    // The cloud answered with the instances the first launches started,
+    // whose agents have the first passwords; the fresh one works as well.
+    store.agent_connect(ids[0], first[0].clone()).await.unwrap();
+    store.agent_connect(ids[1], first[1].clone()).await.unwrap();
+    let fresh = resumed[2].password.clone().unwrap();
+    store.agent_connect(ids[2], fresh).await.unwrap();
+    for id in &ids {
+        assert_eq!(store.machine(id).unwrap().state(), MachineState::Started);
+    }
+    // Spent, every one of them.
+    let again = store
+        .agent_connect(ids[2], first[2].clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(again, StoreError::Unauthorized(_)), "{again:?}");
+
+    // A new launch (a relaunch after the agent did not check in) has a
+    // new token: only its own password is valid.
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    let earlier = engine_steps::instance_started(&store, id, "i-9", "a").await;
+    engine_steps::apply(
+        &store,
+        id,
+        Event::BootstrapTimedOut,
+        MachineUpdate::default(),
+    )
+    .await;
+    engine_steps::apply(&store, id, Event::InstanceStopped, MachineUpdate::default()).await;
+    let relaunched = engine_steps::apply(
+        &store,
+        id,
+        Event::ZoneChosen { zone: "a".into() },
+        MachineUpdate::default(),
+    )
+    .await;
+    assert!(relaunched.password.is_some());
+    let started = Event::InstanceStarted {
+        instance_id: "i-10".into(),
+    };
+    engine_steps::apply(&store, id, started, MachineUpdate::default()).await;
+    let refused = store.agent_connect(id, earlier).await.unwrap_err();
+    assert!(
+        matches!(refused, StoreError::Unauthorized(_)),
+        "{refused:?}"
+    );
+}
+
 async fn a_wrong_one_time_password_is_refused_and_changes_nothing(store: Store) {
     let (id, _otp) = awaiting_agent(&store).await;
     let before = store.revision();
@@ -1779,6 +1873,7 @@ on_both_backends!(
     the_writer_applies_the_configured_policy,
     an_agent_of_a_machine_being_relaunched_is_refused_and_changes_nothing,
     the_agents_one_time_password_starts_the_machine_once,
+    a_launch_resumed_under_its_token_keeps_the_earlier_password_valid,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,
     a_heartbeat_brings_a_down_machine_back_to_started,

@@ -198,6 +198,8 @@ pub(super) fn decide(
         Effect::LaunchInstance { .. } => {
             let secret = new_secret();
             update.otp_hash = Some(hash_secret(secret.expose()));
+            // From `starting`, the launch resumes one already sent.
+            update.keeps_earlier_otp = current.state == MachineState::Starting;
             password = Some(secret);
         }
         Effect::ScheduleRetry { after } => {
@@ -398,10 +400,13 @@ pub(super) fn check_in_step(
     let Some(row) = row else {
         return CheckInStep::Answer(Err(StoreError::NotFound(format!("machine {id} not found"))));
     };
-    let valid = row
-        .otp_hash
-        .as_deref()
-        .is_some_and(|hash| secret_matches(one_time_password.expose(), hash));
+    // One password's hash, or several a space apart (a launch resumed
+    // under the same client token keeps the earlier).
+    let valid = row.otp_hash.as_deref().is_some_and(|hashes| {
+        hashes
+            .split(' ')
+            .any(|hash| secret_matches(one_time_password.expose(), hash))
+    });
     if !valid {
         return CheckInStep::Answer(Err(StoreError::Unauthorized(format!(
             "machine {id}: the one-time password is wrong or was already used"
@@ -771,6 +776,12 @@ pub struct MachineUpdate {
     pub addresses: Option<Vec<String>>,
     /// A fresh one-time password's hash, for a launch.
     pub otp_hash: Option<String>,
+    /// The launch repeats one already sent, under the same client token
+    /// (a launch in flight resumed after a restart): the cloud answers it
+    /// with the instance the first one started, if it did, whose agent
+    /// has the earlier password. That one stays valid beside the fresh
+    /// one until the agent checks in.
+    pub keeps_earlier_otp: bool,
     pub retry_at_ms: Option<i64>,
     pub clear_retry_at: bool,
     /// The agent exchanged its one-time password: the password's hash goes

@@ -54,6 +54,9 @@ pub(super) struct SaveMachine<'a, const KEEPS_INSTANCE: bool = false> {
     hardware: Kept<&'a str>,
     addresses: Kept<&'a str>,
     otp_hash: Kept<&'a str>,
+    /// The new `otp_hash` goes beside the stored one (see
+    /// [`MachineUpdate::keeps_earlier_otp`]).
+    otp_keeps_earlier: bool,
     retry_at_ms: Kept<i64>,
     credential_hash: Option<&'a str>,
     last_heartbeat_ms: Option<i64>,
@@ -64,6 +67,11 @@ pub(super) struct SaveMachine<'a, const KEEPS_INSTANCE: bool = false> {
     holder: &'a str,
     now_ms: i64,
 }
+
+/// When a new one-time password's hash may go beside the stored ones: a
+/// hash is there, and at most three (each 64 hex digits, a space apart),
+/// so that a launch resumed again and again keeps at most four.
+const KEEPS_EARLIER_OTP: &str = "otp_hash IS NOT NULL AND length(otp_hash) < 3 * 65";
 
 /// A nullable column a save may leave alone (`keep`) or set (`value`,
 /// `None` clearing it).
@@ -150,11 +158,21 @@ where
         out.push_sql(", constraints), base = COALESCE(");
         out.push_bind_param::<Nullable<Text>, _>(&self.base)?;
         out.push_sql(", base)");
+        out.push_sql(", otp_hash = CASE WHEN ");
+        out.push_bind_param::<Bool, _>(&self.otp_hash.keep)?;
+        out.push_sql(" THEN otp_hash WHEN ");
+        out.push_bind_param::<Bool, _>(&self.otp_keeps_earlier)?;
+        out.push_sql(&format!(
+            " AND {KEEPS_EARLIER_OTP} THEN otp_hash || ' ' || "
+        ));
+        out.push_bind_param::<Nullable<Text>, _>(&self.otp_hash.value)?;
+        out.push_sql(" ELSE ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.otp_hash.value)?;
+        out.push_sql(" END");
         for (column, kept) in [
             ("instance_type", &self.instance_type),
             ("hourly_price", &self.hourly_price),
             ("hardware", &self.hardware),
-            ("otp_hash", &self.otp_hash),
         ] {
             out.push_sql(", ");
             out.push_sql(column);
@@ -282,6 +300,7 @@ impl SaveRow {
                 (None, Some(_)) => Some(None),
                 (None, None) => None,
             }),
+            otp_keeps_earlier: update.keeps_earlier_otp,
             retry_at_ms: Kept::from(
                 (update.retry_at_ms.is_some() || update.clear_retry_at)
                     .then_some(update.retry_at_ms),
@@ -320,6 +339,7 @@ pub(super) struct SaveMachines<'a> {
     /// `instance_type`, `hourly_price`, `hardware`, `otp_hash`, each a
     /// keep flag and a value per row.
     kept_text: [(Vec<bool>, Vec<Option<&'a str>>); 4],
+    otp_keeps_earlier: Vec<bool>,
     keep_addresses: Vec<bool>,
     addresses: Vec<&'a str>,
     keep_retry_at_ms: Vec<bool>,
@@ -368,6 +388,7 @@ impl<'a> SaveMachines<'a> {
                 kept(&|r| &r.hardware),
                 kept(&|r| &r.otp_hash),
             ],
+            otp_keeps_earlier: rows.iter().map(|r| r.otp_keeps_earlier).collect(),
             keep_addresses: rows.iter().map(|r| r.addresses.keep).collect(),
             addresses: rows
                 .iter()
@@ -426,8 +447,16 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
              base = COALESCE(v.base, m.base)",
         );
         for column in KEPT_TEXT_COLUMNS {
+            let earlier = match column {
+                "otp_hash" => format!(
+                    " WHEN v.otp_keeps_earlier AND {} THEN m.otp_hash || ' ' || v.otp_hash",
+                    KEEPS_EARLIER_OTP.replace("otp_hash", "m.otp_hash")
+                ),
+                _ => String::new(),
+            };
             out.push_sql(&format!(
-                ", {column} = CASE WHEN v.keep_{column} THEN m.{column} ELSE v.{column} END"
+                ", {column} = CASE WHEN v.keep_{column} THEN m.{column}{earlier} \
+                 ELSE v.{column} END"
             ));
         }
         out.push_sql(
@@ -469,6 +498,8 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
             out.push_bind_param::<Array<Nullable<Text>>, _>(value)?;
         }
         out.push_sql(", ");
+        out.push_bind_param::<Array<Bool>, _>(&self.otp_keeps_earlier)?;
+        out.push_sql(", ");
         out.push_bind_param::<Array<Bool>, _>(&self.keep_addresses)?;
         out.push_sql(", ");
         out.push_bind_param::<Array<Text>, _>(&self.addresses)?;
@@ -495,7 +526,7 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
             out.push_sql(&format!(", keep_{column}, {column}"));
         }
         out.push_sql(
-            ", keep_addresses, addresses, keep_retry_at_ms, retry_at_ms, credential_hash, \
+            ", otp_keeps_earlier, keep_addresses, addresses, keep_retry_at_ms, retry_at_ms, credential_hash, \
              last_heartbeat_ms, spread_kind, unfenced, holder) \
              WHERE m.id = v.id AND m.state = COALESCE(v.expected_state, m.state) \
              AND (v.unfenced OR (m.lease_holder = v.holder AND m.lease_expires_ms >= ",
