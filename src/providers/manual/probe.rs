@@ -233,7 +233,16 @@ pub fn misfits(host: &HostFacts, constraints: &Constraints, base: Option<Base>) 
         "root-disk",
         "M",
     ));
+    // The least persistent disk: an existing host's is its root disk.
+    out.extend(at_least(
+        &constraints.storage,
+        host.root_disk_mib,
+        "storage",
+        "M",
+    ));
     let cloud_only = [
+        ("container", constraints.container.value().is_some()),
+        ("instance-role", constraints.instance_role.value().is_some()),
         ("instance-type", constraints.instance_type.value().is_some()),
         ("image-id", constraints.image_id.value().is_some()),
         ("virt-type", constraints.virt_type.value().is_some()),
@@ -361,7 +370,9 @@ os.ID=debian
     #[test]
     fn a_host_that_fits_has_no_misfits() {
         let host = facts(DEBIAN_ROOT);
-        let constraints: Constraints = "arch=amd64 cores=2 mem=8G root-disk=100G".parse().unwrap();
+        let constraints: Constraints = "arch=amd64 cores=2 mem=8G root-disk=100G storage=200G"
+            .parse()
+            .unwrap();
         assert!(misfits(&host, &constraints, Some("debian@12".parse().unwrap())).is_empty());
         assert!(misfits(&host, &Constraints::default(), None).is_empty());
     }
@@ -369,9 +380,11 @@ os.ID=debian
     #[test]
     fn every_misfit_is_named() {
         let host = facts(DEBIAN_ROOT);
-        let constraints: Constraints = "arch=arm64 cores=4 mem=32G instance-type=m5.large zones=a"
-            .parse()
-            .unwrap();
+        let constraints: Constraints =
+            "arch=arm64 cores=4 mem=32G storage=300G instance-type=m5.large zones=a \
+             instance-role=agents container=lxd"
+                .parse()
+                .unwrap();
         let why: Vec<String> = misfits(&host, &constraints, Some("ubuntu@22.04".parse().unwrap()))
             .iter()
             .map(ToString::to_string)
@@ -383,6 +396,9 @@ os.ID=debian
                 "arch=arm64 asked for, the host is amd64",
                 "cores=4 asked for, the host has 2",
                 "mem=32768M asked for, the host has 24063M",
+                "storage=307200M asked for, the host has 257006M",
+                "container cannot apply to an existing host",
+                "instance-role cannot apply to an existing host",
                 "instance-type cannot apply to an existing host",
                 "zones cannot apply to an existing host",
             ]
