@@ -996,7 +996,11 @@ impl Provider for Ec2Provider {
             .get_or_try_init(|| preflight::check_agent_binary(&self.config))
             .await
         {
-            let refused = ProviderError::new(FailureClass::Permanent, e.to_string());
+            let class = match e.is_transient() {
+                true => FailureClass::Transient,
+                false => FailureClass::Permanent,
+            };
+            let refused = ProviderError::new(class, e.to_string());
             return requests.iter().map(|_| Err(refused.clone())).collect();
         }
         let mut prepared = Vec::with_capacity(requests.len());

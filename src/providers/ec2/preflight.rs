@@ -35,7 +35,24 @@ pub enum PreflightError {
     #[error("instances would have no berth agent: stock images do not carry it; set provider.ec2.agent_binary_url to where instances can download the berth binary, or provider.ec2.image_has_agent = true if your images have /usr/local/bin/berth")]
     NoAgentBinary,
     #[error("provider.ec2.agent_binary_url {url:?} cannot be used: {why}; instances could not download the berth agent")]
-    AgentBinaryUnavailable { url: String, why: String },
+    AgentBinaryUnavailable {
+        url: String,
+        why: String,
+        /// Its server could not be reached or failed (a 5xx): the check
+        /// may pass if tried again, where a 4xx or a bad URL will not.
+        for_now: bool,
+    },
+}
+
+impl PreflightError {
+    /// Whether the check may pass if tried again shortly: the launches it
+    /// held back wait and retry rather than fail for good.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            PreflightError::AgentBinaryUnavailable { for_now: true, .. }
+        )
+    }
 }
 
 /// The host part of an `http(s)://host[:port][/path]` URL (without the
@@ -101,9 +118,10 @@ pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError
             Err(PreflightError::NoAgentBinary)
         };
     };
-    let unavailable = |why: String| PreflightError::AgentBinaryUnavailable {
+    let unavailable = |why: String, for_now: bool| PreflightError::AgentBinaryUnavailable {
         url: url.clone(),
         why,
+        for_now,
     };
     let target = url.clone();
     // The status it answered, or why there was no answer.
@@ -116,15 +134,23 @@ pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError
         {
             Ok(response) => Ok(response.status()),
             Err(ureq::Error::Status(status, _)) => Ok(status),
-            Err(ureq::Error::Transport(transport)) => Err(transport.to_string()),
+            Err(ureq::Error::Transport(transport)) => {
+                // No answer for now (the name, the connection or the
+                // link failed), rather than a URL that cannot work.
+                let for_now = matches!(
+                    transport.kind(),
+                    ureq::ErrorKind::Dns | ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Io
+                );
+                Err((transport.to_string(), for_now))
+            }
         }
     })
     .await
-    .map_err(|e| unavailable(e.to_string()))?;
+    .map_err(|e| unavailable(e.to_string(), true))?;
     match answer {
         Ok(status) if (200..300).contains(&status) => Ok(()),
-        Ok(status) => Err(unavailable(format!("it answered {status}"))),
-        Err(why) => Err(unavailable(why)),
+        Ok(status) => Err(unavailable(format!("it answered {status}"), status >= 500)),
+        Err((why, for_now)) => Err(unavailable(why, for_now)),
     }
 }
 
@@ -240,6 +266,12 @@ mod tests {
             e.to_string(),
             format!("provider.ec2.agent_binary_url {missing:?} cannot be used: it answered 404; instances could not download the berth agent")
         );
+        assert!(!e.is_transient(), "a URL that is not there stays so");
+        // A server that fails for now: launches wait and try again.
+        let failing = check_agent_binary(&with_url(Some(answering(503)), true))
+            .await
+            .unwrap_err();
+        assert!(failing.is_transient(), "{failing}");
         // Nothing listens there any more.
         let closed = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -252,6 +284,7 @@ mod tests {
             matches!(e, PreflightError::AgentBinaryUnavailable { .. }),
             "{e}"
         );
+        assert!(e.is_transient(), "nothing answers now: {e}");
     }
 
     #[tokio::test]
