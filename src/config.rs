@@ -180,6 +180,7 @@ pub struct Config {
     /// The shared secret providers sign webhooks with; `None`: the
     /// model's, made by the first controller on the store and kept there
     /// (and written to `<data-dir>/webhook.secret`).
+    #[serde(deserialize_with = "secret_text")]
     pub webhook_secret: Option<String>,
     pub provider: ProviderConfig,
     pub provisioner: ProvisionerConfig,
@@ -223,7 +224,20 @@ pub enum ConfigError {
     Invalid { origin: String, message: String },
 }
 
-/// The environment's short names for top-level settings.
+/// A secret setting's text. Anything else is refused without the value
+/// in the message, which goes to the terminal and the logs.
+fn secret_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match toml::Value::deserialize(d)? {
+        toml::Value::String(text) => Ok(Some(text)),
+        other => Err(serde::de::Error::custom(format!(
+            "webhook_secret must be a string (in quotes), not a {}; the value is not shown, as it is a secret",
+            other.type_str()
+        ))),
+    }
+}
+
+/// The environment's short names for top-level settings, each a text
+/// taken as it is (a secret of digits stays a string).
 const SHORT_NAMES: [(&str, &str); 5] = [
     ("BERTH_LISTEN", "listen"),
     ("BERTH_DATA_DIR", "data_dir"),
@@ -271,11 +285,15 @@ impl Config {
             let Some(path) = env_path(&name) else {
                 continue;
             };
-            set_path(&mut table, &path, env_value(&value)).map_err(|message| {
-                ConfigError::Invalid {
-                    origin: name.clone(),
-                    message,
-                }
+            let text_setting =
+                matches!(path.as_slice(), [key] if SHORT_NAMES.iter().any(|(_, k)| k == key));
+            let value = match text_setting {
+                true => toml::Value::String(value),
+                false => env_value(&value),
+            };
+            set_path(&mut table, &path, value).map_err(|message| ConfigError::Invalid {
+                origin: name.clone(),
+                message,
             })?;
             overridden.push(name);
         }
@@ -315,6 +333,22 @@ impl Config {
                     self.listen
                 ));
             }
+        }
+        let (beat, down_after) = (
+            self.provider.sim.heartbeat_interval_ms,
+            self.provisioner.agent_down_after_s,
+        );
+        // A heartbeat stored less than a quarter of agent_down_after_s
+        // before is not written again (see SimConfig).
+        if self.provider.kind == ProviderKind::Sim
+            && down_after > 0
+            && beat.saturating_mul(4) >= down_after.saturating_mul(3_000)
+        {
+            return Err(format!(
+                "provider.sim.heartbeat_interval_ms is {beat}: the simulated agents must report \
+                 more often than three quarters of provisioner.agent_down_after_s \
+                 ({down_after} s), or live agents would be shown down"
+            ));
         }
         if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
             return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
@@ -638,6 +672,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no [provider.ec2] section"), "{err}");
+        let slow = env(&[("BERTH_PROVIDER__SIM__HEARTBEAT_INTERVAL_MS", "100000")]);
+        let err = Config::load(None, slow).unwrap_err().to_string();
+        assert!(
+            err.contains("provider.sim.heartbeat_interval_ms is 100000")
+                && err.contains("agent_down_after_s (120 s)"),
+            "{err}"
+        );
+        // Just under three quarters of the default 120 s: accepted.
+        let brisk = env(&[("BERTH_PROVIDER__SIM__HEARTBEAT_INTERVAL_MS", "89999")]);
+        assert!(Config::load(None, brisk).is_ok());
+    }
+
+    #[test]
+    fn a_secret_of_digits_is_a_string_and_a_wrong_type_is_refused_without_showing_it() {
+        let config = Config::load(None, env(&[("BERTH_WEBHOOK_SECRET", "123456")])).unwrap();
+        assert_eq!(config.webhook_secret.as_deref(), Some("123456"));
+        let nested = env(&[("BERTH_WEBHOOK_SECRET", "987654"), ("BERTH_DATA_DIR", "42")]);
+        let config = Config::load(None, nested).unwrap();
+        assert_eq!(config.data_dir, Some(PathBuf::from("42")));
+        let f = file("webhook_secret = 24681357\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("webhook_secret must be a string"), "{err}");
+        assert!(!err.contains("24681357"), "the secret is shown: {err}");
     }
 
     #[test]
