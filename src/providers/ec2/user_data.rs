@@ -16,9 +16,11 @@
 //!    with its own CA, `/etc/berth/ca.crt`, which the agent verifies the
 //!    controller with (`BERTH_CA_CERT`);
 //! 2. writes the `berth-agent.service` systemd unit, which runs
-//!    `berth agent --url <controller url> --machine <id> --password <otp>
-//!    --credential-file /var/lib/berth/agent.credential` with those values
-//!    and restarts it if it fails. After its first check-in the agent keeps
+//!    `berth agent --url <controller url> --machine <id> --credential-file
+//!    /var/lib/berth/agent.credential` with those values and restarts it
+//!    if it fails. The agent reads the password from its environment
+//!    (`BERTH_AGENT_PASSWORD`, from the environment file), not from its
+//!    command line, which any user of the instance can read. After its first check-in the agent keeps
 //!    the machine's credential in that file (mode 0600, in a directory only
 //!    root can enter), so an agent restarted after a crash or a reboot
 //!    checks in with the credential; the spent password is not used again;
@@ -132,7 +134,7 @@ write_files:
       EnvironmentFile={AGENT_ENV_FILE}
       StateDirectory=berth
       StateDirectoryMode=0700
-      ExecStart={AGENT_BINARY} agent --url ${{BERTH_CONTROLLER_URL}} --machine ${{BERTH_MACHINE}} --password ${{{PASSWORD_VARIABLE}}} --credential-file {AGENT_CREDENTIAL_FILE}
+      ExecStart={AGENT_BINARY} agent --url ${{BERTH_CONTROLLER_URL}} --machine ${{BERTH_MACHINE}} --credential-file {AGENT_CREDENTIAL_FILE}
       Restart=on-failure
       RestartSec=5
 
@@ -250,7 +252,7 @@ mod tests {
         assert!(text.contains("      BERTH_MACHINE=7\n"));
         assert!(text.contains("      BERTH_AGENT_PASSWORD=abc123\n"));
         assert!(text.contains(
-            "ExecStart=/usr/local/bin/berth agent --url ${BERTH_CONTROLLER_URL} --machine ${BERTH_MACHINE} --password ${BERTH_AGENT_PASSWORD} --credential-file /var/lib/berth/agent.credential\n"
+            "ExecStart=/usr/local/bin/berth agent --url ${BERTH_CONTROLLER_URL} --machine ${BERTH_MACHINE} --credential-file /var/lib/berth/agent.credential\n"
         ));
         assert!(text.contains("  - [systemctl, enable, --now, berth-agent.service]\n"));
         assert!(!text.contains("curl"));
