@@ -282,6 +282,16 @@ async fn options_sent_where_a_route_does_not_read_them_are_refused_and_change_no
         message,
         "invalid request body: DELETE /v1/machines/0 takes no body: its options (such as dry_run, if_revision and force) go in the query string"
     );
+    // A method the path does not take is still that, whatever it carries.
+    let wrong_method = app
+        .send(Method::DELETE, "/v1/machines", Some(&json!({"count": 1})))
+        .await;
+    error_of(
+        wrong_method,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+    )
+    .await;
     assert_eq!(app.store().revision(), before);
     // Where they belong, they are carried out: a plan, and nothing changes.
     let planned = app
@@ -471,6 +481,34 @@ async fn malformed_json_wrong_types_and_unknown_fields_are_400_and_change_nothin
     let query = app.send(Method::GET, "/v1/events?since=-1", None).await;
     error_of(query, StatusCode::BAD_REQUEST, "bad-request").await;
     assert_eq!(app.store().revision(), before);
+}
+
+#[tokio::test]
+async fn a_revision_ahead_of_the_change_log_is_refused_rather_than_followed_in_silence() {
+    let app = spawn_app().await;
+    app.deploy(&json!({"charm": "wordpress"})).await;
+    let head = app.store().revision();
+    let expected = |asked: i64| {
+        format!(
+            "revision {asked} is ahead of the change log, which is at {head}: this controller's \
+             store was restored or replaced since; read the status and follow from its revision"
+        )
+    };
+    let ahead = app.events(Some(head + 1), None).await;
+    let message = error_of(ahead, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(message, expected(head + 1));
+    // What a reconnecting browser sends wins over since, and is held to
+    // the same.
+    let resumed = app.events(Some(0), Some("100000")).await;
+    let message = error_of(resumed, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(message, expected(100_000));
+    let huge = app
+        .send(Method::GET, "/v1/events?since=18446744073709551615", None)
+        .await;
+    error_of(huge, StatusCode::BAD_REQUEST, "bad-request").await;
+    // At the head, the stream opens and waits for what comes next.
+    let at_head = app.events(Some(head), None).await;
+    assert_eq!(at_head.status(), StatusCode::OK);
 }
 
 #[tokio::test]

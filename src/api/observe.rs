@@ -31,6 +31,10 @@ pub enum ObserveError {
     BadLastEventId(String),
     #[error("too many event streams are open (the limit is {0}); retry later")]
     TooManyStreams(usize),
+    /// A client's revision the change log has not reached: the store was
+    /// restored or replaced since the client saw it.
+    #[error("revision {asked} is ahead of the change log, which is at {head}: this controller's store was restored or replaced since; read the status and follow from its revision")]
+    AheadOfLog { asked: i64, head: i64 },
     #[error(transparent)]
     Filter(#[from] FilterError),
     #[error(transparent)]
@@ -38,7 +42,7 @@ pub enum ObserveError {
 }
 
 route_error!(ObserveError {
-    ObserveError::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+    ObserveError::BadLastEventId(_) | ObserveError::AheadOfLog { .. } => StatusCode::BAD_REQUEST,
     ObserveError::Filter(e) if e.is_not_found() => StatusCode::NOT_FOUND,
     ObserveError::Filter(_) => StatusCode::BAD_REQUEST,
     ObserveError::TooManyStreams(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -507,7 +511,7 @@ pub fn start_revision(
     ),
     responses(
         (status = 200, description = "An endless stream of change events (gzipped when Accept-Encoding takes gzip)", content_type = "text/event-stream", body = ChangeEvent),
-        (status = 400, description = "Bad since or Last-Event-ID", body = ErrorBody),
+        (status = 400, description = "Bad since or Last-Event-ID, or one ahead of the change log", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 503, description = "Too many streams open", body = ErrorBody),
     )
@@ -518,6 +522,13 @@ pub async fn get_events(
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ObserveError> {
     let start = start_revision(req.headers().get(LAST_EVENT_ID), query.since)?;
+    if let Some(asked) = start.filter(|asked| *asked > shared.state.store.revision()) {
+        // Not heard of yet here, or not there at all: the database says.
+        let head = shared.state.store.blocking(|s| s.stored_revision()).await?;
+        if asked > head {
+            return Err(ObserveError::AheadOfLog { asked, head });
+        }
+    }
     let permit = shared
         .event_streams
         .clone()

@@ -315,6 +315,22 @@ impl Store {
         *self.head.borrow()
     }
 
+    /// The change log's latest revision as the database holds it now,
+    /// which another controller's commits may have moved past
+    /// [`Store::revision`] before this one has heard of them.
+    ///
+    /// # Errors
+    ///
+    /// The database's.
+    pub fn stored_revision(&self) -> Result<i64, StoreError> {
+        self.read(|conn| {
+            Ok(log_head::table
+                .find(1)
+                .select(log_head::revision)
+                .get_result(conn)?)
+        })
+    }
+
     /// A receiver that changes whenever the log grows.
     pub fn watch_revision(&self) -> watch::Receiver<i64> {
         self.head.clone()

@@ -245,6 +245,16 @@
           if (generation === session.generation) signOut(REFUSED);
           return;
         }
+        if (response.status === 400) {
+          // The change log has not reached what this page saw: the
+          // controller's store was restored or replaced. Start again from
+          // its status.
+          const status = await api("GET", "/v1/status");
+          if (generation !== session.generation) return;
+          apply(status);
+          since = status.model.revision;
+          continue;
+        }
         if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
         setLive(true);
         wait = RECONNECT_FIRST_MS;
