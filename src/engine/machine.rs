@@ -1006,7 +1006,24 @@ impl Handler<InstanceChanged> for MachineActor {
     type Result = ();
 
     fn handle(&mut self, msg: InstanceChanged, ctx: &mut Context<Self>) {
-        if !msg.0.is_gone() {
+        if !msg.state.is_gone() {
+            return;
+        }
+        if self.machine.lifecycle.instance_id.as_deref() != Some(msg.instance_id.as_str()) {
+            // An instance the machine had before (a report that arrived
+            // late, a reconciliation's listing made before a relaunch):
+            // the one it has now is not the one reported gone.
+            log::debug!(
+                "machine {}: instance {} was {}, but the machine is on {} now",
+                self.id,
+                msg.instance_id,
+                msg.state.as_str(),
+                self.machine
+                    .lifecycle
+                    .instance_id
+                    .as_deref()
+                    .unwrap_or("none")
+            );
             return;
         }
         match self.machine.state {
@@ -1018,11 +1035,11 @@ impl Handler<InstanceChanged> for MachineActor {
                 // wait out the bootstrap timeout. (If the agent did check in
                 // meanwhile, the save conflicts and the machine is started:
                 // then `lost` shows it down.)
-                self.lost = Some(msg.0);
+                self.lost = Some(msg.state);
                 let message = format!(
                     "instance {} was {} before its agent checked in",
-                    self.machine.lifecycle.instance_id.as_deref().unwrap_or("?"),
-                    msg.0.as_str()
+                    msg.instance_id,
+                    msg.state.as_str()
                 );
                 self.step(
                     Event::BootstrapTimedOut,
@@ -1032,7 +1049,7 @@ impl Handler<InstanceChanged> for MachineActor {
                 )
             }
             MachineState::Started => {
-                self.lost = Some(msg.0);
+                self.lost = Some(msg.state);
                 self.settle_if_done(ctx);
             }
             _ => {}

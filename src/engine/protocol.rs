@@ -103,11 +103,16 @@ pub struct Reconcile(pub EngineMachine);
 #[rtype(result = "()")]
 pub struct Gone;
 
-/// Provisioner → MachineActor: the provider reported a change of this
-/// machine's instance (a webhook, or a reconciliation found it gone).
+/// Provisioner → MachineActor: the provider reported a change of one of
+/// this machine's instances (a webhook, or a reconciliation found it
+/// gone). It names the instance: the machine may have moved on to another
+/// since the report was made.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct InstanceChanged(pub InstanceState);
+pub struct InstanceChanged {
+    pub instance_id: String,
+    pub state: InstanceState,
+}
 
 /// Provisioner → MachineActor and ContainerProvisioner: stop without
 /// releasing anything (the provisioner is being rebuilt from the store).

@@ -402,10 +402,20 @@ impl Provisioner {
                     };
                     act.queued.remove(&id);
                     if needs_actor(machine.record.state()) {
+                        // The instance it records, as just read: it waited
+                        // without an actor, so nothing has moved it on.
+                        let vanished = machine
+                            .record
+                            .instance_id()
+                            .filter(|_| entry.vanished)
+                            .map(str::to_string);
                         act.spawn_actor_for(machine, entry.adopt.map(|a| *a), entry.retried, ctx);
-                        if entry.vanished {
+                        if let Some(instance) = vanished {
                             if let Some((_, actor)) = act.actors.get(&id) {
-                                actor.do_send(InstanceChanged(InstanceState::Terminated));
+                                actor.do_send(InstanceChanged {
+                                    instance_id: instance,
+                                    state: InstanceState::Terminated,
+                                });
                             }
                         }
                     }
@@ -833,7 +843,10 @@ impl Provisioner {
             let mut lost = Vec::new();
             for (id, machine) in vanished {
                 match act.actors.get(&id) {
-                    Some((_, actor)) => actor.do_send(InstanceChanged(InstanceState::Terminated)),
+                    Some((_, actor)) => actor.do_send(InstanceChanged {
+                        instance_id: machine.instance.clone(),
+                        state: InstanceState::Terminated,
+                    }),
                     None if machine.state == MachineState::Started => lost.push(id),
                     None => {}
                 }
@@ -1377,7 +1390,10 @@ impl Handler<ProviderReport> for Provisioner {
                         // If the actor stopped meanwhile, do its part.
                         ctx.spawn(
                             actor
-                                .send(InstanceChanged(change.state))
+                                .send(InstanceChanged {
+                                    instance_id: change.instance_id.clone(),
+                                    state: change.state,
+                                })
                                 .into_actor(act)
                                 .map(move |delivered, act, ctx| {
                                     if delivered.is_err() {
