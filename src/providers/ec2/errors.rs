@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | zone-specific | `InsufficientInstanceCapacity`, `InsufficientHostCapacity`, `InsufficientReservedInstanceCapacity`, `InsufficientCapacity`, `InsufficientAddressCapacity`, `InsufficientFreeAddressesInSubnet`, `Unsupported`, `InstanceTypeNotOffered`, and any error saying the request is "not supported in your requested Availability Zone" |
 //! | transient | `RequestLimitExceeded`, `Throttling`, `ThrottlingException`, `RequestThrottled`, `InternalError`, `InternalFailure`, `ServiceUnavailable`, `Unavailable`, `RequestExpired`, `IdempotentParameterMismatch`, `IdempotentInstanceTerminated`; any other code with a 5xx status; timeouts and network failures |
-//! | unauthorized | `AuthFailure`, `UnauthorizedOperation`, `InvalidClientTokenId`, `SignatureDoesNotMatch`, `OptInRequired`, `Blocked`, `PendingVerification`, `UnrecognizedClientException`, `ExpiredToken`, `AccessDenied`, `AccessDeniedException`; no credentials at all |
+//! | unauthorized | `AuthFailure`, `UnauthorizedOperation`, `InvalidClientTokenId`, `SignatureDoesNotMatch`, `OptInRequired`, `Blocked`, `PendingVerification`, `UnrecognizedClientException`, `ExpiredToken`, `AccessDenied`, `AccessDeniedException`; no credentials at all, or none that load (an SSO session expired since the start) |
 //! | permanent | `InvalidAMIID.*`, `InvalidParameterValue`, `InvalidParameterCombination`, and any other code with a 4xx status |
 
 use std::error::Error as StdError;
@@ -148,16 +148,22 @@ where
                 format!("{code}: {message}"),
             )
         }
-        SdkError::ConstructionFailure(_) => {
-            let text = chain(error);
-            // No credentials found in the chain: as good as refused ones.
-            let class = if text.to_ascii_lowercase().contains("credentials") {
-                FailureClass::Unauthorized
-            } else {
-                FailureClass::Permanent
-            };
-            ProviderError::new(class, format!("{operation} could not be sent: {text}"))
+        // No credentials to sign with (none in the chain, or an SSO
+        // session expired since the start): as good as refused ones. The
+        // SDK resolves them once the request is built, so this comes as a
+        // dispatch failure, or as a construction failure before that.
+        SdkError::ConstructionFailure(_) | SdkError::DispatchFailure(_)
+            if chain(error).to_ascii_lowercase().contains("credential") =>
+        {
+            ProviderError::new(
+                FailureClass::Unauthorized,
+                format!("{operation} could not be sent: {}", chain(error)),
+            )
         }
+        SdkError::ConstructionFailure(_) => ProviderError::new(
+            FailureClass::Permanent,
+            format!("{operation} could not be sent: {}", chain(error)),
+        ),
         SdkError::TimeoutError(_) => ProviderError::new(
             FailureClass::Transient,
             format!("{operation} timed out: {}", chain(error)),
@@ -207,6 +213,40 @@ mod tests {
         );
         assert_eq!(
             classify_code("SomethingNew", "", None),
+            FailureClass::Transient
+        );
+    }
+
+    #[test]
+    fn credentials_that_cannot_be_loaded_are_unauthorized_whenever_the_sdk_finds_out() {
+        use aws_sdk_ec2::config::http::HttpResponse;
+        use aws_sdk_ec2::error::ConnectorError;
+        use aws_sdk_ec2::operation::run_instances::RunInstancesError;
+
+        // How the SDK reports a credentials provider's failure: while it
+        // sends the request (its identity is resolved then), or before.
+        let loading = "an error occurred while loading credentials";
+        let dispatch: SdkError<RunInstancesError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::other(loading.into(), None));
+        let refused = provider_error("RunInstances", &dispatch);
+        assert_eq!(
+            refused.class,
+            FailureClass::Unauthorized,
+            "{}",
+            refused.message
+        );
+        assert!(refused.message.contains(loading), "{}", refused.message);
+        let construction: SdkError<RunInstancesError, HttpResponse> =
+            SdkError::construction_failure("no credentials in the chain");
+        assert_eq!(
+            provider_error("RunInstances", &construction).class,
+            FailureClass::Unauthorized
+        );
+        // A connection that failed is only that.
+        let io: SdkError<RunInstancesError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io("connection reset".into()));
+        assert_eq!(
+            provider_error("RunInstances", &io).class,
             FailureClass::Transient
         );
     }
