@@ -207,6 +207,87 @@ async fn an_existing_host_is_enlisted_keeps_its_agent_alive_and_is_released() {
 }
 
 #[actix_web::test]
+async fn a_machine_whose_host_is_gone_is_removed_after_a_few_tries_to_reach_it() {
+    let sshd = Sshd::start();
+    let app = spawn_app_with(Options {
+        manual: sshd.manual_config(),
+        ..Options::engine(
+            Backend::Sqlite,
+            SimConfig::default(),
+            ProvisionerConfig {
+                backoff_initial_ms: 50,
+                backoff_max_ms: 200,
+                ..ProvisionerConfig::default()
+            },
+        )
+    })
+    .await;
+    let target = format!("ssh:{}", sshd.target());
+    let added = berth(&app, &["add-machine", &target]).await;
+    assert!(added.status.success(), "{added:?}");
+    wait_for_machine(&app, "0", "started").await;
+
+    // The host goes away for good (its SSH server and agent with it).
+    drop(sshd);
+    let removed = berth(&app, &["remove-machine", "0"]).await;
+    assert!(removed.status.success(), "{removed:?}");
+    eventually("machine 0 to go", PATIENCE, || async {
+        let m = machine(&app, "0").await;
+        if m.is_null() {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    // Nothing of it was launched in the cloud, and its address may be
+    // enlisted again (a host rebuilt under the same name).
+    assert!(app.sim().ledger().is_empty());
+    let again = berth(&app, &["add-machine", &target, "--dry-run"]).await;
+    assert!(again.status.success(), "{again:?}");
+}
+
+#[actix_web::test]
+async fn an_enlistment_that_fails_once_installed_removes_what_it_installed() {
+    let sshd = Sshd::start();
+    let app = controller_for(&sshd).await;
+    // Where machine 0's agent settings go, something the start cannot
+    // write over: a directory.
+    let model = app.status_json().await["model"]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let slug: String = model
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    let agent_dir = sshd.agent_dir().join(format!("agent-{slug}-0"));
+    std::fs::create_dir_all(agent_dir.join("agent.env").join("in-the-way")).unwrap();
+    let target = format!("ssh:{}", sshd.target());
+    let added = berth(&app, &["add-machine", &target]).await;
+    assert!(added.status.success(), "{added:?}");
+    let failed = wait_for_machine(&app, "0", "error").await;
+    let message = failed["machine-status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("starting the agent on 127.0.0.1 failed")
+            && message.contains("berth removed what it had installed on 127.0.0.1"),
+        "{message}"
+    );
+    assert!(
+        !agent_dir.exists(),
+        "the agent's directory is left on the host"
+    );
+    assert!(sshd.processes(" agent --url").is_empty());
+    // Nothing in the way now: a retry enlists the host.
+    let retried = berth(&app, &["retry-provisioning", "0"]).await;
+    assert!(retried.status.success(), "{retried:?}");
+    wait_for_machine(&app, "0", "started").await;
+}
+
+#[actix_web::test]
 async fn a_unit_whose_base_the_host_does_not_run_is_refused_naming_both() {
     let sshd = Sshd::start();
     let app = controller_for(&sshd).await;

@@ -725,16 +725,38 @@ impl MachineActor {
     }
 
     /// Stops and removes an enlisted host's agent; the host keeps running.
+    /// A host that cannot be reached or refuses berth (gone, its key
+    /// changed) is tried [`AGENT_REMOVAL_TRIES`] times; then the machine
+    /// goes without its agent removed, and the log says so, rather than
+    /// wait in `stopping` for a host that may never come back.
     fn unenlist(&mut self, target: SshTarget, ctx: &mut Context<Self>) {
         let manual = self.shared.manual.clone();
         let machine = self.id;
+        let host = target.host().to_string();
         ctx.wait(
             async move { manual.send(Unenlist { machine, target }).await }
                 .into_actor(self)
-                .map(|answer, actor, ctx| {
+                .map(move |answer, actor, ctx| {
                     let result = answer.unwrap_or_else(|e| {
                         Err(ProviderError::new(FailureClass::Transient, e.to_string()))
                     });
+                    let tries = actor.machine.lifecycle.stop_failures.saturating_add(1);
+                    let result = match result {
+                        Err(e)
+                            if e.class == FailureClass::Permanent
+                                && tries >= AGENT_REMOVAL_TRIES =>
+                        {
+                            log::warn!(
+                                "machine {}: giving up removing its agent from {host} after \
+                                 {tries} tries ({}); the machine goes, and if the host comes \
+                                 back, stop and disable berth-agent there",
+                                actor.id,
+                                e.message
+                            );
+                            Ok(())
+                        }
+                        other => other,
+                    };
                     actor.stopped_or_not(result, ctx);
                 }),
         );
@@ -1056,6 +1078,12 @@ impl Handler<InstanceChanged> for MachineActor {
         }
     }
 }
+
+/// How many times an enlisted host that cannot be reached, or refuses
+/// berth, is asked to remove the machine's agent before the machine goes
+/// without: the backoff between tries gives a host that was only
+/// rebooting time to come back.
+pub const AGENT_REMOVAL_TRIES: u32 = 3;
 
 /// What status says of a machine whose instance the provider stopped or
 /// terminated behind berth's back.

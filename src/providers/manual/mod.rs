@@ -265,30 +265,33 @@ impl ManualHosts {
             &binary,
         )
         .await?;
-        let mut settings = format!(
-            "BERTH_CONTROLLER_URL={}\nBERTH_MACHINE={}\nBERTH_AGENT_PASSWORD={}\n",
-            request.agent.controller_url,
-            request.machine,
-            request.agent.one_time_password.expose()
-        );
-        if let Some(ca) = &request.agent.ca_cert {
-            self.run_as_root(
-                target,
-                "installing the controller's CA certificate",
-                &scripts::install_ca(&paths),
-                ca.as_bytes(),
-            )
-            .await?;
-            settings.push_str(&format!("BERTH_CA_CERT={}\n", paths.ca_cert()));
-        }
+        // From here a failure would leave the agent's binary, settings
+        // (with the one-time password) and perhaps a running agent on the
+        // host: they are removed again, and the error says whether they
+        // were.
         let systemd = facts.init == Init::Systemd;
-        self.run_as_root(
-            target,
-            "starting the agent",
-            &scripts::start(&paths, systemd),
-            settings.as_bytes(),
-        )
-        .await?;
+        if let Err(failed) = self.configure_and_start(request, &paths, systemd).await {
+            let undone = self
+                .run_as_root(
+                    target,
+                    "removing the agent again",
+                    &scripts::remove(&paths),
+                    &[],
+                )
+                .await;
+            let note = match undone {
+                Ok(()) => format!("; berth removed what it had installed on {host}"),
+                Err(e) => format!(
+                    "; removing what berth had installed on {host} failed too ({}): its files \
+                     may be left in {}",
+                    e.message, paths.dir
+                ),
+            };
+            return Err(ProviderError::new(
+                failed.class,
+                format!("{}{note}", failed.message),
+            ));
+        }
         log::info!(
             "machine {}: enlisted {host} ({}, agent {})",
             request.machine,
@@ -312,6 +315,40 @@ impl ManualHosts {
             },
             base,
         })
+    }
+
+    /// Writes the installed agent's settings (and the controller's CA) and
+    /// starts it, under systemd or its own supervisor.
+    async fn configure_and_start(
+        &self,
+        request: &EnlistRequest,
+        paths: &AgentPaths,
+        systemd: bool,
+    ) -> Result<(), ProviderError> {
+        let target = &request.target;
+        let mut settings = format!(
+            "BERTH_CONTROLLER_URL={}\nBERTH_MACHINE={}\nBERTH_AGENT_PASSWORD={}\n",
+            request.agent.controller_url,
+            request.machine,
+            request.agent.one_time_password.expose()
+        );
+        if let Some(ca) = &request.agent.ca_cert {
+            self.run_as_root(
+                target,
+                "installing the controller's CA certificate",
+                &scripts::install_ca(paths),
+                ca.as_bytes(),
+            )
+            .await?;
+            settings.push_str(&format!("BERTH_CA_CERT={}\n", paths.ca_cert()));
+        }
+        self.run_as_root(
+            target,
+            "starting the agent",
+            &scripts::start(paths, systemd),
+            settings.as_bytes(),
+        )
+        .await
     }
 
     /// Stops and removes machine `machine`'s agent on `target`, leaving the
