@@ -452,6 +452,29 @@ async fn every_command_that_starts_or_removes_machines_has_a_dry_run(backend: Ba
         .send(Method::DELETE, "/v1/machines/0?dry_run=maybe", None)
         .await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    // A container removed has no instance type of its own (its host
+    // pays), as the plan's document says.
+    json(
+        app.add_machines(&json!({"placement": "lxd:1"})).await,
+        StatusCode::CREATED,
+    )
+    .await;
+    until(app.store(), "the container started", |s| {
+        s.machines
+            .iter()
+            .any(|m| m.id.to_string() == "1/lxd/0" && m.state() == MachineState::Started)
+    })
+    .await;
+    let plan = call(
+        &app,
+        Method::DELETE,
+        "/v1/machines/1/lxd/0?dry_run=true",
+        None,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(plan["machines"][0]["machine"], "1/lxd/0", "{plan}");
+    assert!(plan["machines"][0].get("instance_type").is_none(), "{plan}");
 }
 
 async fn explanations_name_what_rules_a_machine_out(backend: Backend) {
