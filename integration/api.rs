@@ -773,32 +773,27 @@ async fn add_units_takes_constraints_for_the_new_units_and_refuses_bad_ones() {
 async fn an_application_deployed_to_scale_with_another_follows_its_units_in_status() {
     let app = spawn_app().await;
     app.deploy(&json!({"charm": "db", "num_units": 2})).await;
-    // The leader's units say how many: a count is refused, not ignored.
     let before = app.store().revision();
-    let message = error_of(
-        app.deploy(&json!({"charm": "cache", "to": "scale-with=db", "num_units": 5}))
-            .await,
-        StatusCode::BAD_REQUEST,
-        "bad-request",
-    )
-    .await;
-    assert_eq!(
-        message,
-        "scale-with=db places a unit beside every unit of db: leave out num_units"
-    );
-    assert_eq!(app.store().revision(), before);
-    // Without units, a directive would place nothing: refused too.
-    let message = error_of(
-        app.deploy(&json!({"charm": "cache", "num_units": 0, "to": "lxd:99"}))
-            .await,
-        StatusCode::BAD_REQUEST,
-        "bad-request",
-    )
-    .await;
-    assert_eq!(
-        message,
-        "1 placement directives given for 0 units: give at most one per unit"
-    );
+    for (refused, why) in [
+        // The leader's units say how many: a count is refused, not ignored.
+        (
+            json!({"charm": "cache", "to": "scale-with=db", "num_units": 5}),
+            "scale-with=db places a unit beside every unit of db: leave out num_units",
+        ),
+        // Without units, a directive would place nothing: refused too.
+        (
+            json!({"charm": "cache", "num_units": 0, "to": "lxd:99"}),
+            "1 placement directives given for 0 units: give at most one per unit",
+        ),
+    ] {
+        let message = error_of(
+            app.deploy(&refused).await,
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+        )
+        .await;
+        assert_eq!(message, why);
+    }
     assert_eq!(app.store().revision(), before);
     let deployed = json_of(
         app.deploy(&json!({"charm": "cache", "to": "scale-with=db"}))

@@ -64,6 +64,21 @@ async fn wait_for_machine(app: &TestApp, id: &str, status: &str) -> Value {
     .await
 }
 
+/// `berth remove-machine ID`, then waits until the machine is gone.
+async fn remove_machine(app: &TestApp, id: &str) {
+    let removed = berth(app, &["remove-machine", id]).await;
+    assert!(removed.status.success(), "{removed:?}");
+    eventually(&format!("machine {id} to go"), PATIENCE, || async {
+        let m = machine(app, id).await;
+        if m.is_null() {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+}
+
 /// The host's own facts, as the tests expect berth to read them.
 fn host_cores() -> u64 {
     std::thread::available_parallelism().unwrap().get() as u64
@@ -188,17 +203,7 @@ async fn an_existing_host_is_enlisted_keeps_its_agent_alive_and_is_released() {
     );
 
     // Removing the machine removes the agent and its files, not the host.
-    let removed = berth(&app, &["remove-machine", "0"]).await;
-    assert!(removed.status.success(), "{removed:?}");
-    eventually("machine 0 to go", PATIENCE, || async {
-        let m = machine(&app, "0").await;
-        if m.is_null() {
-            Ok(())
-        } else {
-            Err(m)
-        }
-    })
-    .await;
+    remove_machine(&app, "0").await;
     assert!(!dir.exists(), "the agent's directory is removed");
     let left = sshd.processes(" agent --url");
     assert!(left.is_empty(), "no agent runs: {left:?}");
@@ -229,17 +234,7 @@ async fn a_machine_whose_host_is_gone_is_removed_after_a_few_tries_to_reach_it()
 
     // The host goes away for good (its SSH server and agent with it).
     drop(sshd);
-    let removed = berth(&app, &["remove-machine", "0"]).await;
-    assert!(removed.status.success(), "{removed:?}");
-    eventually("machine 0 to go", PATIENCE, || async {
-        let m = machine(&app, "0").await;
-        if m.is_null() {
-            Ok(())
-        } else {
-            Err(m)
-        }
-    })
-    .await;
+    remove_machine(&app, "0").await;
     // Nothing of it was launched in the cloud, and its address may be
     // enlisted again (a host rebuilt under the same name).
     assert!(app.sim().ledger().is_empty());

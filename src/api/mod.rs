@@ -219,49 +219,60 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/status").get(observe::get_status))
         .service(resource("/openapi.json").get(observe::get_openapi))
         .service(resource("/events").get(observe::get_events))
-        .service(resource("/charms").route(post(charms::add_charm)))
-        .service(resource("/applications").route(post(applications::deploy)))
-        .service(resource("/applications/{app}").route(delete(applications::remove_application)))
-        .service(resource("/applications/{app}/units").route(post(applications::add_units)))
+        .service(resource("/charms").route(write(web::post(), charms::add_charm)))
+        .service(resource("/applications").route(write(web::post(), applications::deploy)))
+        .service(
+            resource("/applications/{app}")
+                .route(write(web::delete(), applications::remove_application)),
+        )
+        .service(
+            resource("/applications/{app}/units")
+                .route(write(web::post(), applications::add_units)),
+        )
         .service(
             resource("/applications/{app}/constraints")
                 .get(applications::get_constraints)
-                .route(put(applications::set_constraints)),
+                .route(write(web::put(), applications::set_constraints)),
         )
-        .service(resource("/units/remove").route(post(applications::remove_units)))
+        .service(resource("/units/remove").route(write(web::post(), applications::remove_units)))
         .service(
             resource("/model/constraints")
                 .get(model::get_constraints)
-                .route(put(model::set_constraints)),
+                .route(write(web::put(), model::set_constraints)),
         )
-        .service(resource("/machines").route(post(machines::add_machines)))
-        .service(resource("/machines/retry").route(post(machines::retry)))
+        .service(resource("/machines").route(write(web::post(), machines::add_machines)))
+        .service(resource("/machines/retry").route(write(web::post(), machines::retry)))
         .service(resource("/machines/{id:.+}/explanation").get(plans::explain_machine))
         .service(
             resource("/budgets")
                 .get(plans::get_budgets)
-                .route(put(plans::set_budget)),
+                .route(write(web::put(), plans::set_budget)),
         )
         // Machine ids hold slashes (`0/lxd/1`): the id is the whole tail.
-        .service(resource("/machines/{id:.+}").route(delete(machines::remove_machine)))
-        .service(resource("/relations").route(post(relations::integrate)))
-        .service(resource("/relations/remove").route(post(relations::remove_relation)))
+        .service(
+            resource("/machines/{id:.+}").route(write(web::delete(), machines::remove_machine)),
+        )
+        .service(resource("/relations").route(write(web::post(), relations::integrate)))
+        .service(
+            resource("/relations/remove").route(write(web::post(), relations::remove_relation)),
+        )
         .service(resource("/zones").get(zones::list))
-        .service(resource("/zones/{zone}/enable").route(post(zones::enable)))
-        .service(resource("/zones/{zone}/disable").route(post(zones::disable)))
+        .service(resource("/zones/{zone}/enable").route(write(web::post(), zones::enable)))
+        .service(resource("/zones/{zone}/disable").route(write(web::post(), zones::disable)))
         .service(
             resource("/sim/faults")
                 .get(sim::get_faults)
-                .route(put(sim::set_faults))
-                .route(delete(sim::clear_faults)),
+                .route(write(web::put(), sim::set_faults))
+                .route(write(web::delete(), sim::clear_faults)),
         );
 }
 
-/// A route of `method` to `handler` that refuses options sent where it
-/// does not read them ([`errors::refuse_misplaced_options`]). The check
-/// runs once the method has matched, so that a method the path does not
-/// take is still answered 405.
-fn write_route<F, Args>(method: Route, handler: F) -> Route
+/// A write route of `method` (`web::post()`, `put()`, `delete()`) to
+/// `handler` that refuses options sent where it does not read them
+/// ([`errors::refuse_misplaced_options`]). The check runs once the method
+/// has matched, so that a method the path does not take is still answered
+/// 405.
+fn write<F, Args>(method: Route, handler: F) -> Route
 where
     F: Handler<Args>,
     Args: FromRequest + 'static,
@@ -270,37 +281,6 @@ where
     method
         .to(handler)
         .wrap(from_fn(errors::refuse_misplaced_options))
-}
-
-/// A POST route: its options are in its JSON body, none in a query string.
-fn post<F, Args>(handler: F) -> Route
-where
-    F: Handler<Args>,
-    Args: FromRequest + 'static,
-    F::Output: Responder + 'static,
-{
-    write_route(web::post(), handler)
-}
-
-/// A PUT route: its options are in its JSON body, none in a query string.
-fn put<F, Args>(handler: F) -> Route
-where
-    F: Handler<Args>,
-    Args: FromRequest + 'static,
-    F::Output: Responder + 'static,
-{
-    write_route(web::put(), handler)
-}
-
-/// A DELETE route: its options are in its query string, and it takes no
-/// body.
-fn delete<F, Args>(handler: F) -> Route
-where
-    F: Handler<Args>,
-    Args: FromRequest + 'static,
-    F::Output: Responder + 'static,
-{
-    write_route(web::delete(), handler)
 }
 
 /// The dashboard's page, script and style: no token (they hold no
