@@ -412,7 +412,7 @@ fn controller_base(given: &str, one: &str) -> Result<String, CliError> {
     let base = one.trim().trim_end_matches('/').to_string();
     let malformed = || {
         CliError::Usage(format!(
-            "invalid --url {given:?}: expected http://host[:port] or https://host[:port], such as \
+            "invalid controller URL {given:?}: expected http://host[:port] or https://host[:port], such as \
              http://127.0.0.1:17070, or several separated by commas"
         ))
     };
@@ -634,7 +634,13 @@ mod tests {
         ] {
             let e = Client::new(bad, None).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad}");
-            assert!(e.to_string().contains("expected http://host[:port]"), "{e}");
+            // Given with --url, BERTH_URL or to login: named as what it is.
+            assert!(
+                e.to_string().starts_with(&format!(
+                    "invalid controller URL {bad:?}: expected http://host[:port]"
+                )),
+                "{e}"
+            );
         }
         let several = Client::new(" http://a.invalid:1/ , https://b.invalid:2", None).unwrap();
         assert_eq!(
