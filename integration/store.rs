@@ -927,6 +927,19 @@ async fn a_launch_resumed_under_its_token_keeps_the_earlier_password_valid(store
         .unwrap_err();
     assert!(matches!(again, StoreError::Unauthorized(_)), "{again:?}");
 
+    // Resumed again and again, the first password stays valid: the
+    // cloud answers every call with the first call's instance.
+    let id = add_machine(&store, AddMachines::default()).await[0];
+    let first_of_many = engine_steps::launch_in(&store, id, "a").await;
+    for _ in 0..6 {
+        engine_steps::apply(&store, id, Event::Resume, MachineUpdate::default()).await;
+    }
+    let started = Event::InstanceStarted {
+        instance_id: "i-8".into(),
+    };
+    engine_steps::apply(&store, id, started, MachineUpdate::default()).await;
+    store.agent_connect(id, first_of_many).await.unwrap();
+
     // A new launch (a relaunch after the agent did not check in) has a
     // new token: only its own password is valid.
     let id = add_machine(&store, AddMachines::default()).await[0];

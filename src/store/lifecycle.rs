@@ -779,8 +779,8 @@ pub struct MachineUpdate {
     /// The launch repeats one already sent, under the same client token
     /// (a launch in flight resumed after a restart): the cloud answers it
     /// with the instance the first one started, if it did, whose agent
-    /// has the earlier password. That one stays valid beside the fresh
-    /// one until the agent checks in.
+    /// has the first password. That one stays valid beside the fresh one
+    /// until the agent checks in (with at most two others between).
     pub keeps_earlier_otp: bool,
     pub retry_at_ms: Option<i64>,
     pub clear_retry_at: bool,

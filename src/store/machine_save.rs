@@ -68,10 +68,14 @@ pub(super) struct SaveMachine<'a, const KEEPS_INSTANCE: bool = false> {
     now_ms: i64,
 }
 
-/// When a new one-time password's hash may go beside the stored ones: a
-/// hash is there, and at most three (each 64 hex digits, a space apart),
-/// so that a launch resumed again and again keeps at most four.
-const KEEPS_EARLIER_OTP: &str = "otp_hash IS NOT NULL AND length(otp_hash) < 3 * 65";
+/// The stored one-time password hashes a new one goes beside: all of them
+/// while there are at most three (each 64 hex digits, a space apart), else
+/// the first alone. The first is the one that matters: a launch resumed
+/// under its client token is answered with the instance the first call
+/// started, whose agent has the first password. So a launch resumed again
+/// and again keeps at most four, the first always among them.
+const EARLIER_OTPS: &str =
+    "CASE WHEN length(otp_hash) < 3 * 65 THEN otp_hash ELSE substr(otp_hash, 1, 64) END";
 
 /// A nullable column a save may leave alone (`keep`) or set (`value`,
 /// `None` clearing it).
@@ -163,7 +167,7 @@ where
         out.push_sql(" THEN otp_hash WHEN ");
         out.push_bind_param::<Bool, _>(&self.otp_keeps_earlier)?;
         out.push_sql(&format!(
-            " AND {KEEPS_EARLIER_OTP} THEN otp_hash || ' ' || "
+            " AND otp_hash IS NOT NULL THEN {EARLIER_OTPS} || ' ' || "
         ));
         out.push_bind_param::<Nullable<Text>, _>(&self.otp_hash.value)?;
         out.push_sql(" ELSE ");
@@ -449,8 +453,9 @@ impl diesel::query_builder::QueryFragment<Pg> for SaveMachines<'_> {
         for column in KEPT_TEXT_COLUMNS {
             let earlier = match column {
                 "otp_hash" => format!(
-                    " WHEN v.otp_keeps_earlier AND {} THEN m.otp_hash || ' ' || v.otp_hash",
-                    KEEPS_EARLIER_OTP.replace("otp_hash", "m.otp_hash")
+                    " WHEN v.otp_keeps_earlier AND m.otp_hash IS NOT NULL \
+                     THEN {} || ' ' || v.otp_hash",
+                    EARLIER_OTPS.replace("otp_hash", "m.otp_hash")
                 ),
                 _ => String::new(),
             };
