@@ -1081,9 +1081,10 @@ impl Handler<InstanceChanged> for MachineActor {
 
 /// How many times an enlisted host that cannot be reached, or refuses
 /// berth, is asked to remove the machine's agent before the machine goes
-/// without: the backoff between tries gives a host that was only
-/// rebooting time to come back.
-pub const AGENT_REMOVAL_TRIES: u32 = 3;
+/// without. The backoff between tries (`[provisioner] backoff_*`) makes
+/// that about a minute with the defaults (0.5 s doubling to 30 s), for a
+/// host that was only rebooting to come back.
+pub const AGENT_REMOVAL_TRIES: u32 = 8;
 
 /// What status says of a machine whose instance the provider stopped or
 /// terminated behind berth's back.
