@@ -86,7 +86,7 @@ async fn read_archive(
     responses(
         (status = 201, description = "Stored", body = CharmUploaded),
         (status = 200, description = "Already stored with the same contents", body = CharmUploaded),
-        (status = 400, description = "Not a zip archive, an entry escaping the charm's root, no metadata.yaml, too much unpacked, or a charm file that breaks the charm rules: nothing stored", body = ErrorBody),
+        (status = 400, description = "Not a zip archive, an entry escaping the charm's root, no metadata.yaml, too much unpacked, or a charm file that breaks the charm rules, or a query string: nothing stored", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),

@@ -128,7 +128,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
     responses(
         (status = 201, description = "Added", body = AddMachinesResponse),
         (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
-        (status = 400, description = "Bad constraints, base, placement or count, or a placement the provider cannot honour", body = ErrorBody),
+        (status = 400, description = "Bad constraints, base, placement or count, a placement the provider cannot honour, or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown container host", body = ErrorBody),
         (status = 409, description = "The container host is being removed, the ssh: host is already enlisted, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
@@ -194,7 +194,7 @@ pub async fn add_machines(
     responses(
         (status = 204, description = "Removed, or being removed"),
         (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
-        (status = 400, description = "Bad machine id or query", body = ErrorBody),
+        (status = 400, description = "Bad machine id or query, or a body", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "The machine hosts units or containers (use force), or the model changed since if_revision", body = ErrorBody),
@@ -226,7 +226,7 @@ pub async fn remove_machine(
     request_body = RetryRequest,
     responses(
         (status = 200, description = "Retried; with dry_run, the plan instead (nothing changed)", body = RetryOrPlan),
-        (status = 400, description = "Bad ids or constraints; neither or both of machines and all", body = ErrorBody),
+        (status = 400, description = "Bad ids or constraints; a machine listed twice; neither or both of machines and all; or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "A machine is not in provisioning error, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),

@@ -46,7 +46,7 @@ pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, 
     responses(
         (status = 200, description = "Set; with dry_run, the plan instead (nothing changed)", body = ConstraintsOrPlan),
         (status = 409, description = "The model changed since if_revision", body = ErrorBody),
-        (status = 400, description = "Bad constraints", body = ErrorBody),
+        (status = 400, description = "Bad constraints, or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),

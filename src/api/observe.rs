@@ -513,7 +513,7 @@ pub fn start_revision(
         (status = 200, description = "An endless stream of change events (gzipped when Accept-Encoding takes gzip)", content_type = "text/event-stream", body = ChangeEvent),
         (status = 400, description = "Bad since or Last-Event-ID, or one ahead of the change log", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Too many streams open", body = ErrorBody),
+        (status = 503, description = "Too many streams open, or the database cannot be read to check a since or Last-Event-ID ahead of this controller's head", body = ErrorBody),
     )
 )]
 pub async fn get_events(

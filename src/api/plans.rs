@@ -344,7 +344,7 @@ pub async fn get_budgets(shared: web::Data<Shared>) -> Result<HttpResponse, Plan
     request_body = BudgetRequest,
     responses(
         (status = 200, description = "Set; the budgets now", body = BudgetsResponse),
-        (status = 400, description = "Bad application name or amount", body = ErrorBody),
+        (status = 400, description = "Bad application name or amount, or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),

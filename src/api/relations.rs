@@ -57,7 +57,7 @@ fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputErr
     request_body = RelationRequest,
     responses(
         (status = 201, description = "Related", body = RelationResponse),
-        (status = 400, description = "Bad endpoints; no relation or several fit", body = ErrorBody),
+        (status = 400, description = "Bad endpoints; no relation or several fit; or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 409, description = "The relation exists, or a subordinate relation between different bases", body = ErrorBody),
@@ -89,7 +89,7 @@ pub async fn integrate(
     request_body = RelationRequest,
     responses(
         (status = 204, description = "Removed"),
-        (status = 400, description = "Bad endpoints, or ambiguous", body = ErrorBody),
+        (status = 400, description = "Bad endpoints, ambiguous, or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or relation", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),

@@ -78,7 +78,7 @@ pub async fn get_faults(shared: web::Data<Shared>) -> Result<HttpResponse, Fault
     request_body = FaultSet,
     responses(
         (status = 200, description = "The faults now in force", body = FaultSet),
-        (status = 400, description = "An unknown field, a share outside 0..=1, a negative capacity, a zone the cloud does not have or listed twice, or a throttle with a burst of 0 or a rate not above 0: nothing changed", body = ErrorBody),
+        (status = 400, description = "An unknown field, a share outside 0..=1, a negative capacity, a zone the cloud does not have or listed twice, a throttle with a burst of 0 or a rate not above 0, or a query string: nothing changed", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "The provider is not the simulated cloud", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -102,6 +102,7 @@ pub async fn set_faults(
     tag = "sim",
     responses(
         (status = 200, description = "Cleared: the empty set", body = FaultSet),
+        (status = 400, description = "A body: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "The provider is not the simulated cloud", body = ErrorBody),
         (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),

@@ -454,7 +454,7 @@ fn now_secs() -> i64 {
         (status = 404, description = "Unknown provider", body = ErrorBody),
         (status = 409, description = "Replayed delivery", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "No webhook secret configured, or overloaded", body = ErrorBody),
+        (status = 503, description = "Unavailable: no webhook secret configured, too many requests at once, or the database cannot be reached, written or locked now", body = ErrorBody),
     )
 )]
 pub async fn receive(

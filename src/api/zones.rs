@@ -84,6 +84,7 @@ async fn set_enabled(
     params(("zone" = String, Path, description = "Zone name")),
     responses(
         (status = 200, description = "Enabled", body = ZoneView),
+        (status = 400, description = "A query string: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
@@ -105,6 +106,7 @@ pub async fn enable(
     params(("zone" = String, Path, description = "Zone name")),
     responses(
         (status = 200, description = "Disabled", body = ZoneView),
+        (status = 400, description = "A query string: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),

@@ -267,7 +267,7 @@ pub fn resolve(
         .map(str::to_string);
     if let Some(url) = url {
         // The saved controllers are only read when a URL needs them.
-        let saved = if url.trim().starts_with("https://") || given_token.is_none() {
+        let saved = if names_https(url) || given_token.is_none() {
             Controllers::load(controllers_file)?.at_url(url).cloned()
         } else {
             None

@@ -110,7 +110,8 @@ pub struct Explanation {
     /// Names in the `zones` constraint that match no known zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_zones: Vec<String>,
-    /// The nearest fits, cheapest first, when no type fits.
+    /// The nearest fits, cheapest first, when no type fits or the type
+    /// chosen is above the ceiling (`over_ceiling`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nearest_fits: Vec<Relaxation>,
 }

@@ -149,7 +149,11 @@ pub async fn check_agent_binary(config: &Ec2Config) -> Result<(), PreflightError
     .map_err(|e| unavailable(e.to_string(), true))?;
     match answer {
         Ok(status) if (200..300).contains(&status) => Ok(()),
-        Ok(status) => Err(unavailable(format!("it answered {status}"), status >= 500)),
+        // A server failing, overloaded (429) or timed out (408) for now.
+        Ok(status) => Err(unavailable(
+            format!("it answered {status}"),
+            status >= 500 || status == 429 || status == 408,
+        )),
         Err((why, for_now)) => Err(unavailable(why, for_now)),
     }
 }
@@ -268,10 +272,12 @@ mod tests {
         );
         assert!(!e.is_transient(), "a URL that is not there stays so");
         // A server that fails for now: launches wait and try again.
-        let failing = check_agent_binary(&with_url(Some(answering(503)), true))
-            .await
-            .unwrap_err();
-        assert!(failing.is_transient(), "{failing}");
+        for status in [503, 429, 408] {
+            let failing = check_agent_binary(&with_url(Some(answering(status)), true))
+                .await
+                .unwrap_err();
+            assert!(failing.is_transient(), "{status}: {failing}");
+        }
         // Nothing listens there any more.
         let closed = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
