@@ -558,8 +558,8 @@ impl Provisioner {
                     // Every actor's record is read when its turn comes, so
                     // the start never holds every full record at once.
                     act.wait_for_actor(id, adopted.remove(&id), vanished.contains_key(&id));
-                } else if vanished.contains_key(&id) {
-                    lost.push(id);
+                } else if let Some(gone) = vanished.get(&id) {
+                    lost.push((id, gone.instance.clone()));
                 } else if machine.state == MachineState::Started {
                     act.host_ready(id, machine.instance_id(), machine.zone());
                 }
@@ -571,20 +571,25 @@ impl Provisioner {
         }));
     }
 
-    /// Marks down the settled machines whose instances are gone, reading
-    /// their records first.
-    fn lose_instances(&mut self, ids: Vec<MachineId>, ctx: &mut Context<Self>) {
-        if ids.is_empty() {
+    /// Marks down the settled machines whose instances (each given with
+    /// its machine) are gone, reading their records first: a machine that
+    /// has moved on to another instance since is left alone.
+    fn lose_instances(&mut self, gone: Vec<(MachineId, String)>, ctx: &mut Context<Self>) {
+        if gone.is_empty() {
             return;
         }
+        let ids: Vec<MachineId> = gone.iter().map(|(id, _)| *id).collect();
+        let gone: HashMap<MachineId, String> = gone.into_iter().collect();
         let store = self.shared.store.clone();
         ctx.spawn(
             async move { store.blocking(move |s| s.engine_machines(Some(&ids))).await }
                 .into_actor(self)
-                .map(|result, act, ctx| match result {
+                .map(move |result, act, ctx| match result {
                     Ok(machines) => {
                         for machine in machines {
-                            if machine.record.state() == MachineState::Started {
+                            let on_it = machine.record.instance_id()
+                                == gone.get(&machine.record.id).map(String::as_str);
+                            if on_it && machine.record.state() == MachineState::Started {
                                 act.lost_instance(machine, InstanceState::Terminated, ctx);
                             }
                         }
@@ -847,7 +852,9 @@ impl Provisioner {
                         instance_id: machine.instance.clone(),
                         state: InstanceState::Terminated,
                     }),
-                    None if machine.state == MachineState::Started => lost.push(id),
+                    None if machine.state == MachineState::Started => {
+                        lost.push((id, machine.instance.clone()))
+                    }
                     None => {}
                 }
             }
