@@ -318,10 +318,32 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
         json!({"hourly": "ten"}),
         json!({"application": "Not_A_Name", "hourly": "1"}),
         json!({"hourly": 5}),
+        // The document's bound, whether or not the amount would fit.
+        json!({"hourly": "10000000000000"}),
+        json!({"hourly": "99999999999999999999999"}),
     ] {
         let response = app.send(Method::PUT, "/v1/budgets", Some(&bad)).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
     }
+    // The largest the document allows is taken.
+    let largest = json!({"application": "wordpress", "hourly": "9999999999999.999999"});
+    call(
+        &app,
+        Method::PUT,
+        "/v1/budgets",
+        Some(&largest),
+        StatusCode::OK,
+    )
+    .await;
+    let back = json!({"application": "wordpress", "hourly": cost.to_string()});
+    call(
+        &app,
+        Method::PUT,
+        "/v1/budgets",
+        Some(&back),
+        StatusCode::OK,
+    )
+    .await;
     let unknown = json!({"application": "nope", "hourly": "1"});
     let response = app.send(Method::PUT, "/v1/budgets", Some(&unknown)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);

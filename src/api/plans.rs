@@ -280,6 +280,9 @@ fn pricing_of(shared: &Shared) -> Result<PricingSource, PlanError> {
     })
 }
 
+/// The most digits a budget has before its decimal point.
+const MAX_BUDGET_DIGITS: usize = 13;
+
 /// `PUT /v1/budgets`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -287,9 +290,9 @@ pub struct BudgetRequest {
     /// The application whose budget this is; the model's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<String>,
-    /// US dollars an hour, at most 6 decimal places (`"12.50"`); `null`
-    /// clears the budget.
-    #[schema(example = "12.50", pattern = r"^[0-9]+(\.[0-9]{1,6})?$")]
+    /// US dollars an hour, at most 13 digits before the point and 6
+    /// after (`"12.50"`); `null` clears the budget.
+    #[schema(example = "12.50", pattern = r"^[0-9]{1,13}(\.[0-9]{1,6})?$")]
     pub hourly: Option<String>,
 }
 
@@ -364,6 +367,14 @@ pub async fn set_budget(
         .hourly
         .as_deref()
         .map(|text| {
+            // As the document's pattern says: any more digits would be a
+            // budget no model reaches, and some no longer fit a price.
+            let whole = text.split('.').next().unwrap_or_default();
+            if whole.len() > MAX_BUDGET_DIGITS {
+                return Err(InputError::Request(format!(
+                    "hourly: {text:?} has more than {MAX_BUDGET_DIGITS} digits before the point"
+                )));
+            }
             text.parse::<HourlyPrice>()
                 .map_err(|e| InputError::Request(format!("hourly: {e}")))
         })
