@@ -410,42 +410,26 @@ fn under_the_ceiling(
     ceiling_step: String,
 ) -> Vec<Relaxation> {
     let mut relaxations = Vec::new();
-    let mut try_instead = |instead_of: String, relaxed: String, changed: Requirements| {
+    for size in &SIZES {
+        let mut changed = req.clone();
+        let setting = (size.of_requirements)(&mut changed);
+        if *setting != Some(Amount::Max) {
+            continue;
+        }
+        let Some(largest) = left.iter().map(|t| (size.of_type)(t)).max() else {
+            continue;
+        };
+        *setting = Some(Amount::AtLeast(largest));
         if let Some(t) = select(&changed, catalogue)
             .ok()
             .filter(|t| under_ceiling(t))
         {
             relaxations.push(Relaxation {
-                instead_of,
-                relaxed,
+                instead_of: format!("{}=max", size.key),
+                relaxed: size.setting(largest),
                 fit: fit_of(t),
             });
         }
-    };
-    type Size = (
-        &'static str,
-        fn(&mut Requirements) -> &mut Option<Amount>,
-        fn(&InstanceType) -> u64,
-    );
-    let sizes: [Size; 3] = [
-        ("mem", |r| &mut r.mem, |t| t.mem_mib),
-        ("cores", |r| &mut r.cores, |t| t.vcpus),
-        ("cpu-power", |r| &mut r.cpu_power, |t| t.cpu_power),
-    ];
-    for (key, of_req, of_type) in sizes {
-        let mut changed = req.clone();
-        if *of_req(&mut changed) != Some(Amount::Max) {
-            continue;
-        }
-        let Some(largest) = left.iter().map(|t| of_type(t)).max() else {
-            continue;
-        };
-        *of_req(&mut changed) = Some(Amount::AtLeast(largest));
-        let value = match key {
-            "mem" => size_text(largest),
-            _ => largest.to_string(),
-        };
-        try_instead(format!("{key}=max"), format!("{key}={value}"), changed);
     }
     relaxations.push(Relaxation {
         instead_of: ceiling_step,
@@ -455,6 +439,42 @@ fn under_the_ceiling(
     relaxations.sort_by_key(|r| r.fit.hourly_price);
     relaxations
 }
+
+/// A constraint on a size (`mem`, `cores`, `cpu-power`): the requirement
+/// it sets, and how much of it a type has.
+struct Size {
+    key: &'static str,
+    of_requirements: fn(&mut Requirements) -> &mut Option<Amount>,
+    of_type: fn(&InstanceType) -> u64,
+}
+
+impl Size {
+    /// `mem=1024G`, `cores=8`: the constraint asking for `value`.
+    fn setting(&self, value: u64) -> String {
+        match self.key {
+            "mem" => format!("mem={}", size_text(value)),
+            key => format!("{key}={value}"),
+        }
+    }
+}
+
+const SIZES: [Size; 3] = [
+    Size {
+        key: "mem",
+        of_requirements: |r| &mut r.mem,
+        of_type: |t| t.mem_mib,
+    },
+    Size {
+        key: "cores",
+        of_requirements: |r| &mut r.cores,
+        of_type: |t| t.vcpus,
+    },
+    Size {
+        key: "cpu-power",
+        of_requirements: |r| &mut r.cpu_power,
+        of_type: |t| t.cpu_power,
+    },
+];
 
 fn fit_of(t: &InstanceType) -> Fit {
     Fit {
@@ -475,27 +495,20 @@ fn cheapest<'c>(types: &[&'c InstanceType]) -> Option<&'c InstanceType> {
 /// (then the cheapest); otherwise the cheapest.
 fn nearest(instead_of: &str, candidates: &[&InstanceType]) -> Option<Relaxation> {
     let key = instead_of.split('=').next().unwrap_or(instead_of);
-    let size: Option<fn(&InstanceType) -> u64> = match key {
-        "mem" => Some(|t| t.mem_mib),
-        "cores" => Some(|t| t.vcpus),
-        "cpu-power" => Some(|t| t.cpu_power),
-        _ => None,
-    };
+    let size = SIZES.iter().find(|size| size.key == key);
     let best = match size {
-        Some(of) => candidates
-            .iter()
-            .copied()
-            .max_by(|a, b| of(a).cmp(&of(b)).then(b.price.cmp(&a.price))),
+        Some(size) => candidates.iter().copied().max_by(|a, b| {
+            let (a_has, b_has) = ((size.of_type)(a), (size.of_type)(b));
+            a_has.cmp(&b_has).then(b.price.cmp(&a.price))
+        }),
         None => cheapest(candidates),
     }?;
-    let relaxed = match key {
-        "mem" => format!("mem={}", size_text(best.mem_mib)),
-        "cores" => format!("cores={}", best.vcpus),
-        "cpu-power" => format!("cpu-power={}", best.cpu_power),
-        "arch" => format!("arch={}", best.arch),
-        "storage" => format!("storage={}", size_text(best.persistent_storage_mib())),
-        PRICE_CEILING_KEY => format!("{PRICE_CEILING_KEY}={}", best.price),
-        other => format!("no {other}"),
+    let relaxed = match (size, key) {
+        (Some(size), _) => size.setting((size.of_type)(best)),
+        (None, "arch") => format!("arch={}", best.arch),
+        (None, "storage") => format!("storage={}", size_text(best.persistent_storage_mib())),
+        (None, PRICE_CEILING_KEY) => format!("{PRICE_CEILING_KEY}={}", best.price),
+        (None, other) => format!("no {other}"),
     };
     Some(Relaxation {
         instead_of: instead_of.to_string(),
