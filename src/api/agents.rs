@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::auth::{bearer_token, AuthError};
-use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::contracts::secrets::Secret;
@@ -77,7 +77,7 @@ route_error!(AgentError {
         (status = 401, description = "Wrong or already used password", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn connect(
@@ -107,7 +107,7 @@ pub async fn connect(
         (status = 400, description = "Bad machine id", body = ErrorBody),
         (status = 401, description = "No or wrong agent credential", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn heartbeat(

@@ -7,7 +7,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self, InputError, PlacementList};
 use crate::api::plans::{planned, planning_of, ConstraintsOrPlan, PlanningQuery};
 use crate::api::Shared;
@@ -223,7 +223,7 @@ async fn load_charm(shared: &Shared, arg: String) -> Result<ParsedCharm, Applica
         (status = 404, description = "A placement names an unknown machine, or the charm URL names no stored charm", body = ErrorBody),
         (status = 409, description = "The application exists, a placement machine has another base, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn deploy(
@@ -301,7 +301,7 @@ pub async fn deploy(
         (status = 404, description = "Unknown application or machine", body = ErrorBody),
         (status = 409, description = "A placement machine has another base or is being removed, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn add_units(
@@ -350,7 +350,7 @@ pub async fn add_units(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown unit", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn remove_units(
@@ -389,7 +389,7 @@ pub async fn remove_units(
         (status = 400, description = "Bad application name or query, or a body", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn remove_application(
@@ -419,7 +419,7 @@ pub async fn remove_application(
         (status = 400, description = "Bad application name", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_constraints(
@@ -450,7 +450,7 @@ pub async fn get_constraints(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn set_constraints(

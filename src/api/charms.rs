@@ -11,7 +11,7 @@ use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
 use crate::api::Shared;
 use crate::charms::{load_charm_archive, CharmLoadError, MAX_ARCHIVE_BYTES};
 use crate::store::StoreError;
@@ -89,7 +89,7 @@ async fn read_archive(
         (status = 400, description = "Not a zip archive, an entry escaping the charm's root, no metadata.yaml, too much unpacked, or a charm file that breaks the charm rules, or a query string: nothing stored", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn add_charm(

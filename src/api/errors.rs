@@ -46,6 +46,9 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
+/// What the OpenAPI document says of a route's 503.
+pub const UNAVAILABLE: &str = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later";
+
 /// The `code` of an error response with `status`.
 pub fn code_for(status: StatusCode) -> &'static str {
     match status {

@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self, InputError};
 use crate::api::plans::{planned, planning_of, RetryOrPlan};
 use crate::api::Shared;
@@ -133,7 +133,7 @@ fn ids(machines: &[MachineId]) -> Vec<String> {
         (status = 404, description = "Unknown container host", body = ErrorBody),
         (status = 409, description = "The container host is being removed, the ssh: host is already enlisted, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn add_machines(
@@ -198,7 +198,7 @@ pub async fn add_machines(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "The machine hosts units or containers (use force), or the model changed since if_revision", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn remove_machine(
@@ -231,7 +231,7 @@ pub async fn remove_machine(
         (status = 404, description = "Unknown machine", body = ErrorBody),
         (status = 409, description = "A machine is not in provisioning error, or the model changed since if_revision, or the plan raises a cost above a budget (the message gives the plan's figures)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn retry(

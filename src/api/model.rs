@@ -4,7 +4,7 @@
 use actix_web::{web, HttpResponse};
 
 use crate::api::applications::{ConstraintsRequest, ConstraintsResponse};
-use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self};
 use crate::api::plans::{planned, planning_of, ConstraintsOrPlan};
 use crate::api::Shared;
@@ -24,7 +24,7 @@ input_or_store_error! {
     responses(
         (status = 200, description = "The constraints", body = ConstraintsResponse),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, ModelError> {
@@ -49,7 +49,7 @@ pub async fn get_constraints(shared: web::Data<Shared>) -> Result<HttpResponse, 
         (status = 400, description = "Bad constraints, or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn set_constraints(

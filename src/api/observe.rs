@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
 use crate::api::feed::{Deflated, Next, Watcher};
 use crate::api::socket::ConnectionSocket;
 use crate::api::Shared;
@@ -81,7 +81,7 @@ pub struct StatusQuery {
         (status = 400, description = "A filter that does not parse", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "A filter names an application or unit the model does not have", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_status(
@@ -198,7 +198,7 @@ impl actix_web::body::MessageBody for InSlices {
     responses(
         (status = 200, description = "The OpenAPI 3 document", content_type = "application/json", body = Object),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_openapi(shared: web::Data<Shared>) -> HttpResponse {
@@ -241,7 +241,7 @@ pub async fn healthz() -> HttpResponse {
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_metrics(shared: web::Data<Shared>) -> Result<HttpResponse, ObserveError> {

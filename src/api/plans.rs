@@ -19,7 +19,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self, InputError};
 use crate::api::{PricingSource, Shared};
 use crate::domain::explain::{explain, Explanation, Question, ZoneFacts};
@@ -215,7 +215,7 @@ pub struct ExplanationResponse {
         (status = 400, description = "Bad machine id, or a machine with no cloud instance to explain (a container or an enlisted host)", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn explain_machine(
@@ -329,7 +329,7 @@ async fn budgets_response(store: Store) -> Result<HttpResponse, PlanError> {
     responses(
         (status = 200, description = "The budgets", body = BudgetsResponse),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_budgets(shared: web::Data<Shared>) -> Result<HttpResponse, PlanError> {
@@ -351,7 +351,7 @@ pub async fn get_budgets(shared: web::Data<Shared>) -> Result<HttpResponse, Plan
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn set_budget(

@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{input_or_store_error, ErrorBody};
+use crate::api::errors::{input_or_store_error, ErrorBody, UNAVAILABLE};
 use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::domain::charm::EndpointSpec;
@@ -62,7 +62,7 @@ fn pair(body: &RelationRequest) -> Result<(EndpointSpec, EndpointSpec), InputErr
         (status = 404, description = "Unknown application", body = ErrorBody),
         (status = 409, description = "The relation exists, or a subordinate relation between different bases", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn integrate(
@@ -93,7 +93,7 @@ pub async fn integrate(
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown application or relation", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn remove_relation(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 
-use crate::api::errors::{route_error, ErrorBody};
+use crate::api::errors::{route_error, ErrorBody, UNAVAILABLE};
 use crate::api::input;
 use crate::api::Shared;
 use crate::providers::sim::{FaultSet, SimError, SimProvider};
@@ -60,7 +60,7 @@ async fn replace(shared: &Shared, faults: FaultSet) -> Result<HttpResponse, Faul
         (status = 200, description = "The faults in force", body = FaultSet),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "The provider is not the simulated cloud", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn get_faults(shared: web::Data<Shared>) -> Result<HttpResponse, FaultsError> {
@@ -83,7 +83,7 @@ pub async fn get_faults(shared: web::Data<Shared>) -> Result<HttpResponse, Fault
         (status = 404, description = "The provider is not the simulated cloud", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 500, description = "The faults are in force, but the stops they caused could not be recorded", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn set_faults(
@@ -105,7 +105,7 @@ pub async fn set_faults(
         (status = 400, description = "A body: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "The provider is not the simulated cloud", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn clear_faults(shared: web::Data<Shared>) -> Result<HttpResponse, FaultsError> {

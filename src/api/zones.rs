@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::errors::{route_error, store_status, ErrorBody};
+use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
 use crate::api::Shared;
 use crate::store::zones::ZoneRecord;
 use crate::store::{blocking, StoreError};
@@ -57,7 +57,7 @@ route_error!(ZoneError {
     responses(
         (status = 200, description = "The zones", body = [ZoneView]),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn list(shared: web::Data<Shared>) -> Result<HttpResponse, ZoneError> {
@@ -87,7 +87,7 @@ async fn set_enabled(
         (status = 400, description = "A query string: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn enable(
@@ -109,7 +109,7 @@ pub async fn enable(
         (status = 400, description = "A query string: this route takes none", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
-        (status = 503, description = "Unavailable: too many requests at once, or the database cannot be reached, written or locked now; retry later", body = ErrorBody),
+        (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
 )]
 pub async fn disable(
