@@ -50,6 +50,11 @@ impl StoreError {
     }
 }
 
+/// Whether the database's `message` holds any of `words`.
+fn says_any(message: &str, words: &[&str]) -> bool {
+    words.iter().any(|words| message.contains(words))
+}
+
 /// Whether a database error means the database cannot write at all (a
 /// full disk, a read-only file or file system), rather than anything about
 /// the statement; SQLite's and PostgreSQL's words.
@@ -58,19 +63,20 @@ fn cannot_write(e: &diesel::result::Error) -> Option<String> {
         return None;
     };
     let message = info.message();
-    let cannot = [
-        // SQLite: SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN.
-        "database or disk is full",
-        "attempt to write a readonly database",
-        "disk I/O error",
-        "unable to open database file",
-        // PostgreSQL: disk_full (53100) and a read-only server.
-        "No space left on device",
-        "could not extend file",
-        "in a read-only transaction",
-    ]
-    .iter()
-    .any(|words| message.contains(words));
+    let cannot = says_any(
+        message,
+        &[
+            // SQLite: SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN.
+            "database or disk is full",
+            "attempt to write a readonly database",
+            "disk I/O error",
+            "unable to open database file",
+            // PostgreSQL: disk_full (53100) and a read-only server.
+            "No space left on device",
+            "could not extend file",
+            "in a read-only transaction",
+        ],
+    );
     cannot.then(|| message.trim().to_string())
 }
 
@@ -84,16 +90,17 @@ fn busy(e: &diesel::result::Error) -> Option<String> {
     };
     let message = info.message();
     let held = matches!(kind, DatabaseErrorKind::SerializationFailure)
-        || [
-            // SQLite: SQLITE_BUSY and SQLITE_LOCKED.
-            "database is locked",
-            "database table is locked",
-            // PostgreSQL: lock_not_available (55P03) and a lock timeout.
-            "could not obtain lock",
-            "canceling statement due to lock timeout",
-        ]
-        .iter()
-        .any(|words| message.contains(words));
+        || says_any(
+            message,
+            &[
+                // SQLite: SQLITE_BUSY and SQLITE_LOCKED.
+                "database is locked",
+                "database table is locked",
+                // PostgreSQL: lock_not_available (55P03) and a lock timeout.
+                "could not obtain lock",
+                "canceling statement due to lock timeout",
+            ],
+        );
     held.then(|| message.trim().to_string())
 }
 
@@ -109,17 +116,18 @@ fn connection_lost(e: &diesel::result::Error) -> Option<String> {
         Error::DatabaseError(_, info) => {
             let message = info.message();
             // PostgreSQL's words when it shuts down or drops a session.
-            let lost = [
-                "terminating connection",
-                "server closed the connection",
-                "no connection to the server",
-                "connection to server",
-                "the database system is shutting down",
-                "the database system is starting up",
-                "could not receive data from server",
-            ]
-            .iter()
-            .any(|words| message.contains(words));
+            let lost = says_any(
+                message,
+                &[
+                    "terminating connection",
+                    "server closed the connection",
+                    "no connection to the server",
+                    "connection to server",
+                    "the database system is shutting down",
+                    "the database system is starting up",
+                    "could not receive data from server",
+                ],
+            );
             lost.then(|| message.to_string())
         }
         Error::BrokenTransactionManager => {

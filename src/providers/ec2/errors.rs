@@ -148,30 +148,25 @@ where
                 format!("{code}: {message}"),
             )
         }
-        // No credentials to sign with (none in the chain, or an SSO
-        // session expired since the start): as good as refused ones. The
-        // SDK resolves them once the request is built, so this comes as a
-        // dispatch failure, or as a construction failure before that.
-        SdkError::ConstructionFailure(_) | SdkError::DispatchFailure(_)
-            if chain(error).to_ascii_lowercase().contains("credential") =>
-        {
-            ProviderError::new(
-                FailureClass::Unauthorized,
-                format!("{operation} could not be sent: {}", chain(error)),
-            )
+        _ => {
+            let text = chain(error);
+            let (class, what) = match error {
+                // No credentials to sign with (none in the chain, or an
+                // SSO session expired since the start): as good as refused
+                // ones. The SDK resolves them once the request is built,
+                // so this comes as a dispatch failure, or as a
+                // construction failure before that.
+                SdkError::ConstructionFailure(_) | SdkError::DispatchFailure(_)
+                    if text.to_ascii_lowercase().contains("credential") =>
+                {
+                    (FailureClass::Unauthorized, "could not be sent")
+                }
+                SdkError::ConstructionFailure(_) => (FailureClass::Permanent, "could not be sent"),
+                SdkError::TimeoutError(_) => (FailureClass::Transient, "timed out"),
+                _ => (FailureClass::Transient, "failed"),
+            };
+            ProviderError::new(class, format!("{operation} {what}: {text}"))
         }
-        SdkError::ConstructionFailure(_) => ProviderError::new(
-            FailureClass::Permanent,
-            format!("{operation} could not be sent: {}", chain(error)),
-        ),
-        SdkError::TimeoutError(_) => ProviderError::new(
-            FailureClass::Transient,
-            format!("{operation} timed out: {}", chain(error)),
-        ),
-        _ => ProviderError::new(
-            FailureClass::Transient,
-            format!("{operation} failed: {}", chain(error)),
-        ),
     }
 }
 
