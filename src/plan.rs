@@ -365,11 +365,11 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
                 .unwrap_or_default(),
             constraints: Requirements::resolve(&record.constraints, record.role).to_string(),
             // A container or an enlisted host has no type of its own.
-            instance_type: record
-                .instance_type
-                .clone()
-                .filter(|t| !t.is_empty() && record.id.parent().is_none())
-                .filter(|_| !matches!(record.placement, Some(Placement::Ssh(_)))),
+            instance_type: record.instance_type.clone().filter(|t| {
+                !t.is_empty()
+                    && record.id.parent().is_none()
+                    && !matches!(record.placement, Some(Placement::Ssh(_)))
+            }),
             zone: record.machine.lifecycle.zone.clone(),
             hourly_price: price,
             monthly_price: price.map(monthly),

@@ -38,6 +38,13 @@ impl ManualBroker {
             fence: None,
         }
     }
+
+    /// Acts on a machine's host only while `clock` trusts this
+    /// controller's lease on the machine.
+    pub fn fenced(mut self, clock: Arc<LeaseClock>) -> ManualBroker {
+        self.fence = Some(clock);
+        self
+    }
 }
 
 impl Actor for ManualBroker {
@@ -47,15 +54,6 @@ impl Actor for ManualBroker {
 /// Its state is the hosts' settings and the session limit, which a
 /// restart keeps; enlistments in flight run on.
 impl Supervised for ManualBroker {}
-
-impl ManualBroker {
-    /// Acts on a machine's host only while `clock` trusts this
-    /// controller's lease on the machine.
-    pub fn fenced(mut self, clock: Arc<LeaseClock>) -> ManualBroker {
-        self.fence = Some(clock);
-        self
-    }
-}
 
 /// Refuses to act on `machine`'s host unless its lease can be trusted now.
 fn check_lease(fence: Option<&LeaseClock>, machine: MachineId) -> Result<(), ProviderError> {

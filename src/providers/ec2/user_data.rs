@@ -20,10 +20,11 @@
 //!    /var/lib/berth/agent.credential` with those values and restarts it
 //!    if it fails. The agent reads the password from its environment
 //!    (`BERTH_AGENT_PASSWORD`, from the environment file), not from its
-//!    command line, which any user of the instance can read. After its first check-in the agent keeps
-//!    the machine's credential in that file (mode 0600, in a directory only
-//!    root can enter), so an agent restarted after a crash or a reboot
-//!    checks in with the credential; the spent password is not used again;
+//!    command line, which any user of the instance can read. After its
+//!    first check-in the agent keeps the machine's credential in that file
+//!    (mode 0600, in a directory only root can enter), so an agent
+//!    restarted after a crash or a reboot checks in with the credential;
+//!    the spent password is not used again;
 //! 3. installs berth if needed, then enables and starts the service.
 //!
 //! # Caveats
