@@ -27,6 +27,7 @@
 //!   price, from the store's rehearsal of it; budgets.
 //! - [`metrics`]: the engine's counters, gauges and histograms, rendered
 //!   for Prometheus.
+//! - [`priority`]: the threads whose work gives way to provisioning.
 //! - [`api`]: the actix-web JSON API, provider webhooks, agent check-in,
 //!   auth and the OpenAPI document; `GET /v1/status` serves [`status`].
 //! - [`cli`]: the `berth` command line (an HTTP client of the API with
@@ -43,6 +44,7 @@ pub mod domain;
 pub mod engine;
 pub mod metrics;
 pub mod plan;
+pub mod priority;
 pub mod providers;
 pub mod status;
 pub mod store;

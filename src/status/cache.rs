@@ -45,7 +45,7 @@ use crate::status::cores;
 use crate::status::document::StatusDocument;
 use crate::status::filter::{FilterError, StatusFilter};
 use crate::status::rendering::Rendering;
-use crate::store::{blocking, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// How long the background refresh waits after the log grows, so that one
 /// refresh covers a burst of writes.
@@ -209,7 +209,7 @@ impl StatusCache {
         }
         // As with the rendering: an older member goes first.
         lock(&self.gzipped).take();
-        let member = blocking(move || {
+        let member = cores::aside(move || {
             let started = Instant::now();
             let member = body.gzip(cores::count());
             log::debug!(
@@ -247,7 +247,7 @@ impl StatusCache {
         let document = Arc::clone(&self.document);
         let store = store.clone();
         let cloud = cloud.to_string();
-        let (revision, body) = blocking(move || {
+        let (revision, body) = cores::aside(move || {
             bring_forward_and_render(&mut lock(&document), &store, &cloud, previous, 1)
         })
         .await?;
@@ -309,7 +309,7 @@ impl StatusCache {
         let document = Arc::clone(&self.document);
         let store = store.clone();
         let cloud = cloud.to_string();
-        blocking(move || {
+        cores::aside(move || {
             let mut document = lock(&document);
             bring_forward(&mut document, &store, &cloud, 1)?;
             let current = document
@@ -329,7 +329,7 @@ impl StatusCache {
         let reader = store.clone();
         let cloud = cloud.to_string();
         let refreshed =
-            blocking(move || bring_forward(&mut lock(&document), &reader, &cloud, 1)).await;
+            cores::aside(move || bring_forward(&mut lock(&document), &reader, &cloud, 1)).await;
         if let Err(e) = refreshed {
             log::warn!("cannot bring the status document forward: {e}");
         }

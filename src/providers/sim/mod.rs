@@ -683,36 +683,6 @@ fn read_ledger(mut file: LedgerFile) -> Result<Ledger, SimError> {
     Ok(ledger)
 }
 
-/// The nice value of the thread that reads a ledger file, the lowest
-/// priority: it leaves the cores to a starting controller's own reads, and
-/// takes what they leave.
-const LEDGER_READER_NICENESS: libc::c_int = 19;
-
-/// Sets the calling thread's nice value to [`LEDGER_READER_NICENESS`].
-#[cfg(target_os = "linux")]
-fn give_way() {
-    // SAFETY: gettid has no preconditions; setpriority changes the nice
-    // value of the calling thread alone (Linux keeps one per thread) and
-    // touches no memory.
-    let done = unsafe {
-        let thread = libc::gettid();
-        libc::setpriority(
-            libc::PRIO_PROCESS,
-            libc::id_t::try_from(thread).unwrap_or_default(),
-            LEDGER_READER_NICENESS,
-        )
-    };
-    if done != 0 {
-        log::debug!(
-            "the ledger's reader keeps its priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn give_way() {}
-
 fn permanent(message: String) -> ProviderError {
     ProviderError::new(FailureClass::Permanent, message)
 }
@@ -1281,7 +1251,7 @@ impl Inner {
             .spawn(move || {
                 let mut state = lock(&cloud.state);
                 let _ = held.send(());
-                give_way();
+                crate::priority::give_way(crate::priority::BACKGROUND);
                 let read = match read_ledger(file) {
                     Ok(ledger) => {
                         state.ledger = ledger;
