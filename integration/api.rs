@@ -1207,6 +1207,48 @@ async fn an_agent_exchanges_its_one_time_password_once_and_then_heartbeats() {
 }
 
 #[tokio::test]
+async fn an_agent_that_chose_its_credential_gets_the_same_answer_again() {
+    let app = spawn_app().await;
+    app.add_machines(&json!({})).await;
+    let otp = app.launch("0").await;
+    let connect = |body: serde_json::Value| {
+        app.client
+            .post(app.url("/v1/agents/0/connect"))
+            .json(&body)
+            .send()
+    };
+    // A credential that is not 64 lowercase hexadecimal digits is refused,
+    // and the password still works.
+    let before = app.store().revision();
+    for bad in [json!("short"), json!("A".repeat(64)), json!(7)] {
+        let refused = connect(json!({"password": otp.expose(), "credential": bad}))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    assert_eq!(app.store().revision(), before);
+    let chosen = "0123456789abcdef".repeat(4);
+    let body = json!({"password": otp.expose(), "credential": chosen});
+    let first = connect(body.clone()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        json_of(first).await,
+        json!({"machine": "0", "credential": chosen})
+    );
+    let after = app.store().revision();
+    let again = connect(body).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(json_of(again).await["credential"], chosen);
+    assert_eq!(app.store().revision(), after);
+    let other = connect(json!({"password": otp.expose(), "credential": "f".repeat(64)}))
+        .await
+        .unwrap();
+    error_of(other, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let beat = app.agent_heartbeat("0", &chosen).await;
+    assert_eq!(beat.status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn a_container_agent_checks_in_by_its_id_with_slashes() {
     let app = spawn_app().await;
     app.add_machines(&json!({})).await;

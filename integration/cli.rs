@@ -981,6 +981,81 @@ fn the_agent_checks_in_once_then_heartbeats_every_interval_and_keeps_its_credent
 }
 
 #[test]
+fn an_agent_writes_its_credential_down_before_it_spends_the_password() {
+    let controller = start_controller();
+    ok(&controller, &["add-machine"]);
+    let otp = controller.launch("0");
+    // A credential file that cannot be written: refused before the
+    // password is spent.
+    let (result, _, _) = run_agent(
+        &controller,
+        &[
+            "--machine",
+            "0",
+            "--password",
+            otp.expose(),
+            "--credential-file",
+            "/nonexistent/berth/credential",
+        ],
+        1,
+    );
+    let e = result.unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("cannot write the credential file /nonexistent/berth/credential: "),
+        "{e}"
+    );
+    assert_eq!(
+        status_json(&controller)["machines"]["0"]["juju-status"]["current"],
+        "pending"
+    );
+
+    // An agent stopped after writing its credential down, before its
+    // check-in reached the controller: started again, it checks in with
+    // the password and that credential.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credential");
+    let file_arg = file.to_str().unwrap();
+    let chosen = "0123456789abcdef".repeat(4);
+    std::fs::write(&file, format!("{chosen}\n")).unwrap();
+    let args = [
+        "--machine",
+        "0",
+        "--password",
+        otp.expose(),
+        "--credential-file",
+        file_arg,
+    ];
+    let (result, out, _) = run_agent(&controller, &args, 1);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        out,
+        format!(
+            "machine 0: using the credential in {file_arg}\nmachine 0: checked in\n\
+             machine 0: heartbeat accepted, started\n"
+        )
+    );
+    assert_eq!(
+        status_json(&controller)["machines"]["0"]["juju-status"]["current"],
+        "started"
+    );
+    // Stopped again, before or after its answer came: it carries on with
+    // the same credential.
+    let (result, out, _) = run_agent(&controller, &args, 1);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        out,
+        format!(
+            "machine 0: using the credential in {file_arg}\nmachine 0: heartbeat accepted, started\n"
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("{chosen}\n")
+    );
+}
+
+#[test]
 fn an_agent_whose_credential_is_refused_exits_with_a_clear_message() {
     let controller = start_controller();
     ok(&controller, &["add-machine"]);

@@ -10,7 +10,7 @@ use berth::domain::constraints::Constraints;
 use berth::domain::machine::{Effect, Event, FailureKind, Machine, MachineState, Policy};
 use berth::domain::names::MachineId;
 use berth::domain::placement::Placement;
-use berth::store::lifecycle::{ApplyError, MachineEvent, MachineUpdate};
+use berth::store::lifecycle::{ApplyError, CheckInProof, MachineEvent, MachineUpdate};
 use berth::store::machines::AddMachines;
 use berth::store::{Origin, Store, StoreError};
 
@@ -860,6 +860,41 @@ async fn the_agents_one_time_password_starts_the_machine_once(store: Store) {
     );
     assert_eq!(
         store.agent_heartbeat(id, credential).await.unwrap(),
+        MachineState::Started
+    );
+}
+
+async fn a_check_in_repeated_with_its_chosen_credential_is_answered_again(store: Store) {
+    let (id, otp) = awaiting_agent(&store).await;
+    let chosen = berth::contracts::secrets::new_secret();
+    let proof = |chosen: Option<Secret>| CheckInProof {
+        password: otp.clone(),
+        chosen,
+    };
+    let credential = store
+        .agent_check_in(id, proof(Some(chosen.clone())))
+        .await
+        .unwrap();
+    assert_eq!(credential.expose(), chosen.expose());
+    let after = store.revision();
+    // The answer was lost: the same password and credential again.
+    let again = store
+        .agent_check_in(id, proof(Some(chosen.clone())))
+        .await
+        .unwrap();
+    assert_eq!(again.expose(), chosen.expose());
+    assert_eq!(store.revision(), after, "nothing is written twice");
+    // The spent password with any other credential, or none, is refused.
+    for other in [Some(berth::contracts::secrets::new_secret()), None] {
+        let refused = store.agent_check_in(id, proof(other)).await.unwrap_err();
+        assert!(
+            matches!(refused, StoreError::Unauthorized(_)),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(store.revision(), after);
+    assert_eq!(
+        store.agent_heartbeat(id, chosen).await.unwrap(),
         MachineState::Started
     );
 }
@@ -1886,6 +1921,7 @@ on_both_backends!(
     the_writer_applies_the_configured_policy,
     an_agent_of_a_machine_being_relaunched_is_refused_and_changes_nothing,
     the_agents_one_time_password_starts_the_machine_once,
+    a_check_in_repeated_with_its_chosen_credential_is_answered_again,
     a_launch_resumed_under_its_token_keeps_the_earlier_password_valid,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,

@@ -16,6 +16,7 @@ use crate::api::input::{self, InputError};
 use crate::api::Shared;
 use crate::contracts::secrets::Secret;
 use crate::domain::machine::machine_status;
+use crate::store::lifecycle::CheckInProof;
 use crate::store::StoreError;
 
 /// `POST /v1/agents/{machine}/connect`.
@@ -24,6 +25,28 @@ use crate::store::StoreError;
 pub struct ConnectRequest {
     /// The one-time password the instance was launched with.
     pub password: String,
+    /// The credential the agent chose, 64 lowercase hexadecimal digits
+    /// (32 random bytes): the controller keeps it as the machine's, and a
+    /// check-in repeated with the same password and credential (its answer
+    /// was lost) is answered again. Without it the controller makes one,
+    /// and a spent password is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
+    pub credential: Option<String>,
+}
+
+/// Whether `credential` is one an agent may choose: 64 lowercase
+/// hexadecimal digits, as the controller's own.
+fn chosen_credential(credential: Option<String>) -> Result<Option<Secret>, InputError> {
+    match credential {
+        None => Ok(None),
+        Some(c) if c.len() == 64 && c.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Ok(Some(Secret::new(c)))
+        }
+        Some(_) => Err(InputError::Request(
+            "credential must be 64 lowercase hexadecimal digits (32 random bytes)".into(),
+        )),
+    }
 }
 
 /// The machine's permanent credential: send it as `Authorization: Bearer`
@@ -62,7 +85,9 @@ route_error!(AgentError {
 });
 
 /// Exchanges a machine's one-time password for its credential; the
-/// machine is then started. The password works once.
+/// machine is then started. The password works once, but for an agent that
+/// chose its credential: the same password and credential again get the
+/// same answer.
 #[utoipa::path(
     post,
     path = "/v1/agents/{machine}/connect",
@@ -76,6 +101,7 @@ route_error!(AgentError {
         (status = 400, description = "Bad machine id or body", body = ErrorBody),
         (status = 401, description = "Wrong or already used password", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
+        (status = 409, description = "The machine does not take an agent now (its instance is not recorded yet, or it is being replaced or removed); the password still works", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
@@ -86,8 +112,15 @@ pub async fn connect(
     body: web::Json<input::Object<ConnectRequest>>,
 ) -> Result<HttpResponse, AgentError> {
     let id = input::machine(&machine)?;
-    let password = Secret::new(body.into_inner().0.password);
-    let credential = shared.state.store.agent_connect(id, password).await?;
+    let ConnectRequest {
+        password,
+        credential,
+    } = body.into_inner().0;
+    let proof = CheckInProof {
+        password: Secret::new(password),
+        chosen: chosen_credential(credential)?,
+    };
+    let credential = shared.state.store.agent_check_in(id, proof).await?;
     Ok(HttpResponse::Ok().json(ConnectResponse {
         machine: id.to_string(),
         credential: credential.expose().to_string(),

@@ -24,6 +24,7 @@ use crate::cli::client::{Auth, Client};
 use crate::cli::error::CliError;
 use crate::cli::follow::Backoff;
 use crate::cli::{Io, Session};
+use crate::contracts::secrets::new_secret;
 use crate::domain::names::MachineId;
 
 /// How often the agent sends a heartbeat unless told otherwise.
@@ -122,8 +123,19 @@ pub fn store_credential(file: &Path, credential: &str) -> Result<(), CliError> {
         use std::os::unix::fs::OpenOptionsExt as _;
         options.mode(0o600);
     }
-    let mut handle = options.open(file).map_err(fail)?;
-    writeln!(handle, "{credential}").map_err(fail)
+    // Written beside it and renamed over it, so that a crash leaves the
+    // old credential or the new, never part of one.
+    let mut partial = file.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let mut handle = options.open(&partial).map_err(fail)?;
+    writeln!(handle, "{credential}")
+        .and_then(|()| handle.sync_all())
+        .and_then(|()| std::fs::rename(&partial, file))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            fail(e)
+        })
 }
 
 /// Where the agent's credential came from, for messages.
@@ -170,54 +182,89 @@ pub fn run_with(
         Some(file) => stored_credential(file)?.map(|c| (c, file.as_path())),
         None => None,
     };
-    let (credential, source) = match stored {
-        Some((credential, file)) => {
-            writeln!(
-                io.out,
-                "machine {machine}: using the credential in {}",
-                file.display()
-            )?;
-            (credential, Source::File(file))
-        }
-        None => {
-            let password = args
-                .password
-                .as_deref()
-                .filter(|p| !p.trim().is_empty())
-                .ok_or_else(|| {
-                    CliError::Usage(
-                        "no one-time password: give --password or set BERTH_AGENT_PASSWORD".into(),
-                    )
-                })?;
-            let Some(credential) =
-                check_in(&client, machine, password, io, clock, backoff.clone())?
-            else {
-                return Ok(());
-            };
-            if let Some(file) = &args.credential_file {
-                store_credential(file, &credential)?;
+    let password = args.password.as_deref().filter(|p| !p.trim().is_empty());
+    if let Some((credential, file)) = stored {
+        writeln!(
+            io.out,
+            "machine {machine}: using the credential in {}",
+            file.display()
+        )?;
+        let beats = Beats {
+            client: &client,
+            machine,
+            interval,
+            backoff: backoff.clone(),
+        };
+        return match (
+            beats.run(&credential, &Source::File(file), io, clock),
+            password,
+        ) {
+            // The credential was written down before its check-in, which
+            // may never have reached the controller: make it now.
+            (Err(CliError::Api { status: 401, .. }), Some(password)) => {
+                writeln!(
+                    io.err,
+                    "WARNING machine {machine}: the controller does not know the credential in {}; \
+                     checking in with the one-time password",
+                    file.display()
+                )?;
+                let Some(credential) =
+                    check_in(&client, machine, password, &credential, io, clock, backoff)?
+                else {
+                    return Ok(());
+                };
+                beats.run(&credential, &Source::Password, io, clock)
             }
-            (credential, Source::Password)
-        }
-    };
-    heartbeats(
+            (beaten, _) => beaten,
+        };
+    }
+    let password = password.ok_or_else(|| {
+        CliError::Usage("no one-time password: give --password or set BERTH_AGENT_PASSWORD".into())
+    })?;
+    // Chosen here and written down before the password is spent, so that
+    // neither a lost answer nor a restart loses it.
+    let chosen = new_secret();
+    if let Some(file) = &args.credential_file {
+        store_credential(file, chosen.expose())?;
+    }
+    let checked_in = check_in(
         &client,
         machine,
-        &credential,
-        &source,
-        interval,
+        password,
+        chosen.expose(),
         io,
         clock,
+        backoff.clone(),
+    );
+    let credential = match checked_in {
+        Ok(Some(credential)) => credential,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            // Refused: the credential written down is no one's.
+            if let Some(file) = &args.credential_file {
+                let _ = std::fs::remove_file(file);
+            }
+            return Err(e);
+        }
+    };
+    Beats {
+        client: &client,
+        machine,
+        interval,
         backoff,
-    )
+    }
+    .run(&credential, &Source::Password, io, clock)
 }
 
 /// Exchanges the one-time password for the credential, retrying while the
 /// controller cannot be reached. `None`: the clock stopped the agent.
+/// `chosen` is the credential the agent asks the controller to keep: a
+/// retry after an answer that was lost is answered the same.
 fn check_in(
     client: &Client,
     machine: MachineId,
     password: &str,
+    chosen: &str,
     io: &mut Io<'_>,
     clock: &mut dyn Clock,
     mut backoff: Backoff,
@@ -225,6 +272,7 @@ fn check_in(
     let path = format!("/v1/agents/{machine}/connect");
     let request = ConnectRequest {
         password: password.to_string(),
+        credential: Some(chosen.to_string()),
     };
     loop {
         match client.post_as::<_, ConnectResponse>(&path, &request, Auth::None) {
@@ -261,18 +309,42 @@ fn check_in(
     }
 }
 
-/// Sends heartbeats until the clock stops the agent.
-#[allow(clippy::too_many_arguments)]
-fn heartbeats(
-    client: &Client,
+/// What sending heartbeats needs.
+struct Beats<'a> {
+    client: &'a Client,
     machine: MachineId,
+    interval: Duration,
+    backoff: Backoff,
+}
+
+impl Beats<'_> {
+    /// Sends heartbeats with `credential` until the clock stops the agent.
+    fn run(
+        &self,
+        credential: &str,
+        source: &Source<'_>,
+        io: &mut Io<'_>,
+        clock: &mut dyn Clock,
+    ) -> Result<(), CliError> {
+        heartbeats(self, credential, source, io, clock)
+    }
+}
+
+/// Sends heartbeats until the clock stops the agent.
+fn heartbeats(
+    beats: &Beats<'_>,
     credential: &str,
     source: &Source<'_>,
-    interval: Duration,
     io: &mut Io<'_>,
     clock: &mut dyn Clock,
-    mut backoff: Backoff,
 ) -> Result<(), CliError> {
+    let Beats {
+        client,
+        machine,
+        interval,
+        ..
+    } = *beats;
+    let mut backoff = beats.backoff.clone();
     let path = format!("/v1/agents/{machine}/heartbeat");
     let mut last_status: Option<String> = None;
     loop {

@@ -386,14 +386,41 @@ pub(super) enum CheckInStep {
         decision: Box<Decision>,
         credential: Secret,
     },
+    /// The password is spent, and the agent names the credential it chose:
+    /// a check-in made before whose answer it never got, if the machine
+    /// holds that credential (see [`CheckInProof`]).
+    Repeated { chosen: Secret },
 }
 
-/// Decides machine `id`'s check-in with `one_time_password` from `row`,
-/// its machine as read (`None`: it has gone), at `now_ms`.
+/// What an agent checks in with: its one-time password and, if it chose
+/// one, the credential it asks the controller to keep. An agent that
+/// chooses its credential can write it down before it checks in, and ask
+/// again with the same password and credential when the answer to its
+/// check-in was lost (the controller restarted after committing it, the
+/// connection broke): the controller answers as it did, without a second
+/// transition. Without the credential, a spent password is refused.
+#[derive(Clone, Debug)]
+pub struct CheckInProof {
+    pub password: Secret,
+    pub chosen: Option<Secret>,
+}
+
+impl CheckInProof {
+    /// A password alone: the controller makes the credential.
+    pub fn password(password: Secret) -> CheckInProof {
+        CheckInProof {
+            password,
+            chosen: None,
+        }
+    }
+}
+
+/// Decides machine `id`'s check-in with `proof` from `row`, its machine
+/// as read (`None`: it has gone), at `now_ms`.
 pub(super) fn check_in_step(
     row: Option<MachineRow>,
     id: MachineId,
-    one_time_password: &Secret,
+    proof: &CheckInProof,
     policy: &Policy,
     now_ms: i64,
 ) -> CheckInStep {
@@ -405,18 +432,26 @@ pub(super) fn check_in_step(
     let valid = row.otp_hash.as_deref().is_some_and(|hashes| {
         hashes
             .split(' ')
-            .any(|hash| secret_matches(one_time_password.expose(), hash))
+            .any(|hash| secret_matches(proof.password.expose(), hash))
     });
     if !valid {
-        return CheckInStep::Answer(Err(StoreError::Unauthorized(format!(
-            "machine {id}: the one-time password is wrong or was already used"
-        ))));
+        let checked_in = row.otp_hash.is_none()
+            && matches!(
+                MachineState::parse(&row.state),
+                Some(MachineState::Started | MachineState::Down)
+            );
+        return match &proof.chosen {
+            Some(chosen) if checked_in => CheckInStep::Repeated {
+                chosen: chosen.clone(),
+            },
+            _ => CheckInStep::Answer(Err(spent(id))),
+        };
     }
     let record = match MachineRecord::try_from(row) {
         Ok(record) => record,
         Err(e) => return CheckInStep::Answer(Err(e)),
     };
-    let credential = new_secret();
+    let credential = proof.chosen.clone().unwrap_or_else(new_secret);
     let request = MachineEvent {
         update: MachineUpdate {
             // The exchange and the transition in one statement.
@@ -434,6 +469,13 @@ pub(super) fn check_in_step(
         },
         Err(e) => CheckInStep::Answer(refused_check_in(record.state(), illegal(id, &e))),
     }
+}
+
+/// Machine `id`'s password does not open it.
+fn spent(id: MachineId) -> StoreError {
+    StoreError::Unauthorized(format!(
+        "machine {id}: the one-time password is wrong or was already used"
+    ))
 }
 
 /// A check-in refused with `e` by a machine in `state`: one still starting
@@ -454,7 +496,7 @@ fn refused_check_in(state: MachineState, e: StoreError) -> Result<CheckIn, Store
 pub(super) fn agent_connect_tx(
     tx: &mut Tx<'_>,
     id: MachineId,
-    one_time_password: &Secret,
+    proof: &CheckInProof,
     policy: &Policy,
 ) -> Result<CheckIn, StoreError> {
     tx.set_origin(Origin::Agent);
@@ -466,8 +508,19 @@ pub(super) fn agent_connect_tx(
         .select(MachineRow::as_select())
         .get_result(c)
         .optional()?);
-    match check_in_step(row, id, one_time_password, policy, tx.now_ms) {
+    match check_in_step(row, id, proof, policy, tx.now_ms) {
         CheckInStep::Answer(answer) => answer,
+        CheckInStep::Repeated { chosen } => {
+            let held: Option<String> = per_backend!(tx.conn, c => machines::table
+                .find(&key)
+                .select(machines::credential_hash)
+                .get_result(c)?);
+            if held.is_some_and(|hash| secret_matches(chosen.expose(), &hash)) {
+                Ok(CheckIn::Connected(chosen))
+            } else {
+                Err(spent(id))
+            }
+        }
         CheckInStep::Save {
             state,
             decision,
@@ -632,16 +685,32 @@ impl Store {
         id: MachineId,
         one_time_password: Secret,
     ) -> Result<Secret, StoreError> {
+        self.agent_check_in(id, CheckInProof::password(one_time_password))
+            .await
+    }
+
+    /// [`Store::agent_connect`] with `proof`: a credential the agent chose
+    /// is the one kept, and a check-in repeated with the same password and
+    /// credential after its answer was lost is answered as it was.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::agent_connect`].
+    pub async fn agent_check_in(
+        &self,
+        id: MachineId,
+        proof: CheckInProof,
+    ) -> Result<Secret, StoreError> {
         let mut head = self.watch_revision();
         let give_up = tokio::time::Instant::now() + EARLY_AGENT_WAIT;
         loop {
             let policy = self.policy();
-            let password = one_time_password.clone();
+            let proof = proof.clone();
             let tried = if self.guard.is_some() {
-                self.write(move |tx| agent_connect_tx(tx, id, &password, &policy))
+                self.write(move |tx| agent_connect_tx(tx, id, &proof, &policy))
                     .await?
             } else {
-                let check_in = AgentCheckIn::new(id, password, policy);
+                let check_in = AgentCheckIn::new(id, proof, policy);
                 self.writer.check_in(check_in).await?
             };
             match tried {

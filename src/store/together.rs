@@ -16,13 +16,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use diesel::prelude::*;
 
-use crate::contracts::secrets::Secret;
 use crate::domain::machine::{Machine, MachineState, Policy};
 use crate::domain::names::MachineId;
 use crate::store::census::{self, choose_zone_tx, pick_zone, zone_event, ZoneChoice, ZoneChosen};
 use crate::store::lifecycle::{
     agent_connect_tx, check_in_step, decide, illegal, jitter, record_save, releases_zone, write,
-    Applied, CheckIn, CheckInStep, Decision, MachineUpdate,
+    Applied, CheckIn, CheckInProof, CheckInStep, Decision, MachineUpdate,
 };
 use crate::store::machine_save::{SaveMachines, SaveRow};
 use crate::store::records::MachineRow;
@@ -86,17 +85,13 @@ impl EngineSave {
 /// One try of an agent's check-in with its one-time password.
 pub(crate) struct AgentCheckIn {
     id: MachineId,
-    password: Secret,
+    proof: CheckInProof,
     policy: Policy,
 }
 
 impl AgentCheckIn {
-    pub(super) fn new(id: MachineId, password: Secret, policy: Policy) -> AgentCheckIn {
-        AgentCheckIn {
-            id,
-            password,
-            policy,
-        }
+    pub(super) fn new(id: MachineId, proof: CheckInProof, policy: Policy) -> AgentCheckIn {
+        AgentCheckIn { id, proof, policy }
     }
 
     /// Tries it on its own.
@@ -105,7 +100,7 @@ impl AgentCheckIn {
     ///
     /// As [`crate::store::Store::agent_connect`].
     pub(crate) fn run(&self, tx: &mut Tx<'_>) -> Result<CheckIn, StoreError> {
-        agent_connect_tx(tx, self.id, &self.password, &self.policy)
+        agent_connect_tx(tx, self.id, &self.proof, &self.policy)
     }
 }
 
@@ -322,7 +317,7 @@ pub(crate) fn check_in_together(
     let steps: Vec<CheckInStep> = check_ins
         .iter()
         .zip(&keys)
-        .map(|(c, key)| check_in_step(rows.remove(key), c.id, &c.password, &c.policy, now))
+        .map(|(c, key)| check_in_step(rows.remove(key), c.id, &c.proof, &c.policy, now))
         .collect();
     let candidates = steps
         .iter()
@@ -333,7 +328,7 @@ pub(crate) fn check_in_together(
                 CheckInStep::Save {
                     state, decision, ..
                 } => PlainSave::of(c.id, *state, decision, None),
-                CheckInStep::Answer(_) => None,
+                CheckInStep::Answer(_) | CheckInStep::Repeated { .. } => None,
             };
             (at, plain)
         });
@@ -346,7 +341,8 @@ pub(crate) fn check_in_together(
             CheckInStep::Save { credential, .. } if written.contains(&at) => {
                 Some(Ok(CheckIn::Connected(credential)))
             }
-            CheckInStep::Save { .. } => None,
+            // A repeated check-in reads the credential held: on its own.
+            CheckInStep::Save { .. } | CheckInStep::Repeated { .. } => None,
         })
         .collect())
 }
