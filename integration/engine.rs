@@ -1076,7 +1076,9 @@ async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings
         .agents_alive(vec!["0".parse().unwrap()], Duration::from_millis(250))
         .await
         .unwrap();
-    until(app.store(), "started again", all_started(1)).await;
+    let status = until(app.store(), "started again", all_started(1)).await;
+    // Why it was down no longer holds, nor is shown.
+    assert_eq!(status.machines[0].machine.lifecycle.last_error, None);
 }
 
 async fn the_simulated_agents_heartbeats_keep_their_machines_started(backend: Backend) {

@@ -798,7 +798,11 @@ pub fn transition(
         }
 
         // Presence of a started machine's agent.
-        (S::Started | S::Down, E::AgentConnected) => (S::Started, Effect::None),
+        (S::Started | S::Down, E::AgentConnected) => {
+            // Heard again: why it was down no longer holds.
+            life.last_error = None;
+            (S::Started, Effect::None)
+        }
         (S::Started | S::Down, E::AgentLost) => (S::Down, Effect::None),
 
         // retry-provisioning.
@@ -1330,6 +1334,15 @@ mod tests {
         assert_eq!(t.next.state, MachineState::Started);
         assert_eq!(t.next.lifecycle.last_error, None);
         assert_eq!(t.effect, Effect::None);
+    }
+
+    #[test]
+    fn a_down_machine_heard_again_is_started_without_the_reason_it_was_down() {
+        let mut machine = well_formed(MachineState::Down);
+        machine.lifecycle.last_error = Some("agent is not responding".into());
+        let t = apply(&machine, Event::AgentConnected);
+        assert_eq!(t.next.state, MachineState::Started);
+        assert_eq!(t.next.lifecycle.last_error, None);
     }
 
     #[test]
