@@ -1043,6 +1043,43 @@ async fn a_heartbeat_brings_a_down_machine_back_to_started(store: Store) {
     assert_eq!(store.machine(&id).unwrap().state(), MachineState::Started);
 }
 
+/// The heartbeat watch reads the silent machines, then shows them down: a
+/// machine heard between the read and the write stays started.
+async fn a_machine_heard_after_the_silent_read_is_not_shown_down(store: Store) {
+    let (heard, otp) = awaiting_agent(&store).await;
+    let credential = store.agent_connect(heard, otp).await.unwrap();
+    let ids = add_machine(&store, AddMachines::default()).await;
+    let otp = engine_steps::instance_started(&store, ids[0], "i-2", "a").await;
+    store.agent_connect(ids[0], otp).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let before = berth::store::now_ms();
+    let mut silent: Vec<MachineId> = store
+        .silent_agents(before)
+        .unwrap()
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    silent.sort();
+    assert_eq!(silent, vec![heard, ids[0]]);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    store.agent_heartbeat(heard, credential).await.unwrap();
+    let down = store
+        .agents_lost(silent, before, "agent is not responding".into())
+        .await
+        .unwrap();
+    assert_eq!(down, vec![ids[0]]);
+    assert_eq!(
+        store.machine(&heard).unwrap().state(),
+        MachineState::Started
+    );
+    let lost = store.machine(&ids[0]).unwrap();
+    assert_eq!(lost.state(), MachineState::Down);
+    assert_eq!(
+        lost.machine.lifecycle.last_error.as_deref(),
+        Some("agent is not responding")
+    );
+}
+
 /// The simulated cloud's heartbeats leave alone a heartbeat stored a
 /// moment ago (the check-in's), write an older one, and start a machine
 /// shown down again either way.
@@ -1925,6 +1962,7 @@ on_both_backends!(
     a_launch_resumed_under_its_token_keeps_the_earlier_password_valid,
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,
+    a_machine_heard_after_the_silent_read_is_not_shown_down,
     a_heartbeat_brings_a_down_machine_back_to_started,
     a_vouched_heartbeat_is_written_only_over_an_older_one,
     the_admin_token_is_made_once_and_only_its_hash_is_kept,

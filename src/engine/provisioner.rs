@@ -1044,17 +1044,26 @@ impl Provisioner {
         let before = now_ms() - millis(after);
         let store = self.shared.store.clone();
         ctx.spawn(
-            async move { store.blocking(move |s| s.silent_agents(before)).await }
-                .into_actor(self)
-                .map(|result, act, ctx| match result {
-                    Ok(silent) => {
-                        for record in silent {
-                            let message = "agent is not responding".to_string();
-                            act.mark_down(record.id, record.machine, message, ctx);
-                        }
-                    }
-                    Err(e) => log::warn!("provisioner: cannot check agents' heartbeats: {e}"),
-                }),
+            async move {
+                let silent = store.blocking(move |s| s.silent_agents(before)).await?;
+                let ids = silent.into_iter().map(|record| record.id).collect();
+                // Written only if still silent: a heartbeat since the read
+                // keeps its machine started.
+                store
+                    .agents_lost(ids, before, "agent is not responding".into())
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, _, _| match result {
+                Ok(down) if !down.is_empty() => {
+                    log::info!(
+                        "provisioner: {} machine(s) down: agent is not responding",
+                        down.len()
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => log::warn!("provisioner: cannot check agents' heartbeats: {e}"),
+            }),
         );
     }
 }

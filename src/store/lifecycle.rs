@@ -825,8 +825,52 @@ impl Store {
     }
 }
 
-/// How many machines [`Store::agents_alive`] writes in one write (and one
-/// statement).
+impl Store {
+    /// Machines `ids`, read as silent since `before_ms`, are shown down
+    /// with `message`: those still `started` and still unheard since then
+    /// when the write comes (a heartbeat between the read and the write
+    /// keeps its machine started). Returns those shown down.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn agents_lost(
+        &self,
+        ids: Vec<MachineId>,
+        before_ms: i64,
+        message: String,
+    ) -> Result<Vec<MachineId>, StoreError> {
+        let policy = self.policy();
+        let writes = ids.chunks(VOUCHED_PER_WRITE).map(|chunk| {
+            let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+            let message = message.clone();
+            self.write(move |tx| {
+                let silent: Vec<String> = machines::table
+                    .filter(machines::id.eq_any(&keys))
+                    .filter(machines::state.eq(MachineState::Started.as_str()))
+                    .filter(machines::last_heartbeat_ms.lt(before_ms))
+                    .select(machines::id)
+                    .load(tx.conn)?;
+                let mut down = Vec::with_capacity(silent.len());
+                for id in silent {
+                    let id: MachineId = stored("machine id", &id)?;
+                    let lost = MachineEvent {
+                        message: Some(message.clone()),
+                        ..MachineEvent::new(id, Event::AgentLost)
+                    };
+                    apply_tx(tx, lost, &policy)?;
+                    down.push(id);
+                }
+                Ok(down)
+            })
+        });
+        let written = futures_util::future::try_join_all(writes).await?;
+        Ok(written.into_iter().flatten().collect())
+    }
+}
+
+/// How many machines [`Store::agents_alive`] and [`Store::agents_lost`]
+/// write in one write (and one statement).
 pub const VOUCHED_PER_WRITE: usize = 1000;
 
 /// Fields that change beside the lifecycle record when the engine (or a
