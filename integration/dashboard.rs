@@ -2,14 +2,17 @@
 //! headless Chromium (see [`crate::support::webdriver`]): signing in with
 //! the admin token, every machine's tile in its zone's column, tiles that
 //! follow changes without a reload, retrying a machine in error from the
-//! page, zone buttons, a phone-sized window, and a wrong token refused.
+//! page, zone buttons, a phone-sized window, a wrong token refused, the
+//! model's exact cost, and what the page does when the controller refuses
+//! a request: a sign-in, a read of constraints, the event stream.
 //!
 //! Each browser test saves screenshots under `target/dashboard/`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use berth::api::Limits;
 use berth::providers::sim::SimConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -540,6 +543,284 @@ async fn a_wrong_token_is_refused_and_the_sign_in_form_stays() {
         )
         .await;
     assert_eq!(out, json!({"kept": null}));
+    browser.quit().await;
+}
+
+/// Replaces the page's `fetch` so that the first `arguments[1]` requests
+/// to a path ending with `arguments[0]` are answered as a controller
+/// shedding load answers: a 503 with its JSON error, saying `arguments[2]`.
+/// When each request to such a path was made (`performance.now()`) is
+/// kept in `window.stubbed`.
+const REFUSE_FIRST: &str = "const [suffix, refusals, message] = arguments;
+    const through = window.fetch;
+    window.stubbed = [];
+    window.fetch = (resource, options) => {
+        if (new URL(String(resource), location.href).pathname.endsWith(suffix)) {
+            window.stubbed.push(performance.now());
+            if (window.stubbed.length <= refusals) {
+                return Promise.resolve(new Response(
+                    JSON.stringify({ error: { code: 'unavailable', message } }),
+                    { status: 503, headers: { 'Content-Type': 'application/json' } }));
+            }
+        }
+        return through.call(window, resource, options);
+    };
+    return null;";
+
+/// Opens the page without a token and waits for the sign-in form.
+async fn open_sign_in(browser: &Browser, app: &TestApp) {
+    browser.goto(&app.url("/")).await;
+    browser
+        .wait_for(
+            "the sign-in form",
+            "return document.body.dataset.view === 'sign-in';",
+            vec![],
+        )
+        .await;
+}
+
+/// Types the token into the sign-in form and sends it with the keyboard.
+async fn type_token(browser: &Browser, app: &TestApp) {
+    let input = browser.get("#token").await;
+    browser.send_keys(&input, &app.token).await;
+    browser.send_keys(&input, ENTER).await;
+}
+
+#[actix_web::test]
+async fn the_model_cost_shows_its_exact_price_and_goes_on_signing_out() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(Options::engine(
+        Backend::Sqlite,
+        SimConfig::default(),
+        fast_provisioner(),
+    ))
+    .await;
+    // One of the cheapest instance types: $0.0047 an hour, which two
+    // decimal places would show as $0.00.
+    let added = app
+        .add_machines(&json!({"constraints": "instance-type=t3a.nano"}))
+        .await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+    until(app.store(), "the machine started", |s| {
+        s.machines.len() == 1 && s.machines.iter().all(|m| m.hardware.is_some())
+    })
+    .await;
+    let status = app.status_json().await;
+    assert_eq!(status["model"]["hourly-cost"], "0.0047");
+
+    open_signed_in(&browser, &app).await;
+    let cost = browser
+        .wait_for(
+            "the model's cost",
+            "const cost = document.getElementById('cost');
+             return cost.hidden ? null : cost.textContent;",
+            vec![],
+        )
+        .await;
+    assert_eq!(cost, json!("$0.0047 an hour"));
+
+    // Signing out takes it away with the rest of the model.
+    browser.click(&browser.get("#sign-out").await).await;
+    let out = browser
+        .wait_for(
+            "the sign-in form again",
+            "const cost = document.getElementById('cost');
+             return document.body.dataset.view === 'sign-in'
+                ? { hidden: cost.hidden, text: cost.textContent }
+                : null;",
+            vec![],
+        )
+        .await;
+    assert_eq!(out, json!({"hidden": true, "text": ""}));
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn a_sign_in_the_controller_cannot_answer_keeps_the_token_to_try_again() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    open_sign_in(&browser, &app).await;
+    // The first status read is refused.
+    browser
+        .execute(
+            REFUSE_FIRST,
+            vec![json!("/v1/status"), json!(1), json!("the store is busy")],
+        )
+        .await;
+    type_token(&browser, &app).await;
+    let shown = browser
+        .wait_for(
+            "the failure",
+            "const error = document.getElementById('sign-in-error');
+             return error.hidden ? null : {
+                 error: error.textContent,
+                 view: document.body.dataset.view,
+                 token: document.getElementById('token').value,
+             };",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!({
+            "error": "Cannot sign in: the store is busy. Try signing in again.",
+            "view": "sign-in",
+            "token": app.token,
+        })
+    );
+    // Signing in again, as it says, with the token still in the form.
+    browser
+        .click(&browser.get("#sign-in-form button").await)
+        .await;
+    browser
+        .wait_for(
+            "the dashboard",
+            "return document.body.dataset.view === 'dashboard' && document.body.dataset.revision !== undefined;",
+            vec![],
+        )
+        .await;
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn constraints_the_controller_cannot_read_are_read_again_after_a_wait() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let deployed = app
+        .deploy(&json!({"charm": "wordpress", "constraints": "mem=2G"}))
+        .await;
+    assert_eq!(deployed.status(), StatusCode::CREATED);
+    open_sign_in(&browser, &app).await;
+    // The first read of the application's constraints is refused.
+    browser
+        .execute(
+            REFUSE_FIRST,
+            vec![
+                json!("/v1/applications/wordpress/constraints"),
+                json!(1),
+                json!("the controller is busy"),
+            ],
+        )
+        .await;
+    type_token(&browser, &app).await;
+    browser
+        .wait_for(
+            "the constraints shown unavailable",
+            "const cell = document.querySelector('tr[data-application=\"wordpress\"] td.constraints');
+             return cell !== null && cell.textContent === 'unavailable';",
+            vec![],
+        )
+        .await;
+    browser
+        .wait_for(
+            "the constraints read again",
+            "const cell = document.querySelector('tr[data-application=\"wordpress\"] td.constraints');
+             return cell !== null && cell.textContent === 'mem=2048M';",
+            vec![],
+        )
+        .await;
+    // Read twice in all: refused, then again after a wait, not at once.
+    let reads = browser.execute("return window.stubbed;", vec![]).await;
+    let reads: Vec<f64> = reads
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|at| at.as_f64().unwrap())
+        .collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert!(
+        reads[1] - reads[0] >= 1500.0,
+        "read again {} ms after the refusal",
+        reads[1] - reads[0]
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn a_refused_event_stream_is_explained_and_the_page_still_follows_the_status() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(Options {
+        limits: Limits {
+            max_event_streams: 1,
+            // Frequent writes, so that the server notices a stream whose
+            // reader went away and frees its place at once.
+            event_keep_alive: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    // Another client holds the one stream the controller allows.
+    let held = app.events(None, None).await;
+    assert_eq!(held.status(), StatusCode::OK);
+
+    open_signed_in(&browser, &app).await;
+    let refused = browser
+        .wait_for(
+            "the refusal explained",
+            "const said = document.getElementById('announce').textContent;
+             const live = document.getElementById('live');
+             return said.includes('too many event streams')
+                 ? { said, live: live.dataset.live, title: live.title }
+                 : null;",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        refused,
+        json!({
+            "said": "Cannot follow changes live: too many event streams are open (the limit is 1); retry later",
+            "live": "off",
+            "title": "too many event streams are open (the limit is 1); retry later",
+        })
+    );
+    browser
+        .save_screenshot(&screenshot_path("stream-refused.png"))
+        .await;
+
+    // A machine added meanwhile still shows, from the status.
+    let added = app.add_machines(&json!({})).await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+    let added: Value = added.json().await.unwrap();
+    let first = added["machines"][0].as_str().unwrap().to_string();
+    browser
+        .wait_for(
+            "the added machine's tile",
+            "return document.querySelector(`.tile[data-machine=\"${arguments[0]}\"]`) !== null;",
+            vec![json!(first)],
+        )
+        .await;
+
+    // Once the other client lets go, the page follows the change log
+    // again and the message goes.
+    drop(held);
+    browser
+        .wait_for(
+            "the stream open",
+            "return document.getElementById('live').dataset.live === 'on'
+                 && document.getElementById('announce').textContent === '';",
+            vec![],
+        )
+        .await;
+    let added = app.add_machines(&json!({})).await;
+    assert_eq!(added.status(), StatusCode::CREATED);
+    let added: Value = added.json().await.unwrap();
+    let second = added["machines"][0].as_str().unwrap().to_string();
+    browser
+        .wait_for(
+            "the second machine's tile",
+            "return document.querySelector(`.tile[data-machine=\"${arguments[0]}\"]`) !== null;",
+            vec![json!(second)],
+        )
+        .await;
     browser.quit().await;
 }
 

@@ -42,6 +42,11 @@
   /** Waits between reconnections of the event stream. */
   const RECONNECT_FIRST_MS = 500;
   const RECONNECT_MAX_MS = 10000;
+  /** Waits before reading an application's constraints again after a read
+   * failed (a 503 while the controller sheds load, say), doubling from the
+   * first to the longest. */
+  const CONSTRAINTS_RETRY_FIRST_MS = 2000;
+  const CONSTRAINTS_RETRY_MAX_MS = 30000;
   /** The most machines in error listed one by one; Retry all covers the rest. */
   const ERRORS_SHOWN = 200;
   /** The most units listed under one application. */
@@ -50,6 +55,8 @@
   const NO_ZONE = "";
   /** How a failed status read is announced. */
   const STATUS_UNREADABLE = "Cannot read the status";
+  /** How a refused event stream is announced. */
+  const STREAM_REFUSED = "Cannot follow changes live";
   /** What the sign-in form says when the controller refuses the token. */
   const REFUSED =
     "The controller refused that token (401): it is not this controller's admin token, " +
@@ -107,17 +114,21 @@
       if (generation === session.generation) signOut(REFUSED);
       throw new Unauthorized("unauthorized");
     }
-    if (!response.ok) {
-      let message = `${response.status} ${response.statusText}`;
-      try {
-        const error = await response.json();
-        if (error && error.error && error.error.message) message = error.error.message;
-      } catch (_) {
-        // Not the API's JSON error: keep the status line.
-      }
-      throw new ApiError(response.status, message);
-    }
+    if (!response.ok) throw new ApiError(response.status, await errorOf(response));
     return response.status === 204 ? null : response.json();
+  }
+
+  /** What the controller says in a failed response: its JSON error's
+   * message, or else the status line. */
+  async function errorOf(response) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const error = await response.json();
+      if (error && error.error && error.error.message) message = error.error.message;
+    } catch (_) {
+      // Not the API's JSON error: keep the status line.
+    }
+    return message;
   }
 
   /** How long a message that is not an error stays up. */
@@ -138,10 +149,13 @@
     }
   }
 
-  function setLive(on) {
+  /** The connection indicator; `why`, when given, is what the controller
+   * said when it refused the stream. */
+  function setLive(on, why) {
     const live = $("live");
     live.dataset.live = on ? "on" : "off";
     live.textContent = on ? "live" : "reconnecting";
+    live.title = why || "";
   }
 
   // -------------------------------------------------------------------------
@@ -165,15 +179,18 @@
     $("sign-out").hidden = view !== "dashboard";
     $("model").hidden = view !== "dashboard";
     $("live").hidden = view !== "dashboard";
+    if (view !== "dashboard") $("cost").hidden = true;
   }
 
-  function showSignIn(error) {
+  /** The sign-in form, saying `error` if given, with `token` (if given)
+   * already in its field. */
+  function showSignIn(error, token) {
     show("sign-in");
     const message = $("sign-in-error");
     message.textContent = error || "";
     message.hidden = !error;
     const input = $("token");
-    input.value = "";
+    input.value = token || "";
     input.focus();
   }
 
@@ -187,10 +204,10 @@
       status = await api("GET", "/v1/status");
     } catch (e) {
       // A refused token has already signed out, saying why. Any other
-      // failure keeps a stored token, for a reload to try again.
+      // failure leaves the token in the form, to sign in with again.
       if (e instanceof Unauthorized || generation !== session.generation) return;
       session.token = null;
-      showSignIn(`Cannot sign in: ${e.message}. Reload the page to try again.`);
+      showSignIn(`Cannot sign in: ${e.message}. Try signing in again.`, token);
       return;
     }
     if (generation !== session.generation) return;
@@ -214,6 +231,8 @@
     resetView();
     setLive(false);
     $("live").textContent = "offline";
+    // The old session's errors go with it.
+    if ($("announce").dataset.kind === "error") announce("");
   }
 
   function signOut(error) {
@@ -227,13 +246,16 @@
   // Following the change log
 
   /** Reads the event stream after `since`, for as long as the session
-   * lasts, reconnecting from the last revision seen when it drops. */
+   * lasts, reconnecting from the last revision seen when it drops. While
+   * the controller refuses the stream, the status is read again at each
+   * try instead, so that the view does not stand still. */
   async function follow(generation, since) {
     let wait = RECONNECT_FIRST_MS;
     let reconnecting = false;
     while (generation === session.generation) {
       const abort = new AbortController();
       session.events = abort;
+      let refused = null;
       try {
         const response = await fetch(`/v1/events?since=${since}`, {
           headers: { Authorization: `Bearer ${session.token}`, Accept: "text/event-stream" },
@@ -248,27 +270,46 @@
         if (response.status === 400) {
           // The change log has not reached what this page saw: the
           // controller's store was restored or replaced. Start again from
-          // its status.
+          // its status, its zones and its applications' constraints.
           const status = await api("GET", "/v1/status");
           if (generation !== session.generation) return;
+          constraints.known.clear();
           apply(status);
           since = status.model.revision;
+          await refreshZones();
           continue;
         }
-        if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
-        setLive(true);
-        wait = RECONNECT_FIRST_MS;
-        // The stream resumes after the last revision seen, so nothing is
-        // missed; fetch the status too, in case the controller restarted
-        // on other state.
-        if (reconnecting) requestRefresh();
-        reconnecting = true;
-        since = await readEvents(response.body, since, generation);
+        if (!response.ok || !response.body) {
+          refused = await errorOf(response);
+        } else {
+          setLive(true);
+          const region = $("announce");
+          if (region.textContent.startsWith(STREAM_REFUSED)) announce("");
+          wait = RECONNECT_FIRST_MS;
+          // The stream resumes after the last revision seen, so nothing is
+          // missed; read the status, the zones and the constraints again
+          // too, in case the controller restarted on other state.
+          if (reconnecting) {
+            refresh.zones = true;
+            constraints.known.clear();
+            requestRefresh();
+          }
+          reconnecting = true;
+          since = await readEvents(response.body, since, generation);
+        }
       } catch (_) {
-        // Dropped or refused: try again below.
+        // Dropped, or the controller cannot be reached: try again below.
       }
       if (generation !== session.generation) return;
-      setLive(false);
+      setLive(false, refused);
+      if (refused !== null) {
+        // Refused (a 503 while the controller has as many streams open as
+        // it allows): say why, and read the status meanwhile.
+        const text = `${STREAM_REFUSED}: ${refused}`;
+        if ($("announce").textContent !== text) announce(text, "error");
+        refresh.zones = true;
+        requestRefresh();
+      }
       await new Promise((resolve) => setTimeout(resolve, wait));
       wait = Math.min(wait * 2, RECONNECT_MAX_MS);
     }
@@ -461,14 +502,15 @@
     $("model-name").textContent = model.name;
     $("model-cloud").textContent = model.cloud;
     $("model-revision").textContent = String(model.revision);
-    // The status carries no cost yet; when it does (`hourly-cost`, in US
-    // dollars), it shows here.
+    // What the machines cost an hour, in US dollars: an exact decimal
+    // string (`"0.0047"`), shown as it is, as `berth status` shows it.
     const cost = model["hourly-cost"];
     const costLine = $("cost");
-    if (typeof cost === "number" || (typeof cost === "string" && cost !== "")) {
-      costLine.textContent = `$${Number(cost).toFixed(2)} an hour`;
+    if ((typeof cost === "string" && cost !== "") || typeof cost === "number") {
+      costLine.textContent = `$${cost} an hour`;
       costLine.hidden = false;
     } else {
+      costLine.textContent = "";
       costLine.hidden = true;
     }
   }
@@ -831,8 +873,10 @@
   // Applications
 
   /** Application constraints, which the status does not carry: fetched
-   * once per application and again after it changes. */
-  const constraints = { known: new Map(), stale: new Set(), fetching: new Set() };
+   * once per application and again after it changes. A read that failed
+   * is tried again only after a wait, which doubles with each failure in a
+   * row: `failed` holds name -> { wait, waiting }. */
+  const constraints = { known: new Map(), stale: new Set(), fetching: new Set(), failed: new Map() };
   let applicationsSignature = "";
   /** name -> { row, signature } for each application shown. */
   const applicationRows = new Map();
@@ -841,13 +885,19 @@
 
   function renderApplications(applications) {
     const names = Object.keys(applications);
+    for (const name of constraints.failed.keys()) {
+      if (!Object.hasOwn(applications, name)) {
+        constraints.failed.delete(name);
+        constraints.stale.delete(name);
+      }
+    }
     for (const name of names) {
-      if ((!constraints.known.has(name) || constraints.stale.has(name)) && !constraints.fetching.has(name)) {
+      if ((!constraints.known.has(name) || constraints.stale.has(name)) &&
+        !constraints.fetching.has(name) && !waitingForConstraints(name)) {
         fetchConstraints(name);
       }
     }
-    const signature = JSON.stringify(applications) +
-      JSON.stringify(names.map((n) => constraints.known.get(n)));
+    const signature = JSON.stringify(applications) + JSON.stringify(names.map(constraintText));
     if (signature === applicationsSignature) return;
     applicationsSignature = signature;
 
@@ -886,7 +936,7 @@
       const application = applications[name];
       const rowSignature = JSON.stringify([
         application,
-        constraints.known.get(name),
+        constraintText(name),
         subordinateUnits.get(name) || 0,
         subordinatesOf.get(name) || [],
       ]);
@@ -919,13 +969,12 @@
       : (subordinatesOf.get(name) || []).join(", ") || "none";
     const scaleCell = el("td", "scale", String(scale));
     scaleCell.dataset.scale = String(scale);
-    const constraintText = constraints.known.has(name) ? constraints.known.get(name) || "none" : "…";
     row.append(
       title,
       el("td", "", `${application.charm} (${application["charm-origin"]}, rev ${application["charm-rev"]})`),
       el("td", "", `${status.current || "unknown"}${status.message ? `: ${status.message}` : ""}${life}`),
       scaleCell,
-      el("td", "constraints", constraintText),
+      el("td", "constraints", constraintText(name)),
       el("td", "", subordinates),
       unitsCell(name, application),
     );
@@ -979,6 +1028,20 @@
     return item;
   }
 
+  /** What the constraints cell says: the last constraints read, "…"
+   * before the first read, or "unavailable" while it fails. */
+  function constraintText(name) {
+    if (constraints.known.has(name)) return constraints.known.get(name) || "none";
+    return constraints.failed.has(name) ? "unavailable" : "…";
+  }
+
+  /** Whether a failed read of `name`'s constraints is waiting to be tried
+   * again. */
+  function waitingForConstraints(name) {
+    const failure = constraints.failed.get(name);
+    return failure !== undefined && failure.waiting;
+  }
+
   async function fetchConstraints(name) {
     const generation = session.generation;
     constraints.fetching.add(name);
@@ -987,14 +1050,27 @@
       const answer = await api("GET", `/v1/applications/${encodeURIComponent(name)}/constraints`);
       if (generation !== session.generation) return;
       constraints.known.set(name, answer.constraints);
+      constraints.failed.delete(name);
     } catch (e) {
-      // Removed meanwhile (404), or signed out: nothing to show.
       if (generation !== session.generation) return;
-      constraints.known.delete(name);
+      // Refused (a 503 while the controller sheds load), or removed
+      // meanwhile (a 404, and the next status drops it): keep what was
+      // read before, and try again after a wait, not at once.
+      const before = constraints.failed.get(name);
+      const wait = before ? Math.min(before.wait * 2, CONSTRAINTS_RETRY_MAX_MS) : CONSTRAINTS_RETRY_FIRST_MS;
+      const failure = { wait, waiting: true };
+      constraints.failed.set(name, failure);
+      constraints.stale.add(name);
+      setTimeout(() => {
+        if (generation !== session.generation || constraints.failed.get(name) !== failure) return;
+        failure.waiting = false;
+        if (current) renderApplications(current.applications || {});
+      }, wait);
     } finally {
-      constraints.fetching.delete(name);
+      if (generation === session.generation) constraints.fetching.delete(name);
     }
-    if (constraints.stale.has(name)) {
+    if (generation !== session.generation) return;
+    if (constraints.stale.has(name) && !waitingForConstraints(name)) {
       fetchConstraints(name);
     } else if (current) {
       renderApplications(current.applications || {});
@@ -1012,11 +1088,14 @@
     constraints.known.clear();
     constraints.stale.clear();
     constraints.fetching.clear();
+    constraints.failed.clear();
     applicationsSignature = "";
     applicationRows.clear();
     $("zone-grid").replaceChildren();
     $("error-list").replaceChildren();
     $("application-rows").replaceChildren();
+    $("cost").textContent = "";
+    $("cost").hidden = true;
     delete document.body.dataset.revision;
   }
 
