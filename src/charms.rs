@@ -62,6 +62,11 @@ pub enum CharmLoadError {
     },
     #[error("{}: expected a revision number, got {content:?}", .path.display())]
     BadRevision { path: PathBuf, content: String },
+    /// `metadata.yaml`, `config.yaml` or `revision` is a symbolic link: an
+    /// archive carries a link as a link, not as the charm's file, so the
+    /// directory would load differently once uploaded.
+    #[error("{} is a symbolic link: a charm's own files must be regular files", .path.display())]
+    LinkedCharmFile { path: PathBuf },
     #[error(
         "{0:?} is not a valid charm name: expected a charm name (such as wordpress) or a path to a charm directory (such as ./wordpress)"
     )]
@@ -78,8 +83,15 @@ pub enum CharmLoadError {
     ArchiveTooLarge(String),
 }
 
-/// Reads the text of `path`, or `None` if there is no such file.
+/// Reads the text of the charm's own file `path`, or `None` if there is no
+/// such file. A symbolic link is refused, not followed: packed, it would
+/// travel as a link and the archive would load without it.
 fn read_optional(path: &Path) -> Result<Option<String>, CharmLoadError> {
+    if fs::symlink_metadata(path).is_ok_and(|info| info.file_type().is_symlink()) {
+        return Err(CharmLoadError::LinkedCharmFile {
+            path: path.to_path_buf(),
+        });
+    }
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -107,6 +119,8 @@ fn read_optional(path: &Path) -> Result<Option<String>, CharmLoadError> {
 /// - [`CharmLoadError::NoDirectory`] / [`CharmLoadError::NotADirectory`]
 ///   when `dir` cannot be opened or is not a directory;
 /// - [`CharmLoadError::MissingMetadata`] without `metadata.yaml`;
+/// - [`CharmLoadError::LinkedCharmFile`] when `metadata.yaml`,
+///   `config.yaml` or `revision` is a symbolic link;
 /// - [`CharmLoadError::Unreadable`] for a file that cannot be read (or is
 ///   not UTF-8, for the charm's YAML files);
 /// - [`CharmLoadError::Invalid`], naming the file, for metadata or config
@@ -335,7 +349,9 @@ fn read_archive(bytes: &[u8]) -> Result<Vec<ArchiveEntry>, CharmLoadError> {
 /// [`CharmLoadError::UnsafePath`] for an absolute path or one with `..`;
 /// [`CharmLoadError::ArchiveTooLarge`] beyond [`MAX_ARCHIVE_BYTES`],
 /// [`MAX_ARCHIVE_ENTRIES`] or [`MAX_UNPACKED_BYTES`];
-/// [`CharmLoadError::ArchiveWithoutMetadata`]; and those of the charm's
+/// [`CharmLoadError::ArchiveWithoutMetadata`];
+/// [`CharmLoadError::LinkedCharmFile`] for a link entry named
+/// `metadata.yaml`, `config.yaml` or `revision`; and those of the charm's
 /// files, as for a directory.
 pub fn load_charm_archive(bytes: &[u8]) -> Result<ParsedCharm, CharmLoadError> {
     let mut entries = read_archive(bytes)?;
@@ -343,8 +359,13 @@ pub fn load_charm_archive(bytes: &[u8]) -> Result<ParsedCharm, CharmLoadError> {
     let text = |name: &str| -> Result<Option<String>, CharmLoadError> {
         entries
             .iter()
-            .find(|entry| entry.name == name && !entry.link)
+            .find(|entry| entry.name == name)
             .map(|entry| {
+                if entry.link {
+                    return Err(CharmLoadError::LinkedCharmFile {
+                        path: PathBuf::from(name),
+                    });
+                }
                 String::from_utf8(entry.bytes.clone()).map_err(|e| CharmLoadError::Unreadable {
                     path: PathBuf::from(name),
                     source: io::Error::new(io::ErrorKind::InvalidData, e),
@@ -388,7 +409,9 @@ pub fn load_charm_archive(bytes: &[u8]) -> Result<ParsedCharm, CharmLoadError> {
 /// A zip archive of the charm directory `dir`, for `POST /v1/charms`:
 /// its files and symbolic links (not followed) by their relative paths,
 /// in order. The charm is loaded first, so a directory that is not a charm
-/// is refused here, before anything is sent.
+/// (or whose `metadata.yaml`, `config.yaml` or `revision` is a link, which
+/// the archive would not load as the directory does) is refused here,
+/// before anything is sent.
 ///
 /// # Errors
 ///
@@ -802,6 +825,51 @@ mod tests {
         let edited_target = load(&dir).sha256;
         std::os::unix::fs::symlink("..", dir.path().join("loop")).unwrap();
         assert_ne!(load(&dir).sha256, edited_target);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_charm_whose_own_files_are_links_is_refused_loaded_or_packed() {
+        for file in [METADATA_FILE, CONFIG_FILE, REVISION_FILE] {
+            let dir = charm_dir(&[
+                (METADATA_FILE, METADATA),
+                (CONFIG_FILE, CONFIG),
+                (REVISION_FILE, "3\n"),
+            ]);
+            let real = format!("real-{file}");
+            fs::rename(dir.path().join(file), dir.path().join(&real)).unwrap();
+            std::os::unix::fs::symlink(&real, dir.path().join(file)).unwrap();
+            let expected = format!(
+                "{} is a symbolic link: a charm's own files must be regular files",
+                dir.path().join(file).display()
+            );
+            assert_eq!(load_error(dir.path()), expected);
+            assert_eq!(
+                pack_charm_dir(dir.path()).unwrap_err().to_string(),
+                expected
+            );
+        }
+    }
+
+    #[test]
+    fn an_archive_whose_charm_files_are_links_is_refused() {
+        use std::io::Write as _;
+        for file in [METADATA_FILE, CONFIG_FILE, REVISION_FILE] {
+            let mut zip = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
+            let options = zip::write::SimpleFileOptions::default();
+            if file != METADATA_FILE {
+                zip.start_file(METADATA_FILE, options).unwrap();
+                zip.write_all(METADATA.as_bytes()).unwrap();
+            }
+            zip.start_file("real", options).unwrap();
+            zip.write_all(CONFIG.as_bytes()).unwrap();
+            zip.add_symlink(file, "real", options).unwrap();
+            let archive = zip.finish().unwrap().into_inner();
+            assert_eq!(
+                archive_error(&archive),
+                format!("{file} is a symbolic link: a charm's own files must be regular files")
+            );
+        }
     }
 
     #[test]
