@@ -1,20 +1,25 @@
 //! The store's application, unit and relation rules, on both backends.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use berth::charms::{load_charm_dir, resolve};
+use berth::contracts::provider::ProviderZone;
 use berth::domain::base::Base;
 use berth::domain::charm::ParsedCharm;
 use berth::domain::constraints::Constraints;
+use berth::domain::instance_types::{Catalogue, HourlyPrice};
 use berth::domain::machine::{Event, MachineState};
 use berth::domain::names::{ApplicationName, MachineId, UnitName};
 use berth::domain::placement::{parse_to_list, Placement};
+use berth::plan::{plan, BudgetCheck, Plan, Pricing};
 use berth::status::cache::StatusCache;
 use berth::status::document::StatusDocument;
 use berth::status::view::status_view;
 use berth::store::applications::DeployRequest;
 use berth::store::lifecycle::MachineUpdate;
 use berth::store::machines::AddMachines;
+use berth::store::plans::{Check, Guard};
 use berth::store::{Store, StoreError};
 
 use crate::on_both_backends;
@@ -365,6 +370,232 @@ async fn scale_with_keeps_a_unit_beside_every_unit_of_the_leader(store: Store) {
     assert_eq!(store.application(&app("cache")).unwrap().scale_with, None);
     store.add_units(app("cache"), 1, Vec::new()).await.unwrap();
     assert_eq!(machines_of_units(&store, "cache").len(), 1);
+}
+
+/// C scales with B, which scales with A: a unit added to A brings one of B
+/// beside it, one of C beside that, and one of B's subordinate beside B's.
+async fn a_unit_added_to_a_leader_brings_the_whole_chain_of_followers_and_their_subordinates(
+    store: Store,
+) {
+    store
+        .deploy(request("a", local(MYSQL, None), 1))
+        .await
+        .unwrap();
+    for (follower, leader) in [("b", "a"), ("c", "b")] {
+        let mut deploy = request(follower, local(MYSQL, None), 0);
+        deploy.placement = vec![format!("scale-with={leader}").parse().unwrap()];
+        store.deploy(deploy).await.unwrap();
+    }
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    store
+        .integrate("b".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(machines_of_units(&store, "b"), ["0/lxd/0"]);
+    assert_eq!(machines_of_units(&store, "c"), ["0/lxd/1"]);
+
+    store.add_units(app("a"), 1, Vec::new()).await.unwrap();
+    assert_eq!(machines_of_units(&store, "a"), ["0", "1"]);
+    assert_eq!(machines_of_units(&store, "b"), ["0/lxd/0", "1/lxd/0"]);
+    assert_eq!(machines_of_units(&store, "c"), ["0/lxd/1", "1/lxd/1"]);
+    assert_eq!(
+        units_of(&store, "ntp"),
+        vec![
+            ("ntp/0".into(), "0/lxd/0".into(), Some("b/0".into())),
+            ("ntp/1".into(), "1/lxd/0".into(), Some("b/1".into())),
+        ]
+    );
+
+    // Removing A's unit takes the chain beside it, subordinate included.
+    store
+        .remove_units(vec!["a/0".parse().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(machines_of_units(&store, "b"), ["1/lxd/0"]);
+    assert_eq!(machines_of_units(&store, "c"), ["1/lxd/1"]);
+    assert_eq!(
+        units_of(&store, "ntp"),
+        vec![("ntp/1".into(), "1/lxd/0".into(), Some("b/1".into()))]
+    );
+}
+
+/// A follower's units come and go with its leader's: removing one alone is
+/// refused, as adding one is, and changes nothing.
+async fn a_followers_unit_is_not_removed_alone(store: Store) {
+    store.deploy(request("db", named("db"), 1)).await.unwrap();
+    for (follower, leader) in [("cache", "db"), ("proxy", "cache")] {
+        let mut deploy = request(follower, named(follower), 0);
+        deploy.placement = vec![format!("scale-with={leader}").parse().unwrap()];
+        store.deploy(deploy).await.unwrap();
+    }
+    let before = store.revision();
+    for (unit, leader) in [("cache/0", "db/0"), ("proxy/0", "cache/0")] {
+        let refused = store
+            .remove_units(vec![unit.parse().unwrap()])
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, StoreError::Invalid(_)), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            format!(r#"unit "{unit}" scales with "{leader}": remove "{leader}" instead"#)
+        );
+    }
+    assert_eq!(store.revision(), before);
+    assert_eq!(machines_of_units(&store, "cache"), ["0/lxd/0"]);
+    assert_eq!(machines_of_units(&store, "proxy"), ["0/lxd/1"]);
+}
+
+/// A handle on `store` whose writes are planned as the API plans them,
+/// against the embedded catalogue offered in every zone: a dry run is
+/// undone, a real command over a budget is refused as a conflict, and each
+/// plan is left in the slot returned.
+fn planned(store: &Store, dry_run: bool) -> (Store, Arc<Mutex<Option<Plan>>>) {
+    let slot = Arc::new(Mutex::new(None));
+    let kept = slot.clone();
+    let check: Check = Arc::new(move |rehearsal| {
+        let offers = |_: &str, _: &str| true;
+        let made = plan(
+            rehearsal,
+            &Pricing {
+                catalogue: Catalogue::embedded().unwrap(),
+                price_ceiling: HourlyPrice::from_micro_usd(10_000_000),
+                offers: &offers,
+            },
+        );
+        let over = made.over_budget();
+        *kept.lock().unwrap() = Some(made);
+        match over {
+            Some(message) if !dry_run => Err(StoreError::Conflict(message)),
+            _ => Ok(!dry_run),
+        }
+    });
+    let guarded = store.guarded(Guard {
+        if_revision: None,
+        always: dry_run,
+        check,
+    });
+    (guarded, slot)
+}
+
+/// The check of `application`'s budget in the last plan left in `slot`.
+fn budget_of(slot: &Mutex<Option<Plan>>, application: &str) -> BudgetCheck {
+    let made = slot.lock().unwrap().clone().expect("a plan");
+    made.budgets
+        .iter()
+        .find(|b| b.application.as_deref() == Some(application))
+        .cloned()
+        .unwrap_or_else(|| panic!("no budget of {application} in {made:?}"))
+}
+
+fn status_cost(store: &Store, application: &str) -> HourlyPrice {
+    status_view(&store.status().unwrap(), "sim").applications[&app(application)].hourly_cost
+}
+
+/// A unit placed on a running machine charges its application for the
+/// machine, in the plan as in status: over the application's budget, the
+/// command is refused and changes nothing.
+async fn a_unit_placed_on_a_running_machine_counts_toward_its_applications_budget(store: Store) {
+    store
+        .deploy(request("wordpress", named("wordpress"), 1))
+        .await
+        .unwrap();
+    store
+        .deploy(request("blog", named("blog"), 0))
+        .await
+        .unwrap();
+    let id: MachineId = "0".parse().unwrap();
+    let price: HourlyPrice = "0.096".parse().unwrap();
+    engine_steps::launch_in(&store, id, "a").await;
+    let update = MachineUpdate {
+        instance_type: Some("m5.large".into()),
+        hourly_price: Some(price),
+        ..MachineUpdate::default()
+    };
+    let started = Event::InstanceStarted {
+        instance_id: "i-0".into(),
+    };
+    engine_steps::apply(&store, id, started, update).await;
+    store
+        .set_budget(Some(app("blog")), Some("0.05".parse().unwrap()))
+        .await
+        .unwrap();
+    let to_machine = || vec![Placement::Machine(id)];
+
+    let before = store.revision();
+    let (dry, slot) = planned(&store, true);
+    dry.add_units(app("blog"), 1, to_machine()).await.unwrap();
+    let check = budget_of(&slot, "blog");
+    assert_eq!(check.hourly_cost_before, HourlyPrice::default());
+    assert_eq!(check.hourly_cost_after, price);
+    assert!(check.exceeded, "{check:?}");
+    assert_eq!(store.revision(), before, "a dry run changes nothing");
+
+    let (real, _) = planned(&store, false);
+    let refused = real
+        .add_units(app("blog"), 1, to_machine())
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Conflict(_)), "{refused:?}");
+    assert!(
+        refused.to_string().contains(
+            r#"application "blog"'s hourly cost would go from $0 to $0.096, over its budget of $0.05"#
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        store.revision(),
+        before,
+        "a refused command changes nothing"
+    );
+    assert!(units_of(&store, "blog").is_empty());
+
+    // Within the budget it is kept, and status charges what the plan said.
+    store
+        .set_budget(Some(app("blog")), Some("0.1".parse().unwrap()))
+        .await
+        .unwrap();
+    let (real, slot) = planned(&store, false);
+    real.add_units(app("blog"), 1, to_machine()).await.unwrap();
+    assert_eq!(budget_of(&slot, "blog").hourly_cost_after, price);
+    assert_eq!(status_cost(&store, "blog"), price);
+}
+
+/// A subordinate runs on its principals' machines at no cost of its own,
+/// in the plan as in status: its budget does not hold its principal back.
+async fn a_subordinates_budget_is_not_charged_for_its_principals_machines(store: Store) {
+    store
+        .set_provider_zones(vec![ProviderZone {
+            name: "a".into(),
+            available: true,
+            reason: String::new(),
+        }])
+        .await
+        .unwrap();
+    store
+        .deploy(request("mysql", local(MYSQL, None), 1))
+        .await
+        .unwrap();
+    store.deploy(ntp_on_jammy()).await.unwrap();
+    store
+        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
+        .await
+        .unwrap();
+    store
+        .set_budget(Some(app("ntp")), Some("0.0001".parse().unwrap()))
+        .await
+        .unwrap();
+    let (real, slot) = planned(&store, false);
+    real.add_units(app("mysql"), 1, Vec::new()).await.unwrap();
+    let made = slot.lock().unwrap().clone().expect("a plan");
+    assert!(
+        made.machines[0].hourly_price.is_some(),
+        "the new machine is priced: {made:?}"
+    );
+    let check = budget_of(&slot, "ntp");
+    assert_eq!(check.hourly_cost_after, HourlyPrice::default());
+    assert!(!check.exceeded, "{check:?}");
+    assert_eq!(units_of(&store, "ntp").len(), 2);
+    assert_eq!(status_cost(&store, "ntp"), HourlyPrice::default());
 }
 
 async fn deploying_an_application_twice_is_a_conflict(store: Store) {
@@ -1101,6 +1332,10 @@ on_both_backends!(
     unit_constraints_sit_over_the_applications_and_the_models_key_by_key,
     place_with_and_place_in_put_new_containers_beside_an_applications_units,
     scale_with_keeps_a_unit_beside_every_unit_of_the_leader,
+    a_unit_added_to_a_leader_brings_the_whole_chain_of_followers_and_their_subordinates,
+    a_followers_unit_is_not_removed_alone,
+    a_unit_placed_on_a_running_machine_counts_toward_its_applications_budget,
+    a_subordinates_budget_is_not_charged_for_its_principals_machines,
     a_unit_snapshots_the_model_and_application_constraints_merged,
     changing_model_constraints_never_touches_existing_units,
     deploying_an_application_twice_is_a_conflict,

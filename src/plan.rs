@@ -311,7 +311,7 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
         chosen: HashMap::new(),
         problems: HashMap::new(),
     };
-    // What each machine costs now, and the applications on it.
+    // What each machine costs now, and the applications it is charged to.
     let mut price_now: BTreeMap<MachineId, Option<HourlyPrice>> = BTreeMap::new();
     let mut apps_now: BTreeMap<MachineId, BTreeSet<String>> = BTreeMap::new();
     for machine in &rehearsal.before {
@@ -319,12 +319,19 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
             continue;
         }
         price_now.insert(machine.id, standing_price(machine, pricing, &mut cheapest));
-        if let Some(apps) = rehearsal.applications_before.get(&machine.id) {
+        if let Some(apps) = rehearsal.charged_before.get(&machine.id) {
             apps_now.insert(machine.id, apps.clone());
         }
     }
     let mut price_after = price_now.clone();
-    let mut apps_after = apps_now.clone();
+    // Every machine's, the ones the command neither adds nor removes
+    // included: a unit placed on a running machine charges its application
+    // for it. Only machines with a price after the command count.
+    let apps_after: BTreeMap<MachineId, BTreeSet<String>> = rehearsal
+        .charged_after
+        .iter()
+        .map(|(id, apps)| (*id, apps.clone()))
+        .collect();
     let mut machines = Vec::new();
 
     let mut starting: Vec<(Action, &Starting)> = rehearsal
@@ -338,7 +345,6 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
         let record = &start.record;
         let placed = placer.place(record, &start.applications);
         price_after.insert(record.id, placed.hourly_price);
-        apps_after.insert(record.id, start.applications.clone());
         machines.push(PlannedMachine {
             action,
             machine: record.id,
@@ -354,7 +360,6 @@ pub fn plan(rehearsal: &Rehearsal, pricing: &Pricing<'_>) -> Plan {
     for record in &rehearsal.removed {
         let price = price_now.get(&record.id).copied().flatten();
         price_after.remove(&record.id);
-        apps_after.remove(&record.id);
         machines.push(PlannedMachine {
             action: Action::Remove,
             machine: record.id,

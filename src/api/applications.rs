@@ -346,7 +346,7 @@ pub async fn add_units(
         (status = 204, description = "Removed"),
         (status = 200, description = "dry_run: the plan (what would start and stop, where, at what price); nothing changed", body = Plan),
         (status = 409, description = "The model changed since if_revision", body = ErrorBody),
-        (status = 400, description = "Bad unit name, no units, a unit listed twice, a subordinate unit, or a query string", body = ErrorBody),
+        (status = 400, description = "Bad unit name, no units, a unit listed twice, a subordinate unit, a unit that scales with another (it goes with its leader's), or a query string", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown unit", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),

@@ -59,6 +59,13 @@ pub struct Rehearsal {
     pub before: Vec<MachineRecord>,
     /// The applications of each machine's units before the command.
     pub applications_before: HashMap<MachineId, BTreeSet<String>>,
+    /// The applications each machine's price is charged to before the
+    /// command: those of its principal units, as status charges it (a
+    /// subordinate runs on its principal's machine at no cost of its own).
+    pub charged_before: HashMap<MachineId, BTreeSet<String>>,
+    /// The same after the command, for every machine: a unit placed on a
+    /// machine already there charges its application for it.
+    pub charged_after: HashMap<MachineId, BTreeSet<String>>,
     /// Machines the command adds, in id order.
     pub added: Vec<Starting>,
     /// Machines in error the command makes pending again.
@@ -201,7 +208,7 @@ pub(crate) fn guarded<T>(
         return op(tx);
     }
     let before = all_machines(tx)?;
-    let applications_before = applications_on(tx, None)?;
+    let (applications_before, charged_before) = applications_on(tx, None)?;
     let census = census::read(tx)?;
     let zones: Vec<ZoneRecord> = zones::table
         .select(ZoneRecord::as_select())
@@ -218,6 +225,8 @@ pub(crate) fn guarded<T>(
                     revision,
                     before,
                     applications_before,
+                    charged_after: HashMap::new(),
+                    charged_before,
                     added: Vec::new(),
                     retried: Vec::new(),
                     removed: Vec::new(),
@@ -232,12 +241,21 @@ pub(crate) fn guarded<T>(
     Ok(value)
 }
 
-/// Fills in what the recorded changes did to machines.
+/// Fills in what the recorded changes did to machines and to the units
+/// on them.
 fn look(
     tx: &mut Tx<'_>,
     recorded: &[Recorded],
     mut rehearsal: Rehearsal,
 ) -> Result<Rehearsal, StoreError> {
+    let moved_units = recorded
+        .iter()
+        .any(|r| matches!(r.entity, Entity::Unit | Entity::Machine));
+    rehearsal.charged_after = if moved_units {
+        applications_on(tx, None)?.1
+    } else {
+        rehearsal.charged_before.clone()
+    };
     let touched: BTreeSet<MachineId> = recorded
         .iter()
         .filter(|r| r.entity == Entity::Machine)
@@ -258,7 +276,7 @@ fn look(
             after.insert(record.id, record);
         }
     }
-    let mut applications = applications_on(tx, Some(&ids))?;
+    let (mut applications, _) = applications_on(tx, Some(&ids))?;
     let before: HashMap<MachineId, &MachineRecord> =
         rehearsal.before.iter().map(|m| (m.id, m)).collect();
     let mut removed = Vec::new();
@@ -302,16 +320,25 @@ fn all_machines(tx: &mut Tx<'_>) -> Result<Vec<MachineRecord>, StoreError> {
         .collect()
 }
 
+/// Applications by machine.
+type OnMachines = HashMap<MachineId, BTreeSet<String>>;
+
 /// The applications of the units on each machine (of `ids` only, when
-/// given).
+/// given), and of its principal units only: the applications its price is
+/// charged to, as status charges it.
 fn applications_on(
     tx: &mut Tx<'_>,
     ids: Option<&[String]>,
-) -> Result<HashMap<MachineId, BTreeSet<String>>, StoreError> {
-    let rows: Vec<(String, String)> = match ids {
+) -> Result<(OnMachines, OnMachines), StoreError> {
+    let columns = (
+        units::machine_id.assume_not_null(),
+        units::application,
+        units::principal,
+    );
+    let rows: Vec<(String, String, Option<String>)> = match ids {
         None => units::table
             .filter(units::machine_id.is_not_null())
-            .select((units::machine_id.assume_not_null(), units::application))
+            .select(columns)
             .load(tx.conn)?,
         Some(ids) => {
             let mut rows = Vec::new();
@@ -319,18 +346,24 @@ fn applications_on(
                 rows.extend(
                     units::table
                         .filter(units::machine_id.eq_any(chunk))
-                        .select((units::machine_id.assume_not_null(), units::application))
-                        .load::<(String, String)>(tx.conn)?,
+                        .select(columns)
+                        .load::<(String, String, Option<String>)>(tx.conn)?,
                 );
             }
             rows
         }
     };
-    let mut on: HashMap<MachineId, BTreeSet<String>> = HashMap::new();
-    for (machine, application) in rows {
-        on.entry(stored("machine id", &machine)?)
-            .or_default()
-            .insert(application);
+    let mut on = OnMachines::new();
+    let mut charged = OnMachines::new();
+    for (machine, application, principal) in rows {
+        let machine: MachineId = stored("machine id", &machine)?;
+        if principal.is_none() {
+            charged
+                .entry(machine)
+                .or_default()
+                .insert(application.clone());
+        }
+        on.entry(machine).or_default().insert(application);
     }
-    Ok(on)
+    Ok((on, charged))
 }

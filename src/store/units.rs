@@ -326,11 +326,11 @@ pub(crate) fn add_units_tx(
 }
 
 /// The subordinate units and the units that scale with a new principal
-/// `unit` on `machine`.
+/// `unit` on `machine`: a follower's new unit brings its own in turn.
 fn beside_new_unit(
     tx: &mut Tx<'_>,
     subordinates: &[ApplicationRecord],
-    followers: &[ApplicationRecord],
+    followers: &[Follower],
     model: &Constraints,
     unit: &UnitName,
     machine: &MachineId,
@@ -344,45 +344,75 @@ fn beside_new_unit(
     Ok(())
 }
 
-/// The live applications deployed to scale with `leader`.
-fn followers_of(
-    tx: &mut Tx<'_>,
-    leader: &ApplicationName,
-) -> Result<Vec<ApplicationRecord>, StoreError> {
+/// An application that scales with another, read once per command with
+/// what each of its new units brings beside it.
+struct Follower {
+    application: ApplicationRecord,
+    /// Its subordinate applications: each gets a unit beside every new
+    /// unit of the follower.
+    subordinates: Vec<ApplicationRecord>,
+    /// The applications that scale with it in turn (C with B with A).
+    followers: Vec<Follower>,
+}
+
+/// `application` as a [`Follower`], with its subordinates and the
+/// followers that scale with it, all the way down.
+fn load_follower(tx: &mut Tx<'_>, application: ApplicationRecord) -> Result<Follower, StoreError> {
+    Ok(Follower {
+        subordinates: subordinates_of(tx, &application.name)?,
+        followers: followers_of(tx, &application.name)?,
+        application,
+    })
+}
+
+/// The live applications deployed to scale with `leader`. Deploying is the
+/// only way to scale with an application, and only with one already
+/// there, so the chain of followers has no loop.
+fn followers_of(tx: &mut Tx<'_>, leader: &ApplicationName) -> Result<Vec<Follower>, StoreError> {
     let rows: Vec<ApplicationRow> = applications::table
         .filter(applications::scale_with.eq(leader.as_str()))
         .filter(applications::life.eq("alive"))
         .select(ApplicationRow::as_select())
         .load(tx.conn)?;
-    rows.into_iter().map(ApplicationRecord::try_from).collect()
+    let mut followers = Vec::with_capacity(rows.len());
+    for row in rows {
+        let application = ApplicationRecord::try_from(row)?;
+        followers.push(load_follower(tx, application)?);
+    }
+    Ok(followers)
 }
 
 /// A unit of `follower` in a new container on the machine hosting
 /// `leader_unit` (on `leader_machine`, or on its host if that is a
-/// container), marked as following it; `model` is the model's
-/// constraints.
+/// container), marked as following it, with its subordinates' units and
+/// its own followers' beside it; `model` is the model's constraints.
 fn follow_unit(
     tx: &mut Tx<'_>,
-    follower: &ApplicationRecord,
+    follower: &Follower,
     model: &Constraints,
     leader_unit: &UnitName,
     leader_machine: &MachineId,
 ) -> Result<PlacedUnit, StoreError> {
-    let constraints = merge(model, &follower.constraints);
+    let Follower {
+        application: follower_app,
+        subordinates,
+        followers,
+    } = follower;
+    let constraints = merge(model, &follower_app.constraints);
     let host = Placement::PlaceIn {
         host: leader_machine.host_number(),
     };
     let machine = create_placed_machine(
         tx,
         Some(&host),
-        &follower.base,
+        &follower_app.base,
         &constraints,
         MachineRole::Workload,
     )?;
     let unit = insert_unit(
         tx,
-        &follower.name,
-        &follower.base,
+        &follower_app.name,
+        &follower_app.base,
         &constraints,
         &machine,
         None,
@@ -390,6 +420,7 @@ fn follow_unit(
     diesel::update(units::table.find(unit.to_string()))
         .set(units::follows.eq(leader_unit.to_string()))
         .execute(tx.conn)?;
+    beside_new_unit(tx, subordinates, followers, model, &unit, &machine)?;
     Ok(PlacedUnit { unit, machine })
 }
 
@@ -401,6 +432,7 @@ pub(crate) fn follow_every_unit(
     leader: &ApplicationName,
 ) -> Result<Vec<PlacedUnit>, StoreError> {
     let follower = load_application(tx, follower)?;
+    let follower = load_follower(tx, follower)?;
     let model = model_constraints_tx(tx)?;
     let leader_units: Vec<(String, Option<String>)> = units::table
         .filter(units::application.eq(leader.as_str()))
@@ -419,19 +451,25 @@ pub(crate) fn follow_every_unit(
 }
 
 fn remove_unit_tx(tx: &mut Tx<'_>, unit: &UnitName) -> Result<(), StoreError> {
-    let principal: Option<Option<String>> = units::table
+    let found: Option<(Option<String>, Option<String>)> = units::table
         .find(unit.to_string())
-        .select(units::principal)
+        .select((units::principal, units::follows))
         .get_result(tx.conn)
         .optional()?;
-    match principal {
+    match found {
         None => Err(StoreError::NotFound(format!("unit {:?} not found", unit.to_string()))),
-        Some(Some(principal)) => Err(StoreError::Invalid(format!(
+        Some((Some(principal), _)) => Err(StoreError::Invalid(format!(
             "unit {:?} is a subordinate of {principal:?}: remove the relation, or the principal, instead",
             unit.to_string()
         ))),
+        // A follower's units come and go with its leader's, as add-unit
+        // refuses to add them.
+        Some((None, Some(leader))) => Err(StoreError::Invalid(format!(
+            "unit {:?} scales with {leader:?}: remove {leader:?} instead",
+            unit.to_string()
+        ))),
         // The units that scale with it go with it.
-        Some(None) => delete_unit_rows(tx, &unit.to_string()),
+        Some((None, None)) => delete_unit_rows(tx, &unit.to_string()),
     }
 }
 
@@ -478,7 +516,8 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`StoreError::NotFound`]; [`StoreError::Invalid`] for a subordinate.
+    /// [`StoreError::NotFound`]; [`StoreError::Invalid`] for a subordinate,
+    /// or a unit that scales with another (it goes with its leader's).
     pub async fn remove_units(&self, units: Vec<UnitName>) -> Result<(), StoreError> {
         self.write(move |tx| units.iter().try_for_each(|u| remove_unit_tx(tx, u)))
             .await
