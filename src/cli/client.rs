@@ -190,7 +190,8 @@ impl Client {
         for step in 0..count {
             let index = (first + step) % count;
             match attempt(&self.bases[index]) {
-                Err(CliError::Unreachable { .. }) if count > 1 => {
+                // Nothing was sent to it: the next may take the request.
+                Err(CliError::Unreachable { .. } | CliError::Unresolved { .. }) if count > 1 => {
                     log::debug!("{} does not answer; trying the next", self.bases[index]);
                 }
                 answered => {
@@ -341,6 +342,7 @@ impl Client {
     ///
     /// [`CliError::Api`] with the server's message for an error status;
     /// [`CliError::Unreachable`] when nothing listens at the URL;
+    /// [`CliError::Unresolved`] when its host name does not resolve;
     /// [`CliError::Transport`] for other connection failures.
     pub fn send(
         &self,
@@ -457,6 +459,15 @@ fn failure(base: &str, error: ureq::Error) -> CliError {
             if transport_error.kind() == ureq::ErrorKind::ConnectionFailed {
                 return CliError::Unreachable {
                     url: base.to_string(),
+                };
+            }
+            if transport_error.kind() == ureq::ErrorKind::Dns {
+                return CliError::Unresolved {
+                    url: base.to_string(),
+                    reason: transport_error.message().map_or_else(
+                        || "its host name does not resolve".to_string(),
+                        str::to_string,
+                    ),
                 };
             }
             let mut reason = transport_error.kind().to_string();
@@ -608,6 +619,42 @@ mod tests {
 
     fn stream(text: &'static str) -> EventStream {
         EventStream::new(std::io::Cursor::new(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_controller_whose_name_does_not_resolve_is_passed_over_like_one_that_does_not_answer() {
+        let client = Client::new("http://a.invalid:1,http://b.invalid:2", None).unwrap();
+        let mut tried = Vec::new();
+        let answered = client.with_failover(|base| {
+            tried.push(base.to_string());
+            if base == "http://a.invalid:1" {
+                Err(CliError::Unresolved {
+                    url: base.to_string(),
+                    reason: "no such name".into(),
+                })
+            } else {
+                Ok(base.to_string())
+            }
+        });
+        assert_eq!(answered.unwrap(), "http://b.invalid:2");
+        assert_eq!(tried, ["http://a.invalid:1", "http://b.invalid:2"]);
+        // The next request starts at the one that answered.
+        assert_eq!(
+            client.with_failover(|base| Ok(base.to_string())).unwrap(),
+            "http://b.invalid:2"
+        );
+        // A failure after the request may have been sent is not passed over:
+        // the request is not sent twice.
+        let mut tried = 0;
+        let broken = client.with_failover(|base| -> Result<(), CliError> {
+            tried += 1;
+            Err(CliError::Transport {
+                url: base.to_string(),
+                reason: "connection reset".into(),
+            })
+        });
+        assert!(matches!(broken, Err(CliError::Transport { .. })));
+        assert_eq!(tried, 1);
     }
 
     #[test]

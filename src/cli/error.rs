@@ -30,7 +30,10 @@ pub enum CliError {
     /// Nothing listens at the controller's address.
     #[error("cannot reach the berth controller at {url}: is 'berth serve' running?")]
     Unreachable { url: String },
-    /// The connection failed in another way (DNS, reset, timeout).
+    /// The controller's host name does not resolve: nothing was sent.
+    #[error("cannot find the berth controller at {url}: {reason}")]
+    Unresolved { url: String, reason: String },
+    /// The connection failed in another way (reset, timeout).
     #[error("cannot talk to the berth controller at {url}: {reason}")]
     Transport { url: String, reason: String },
     /// The controller's certificate could not be verified with the CA the
@@ -81,7 +84,9 @@ impl CliError {
     /// reached, timed out, or said it is overloaded or broken (5xx).
     pub fn is_transient(&self) -> bool {
         match self {
-            CliError::Unreachable { .. } | CliError::Transport { .. } => true,
+            CliError::Unreachable { .. }
+            | CliError::Unresolved { .. }
+            | CliError::Transport { .. } => true,
             CliError::Api { status, .. } => *status >= 500,
             _ => false,
         }
