@@ -1085,6 +1085,49 @@ fn an_agent_whose_credential_is_refused_exits_with_a_clear_message() {
 }
 
 #[test]
+fn a_ca_certificate_for_a_plain_http_controller_is_refused_before_anything_is_sent() {
+    // Nothing listens on port 9: had the command been sent, it would say
+    // the controller cannot be reached.
+    let expected = "ERROR the CA certificate /nonexistent/ca.crt (--ca-cert or BERTH_CA_CERT) \
+                    verifies https:// controllers, and http://127.0.0.1:9 is plain HTTP: give the \
+                    controller's https:// URL, or leave the CA out\n";
+    let status = run(&[
+        "berth",
+        "--url",
+        "http://127.0.0.1:9",
+        "--token",
+        "t",
+        "--ca-cert",
+        "/nonexistent/ca.crt",
+        "status",
+    ]);
+    assert_eq!((status.code, status.err.as_str()), (2, expected));
+    let login = run(&[
+        "berth",
+        "--token",
+        "t",
+        "--ca-cert",
+        "/nonexistent/ca.crt",
+        "login",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!((login.code, login.err.as_str()), (2, expected));
+    // Beside an https:// address in a list, it verifies that one.
+    let listed = run(&[
+        "berth",
+        "--url",
+        "http://127.0.0.1:9,https://127.0.0.1:9",
+        "--token",
+        "t",
+        "--ca-cert",
+        "/nonexistent/ca.crt",
+        "status",
+    ]);
+    assert!(listed.err.contains("/nonexistent/ca.crt"), "{}", listed.err);
+    assert!(!listed.err.contains("plain HTTP"), "{}", listed.err);
+}
+
+#[test]
 fn an_agent_of_an_unknown_machine_exits() {
     let controller = start_controller();
     let output = berth(

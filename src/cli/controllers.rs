@@ -159,6 +159,24 @@ pub fn names_https(url: &str) -> bool {
     url.split(',').any(|one| one.trim().starts_with("https://"))
 }
 
+/// Refuses a CA certificate given for `url` when no address in it is
+/// `https://`: over plain HTTP it would verify nothing, and a user who gave
+/// it would think the controller verified.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] naming the certificate and the URL.
+pub fn ca_cert_used(url: &str, ca_cert: Option<&Path>) -> Result<(), CliError> {
+    match ca_cert {
+        Some(ca) if !names_https(url) => Err(CliError::Usage(format!(
+            "the CA certificate {} (--ca-cert or BERTH_CA_CERT) verifies https:// controllers, \
+             and {url} is plain HTTP: give the controller's https:// URL, or leave the CA out",
+            ca.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(unix)]
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -361,6 +379,7 @@ pub fn login(
     let url = normalize_url(&args.controller_url).to_string();
     let name = args.name.clone().unwrap_or_else(|| default_name(&url));
     check_name(&name)?;
+    ca_cert_used(&url, ca_cert)?;
     let token = token::discover(token, data_dir)?;
     let ca = if names_https(&url) {
         trusted_ca(ca_cert, None, data_dir)?

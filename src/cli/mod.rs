@@ -448,6 +448,7 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
         Command::Controllers => controllers::list(&saved, io),
         Command::Switch(args) => controllers::switch(args, &saved, io),
         command => controllers::resolve(cli.url.as_deref(), token, &saved).and_then(|target| {
+            controllers::ca_cert_used(&target.url, cli.ca_cert.as_deref())?;
             let ca = if controllers::names_https(&target.url) {
                 controllers::trusted_ca(
                     cli.ca_cert.as_deref(),
