@@ -29,7 +29,9 @@ use berth::store::Store;
 
 use crate::on_each_backend;
 use crate::support::app::{spawn_app_with, Backend, Cloud, Options, Site, TestApp};
-use crate::support::{eventually, fast_provisioner, live_instances, throughout, until, PATIENCE};
+use crate::support::{
+    engine_steps, eventually, fast_provisioner, live_instances, throughout, until, PATIENCE,
+};
 
 /// An app with the engine on `config` over the simulated cloud on `sim`.
 async fn spawn_engine(backend: Backend, sim: SimConfig, config: ProvisionerConfig) -> TestApp {
@@ -770,6 +772,112 @@ async fn an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again(back
     assert_eq!(cloud.terminated(), [instance]);
 }
 
+/// The simulated cloud, whose launches wait until the test opens the gate.
+struct GatedLaunches {
+    inner: Arc<SimProvider>,
+    /// No permits until opened; a launch takes one and gives it straight
+    /// back, so once open the gate stays open.
+    gate: tokio::sync::Semaphore,
+}
+
+impl GatedLaunches {
+    /// Lets every launch, waiting or to come, go ahead.
+    fn open(&self) {
+        self.gate.add_permits(1);
+    }
+}
+
+#[async_trait]
+impl Provider for GatedLaunches {
+    what_the_simulated_cloud_says!();
+    async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
+        self.inner.zones().await
+    }
+    async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        drop(self.gate.acquire().await);
+        self.inner.launch(requests).await
+    }
+    async fn terminate(&self, ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
+        self.inner.terminate(ids).await
+    }
+    async fn instances(&self, controller: &str) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.instances(controller).await
+    }
+}
+
+/// A machine that settles while it waits in line for an actor is claimed
+/// when its turn comes, found settled, and let go: the controller keeps
+/// no lease on it to renew for as long as it runs.
+///
+/// One actor is allowed, and the first machine's launch waits at the gate,
+/// so the line moves only once the test opens it. The machine in line is
+/// settled by writes made as the engine's own, which the engine's follower
+/// of the change log passes over: it stays in line as it was created, and
+/// is read only when admitted.
+async fn a_machine_settled_while_waiting_for_an_actor_is_claimed_and_let_go(backend: Backend) {
+    let site = Site::new(backend);
+    let cloud = Arc::new(GatedLaunches {
+        inner: site.open_sim(SimConfig::default()),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let config = ProvisionerConfig {
+        max_machine_actors: 1,
+        // No renewal (nor its sweep of unheld machines), and no launch
+        // abandoned at the gate, while the test runs.
+        lease_ttl_s: 3600,
+        call_timeout_s: 3600,
+        ..fast_provisioner()
+    };
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        cloud: Cloud::Given {
+            provider: cloud.clone(),
+            limits: RateLimits::default(),
+        },
+        engine: Some(config),
+        ..Options::default()
+    })
+    .await;
+    let store = app.store();
+    // The first machine's actor takes the only room.
+    store.add_machines(AddMachines::default()).await.unwrap();
+    until(store, "the first machine launching", |s| {
+        s.machines.len() == 1 && all_in(s, &[MachineState::Starting])
+    })
+    .await;
+    // The second waits in line and settles there; the third waits behind it.
+    let settled = store.add_machines(AddMachines::default()).await.unwrap()[0];
+    engine_steps::fail_provisioning(store, settled, "no capacity in sim-a").await;
+    store.add_machines(AddMachines::default()).await.unwrap();
+    cloud.open();
+    // With room for one actor, the third is admitted only after the
+    // second was.
+    until(store, "the first and the third started", |s| {
+        s.machines
+            .iter()
+            .filter(|m| m.state() == MachineState::Started)
+            .count()
+            == 2
+    })
+    .await;
+    eventually("every machine's lease to be let go", PATIENCE, || async {
+        let leased: Vec<String> = store
+            .status()
+            .unwrap()
+            .machines
+            .iter()
+            .filter(|m| m.lease.is_some())
+            .map(|m| format!("{} ({})", m.id, m.state()))
+            .collect();
+        if leased.is_empty() {
+            Ok(())
+        } else {
+            Err(leased)
+        }
+    })
+    .await;
+}
+
 /// An app with the engine on `config` over a provider that misbehaves as
 /// `how` for machine `victim`; and the simulated cloud behind it.
 async fn spawn_misbehaving(
@@ -1344,6 +1452,7 @@ on_each_backend! {
         the_simulated_agents_heartbeats_keep_their_machines_started,
         a_launch_recorded_after_the_cloud_listed_its_instances_is_not_taken_for_vanished,
         an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again,
+        a_machine_settled_while_waiting_for_an_actor_is_claimed_and_let_go,
     ],
     plain: [
         an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine,

@@ -303,9 +303,11 @@ impl Provisioner {
         }
     }
 
-    /// Lets go of a machine's lease once its actor has stopped (settled,
-    /// gone, or it found the lease lost), so that whoever next has work
-    /// for it can claim it. Released in batches.
+    /// Lets go of a machine's lease once this controller has no work for
+    /// it (its actor stopped: settled, gone, or it found the lease lost;
+    /// or it was claimed from the line and found settled), so that whoever
+    /// next has work for it can claim it and the renewals keep only the
+    /// leases of machines being worked on. Released in batches.
     fn release_lease(&mut self, id: MachineId, ctx: &mut Context<Self>) {
         self.shared.leases.released(id);
         self.releasing.push(id);
@@ -401,22 +403,27 @@ impl Provisioner {
                         continue;
                     };
                     act.queued.remove(&id);
-                    if needs_actor(machine.record.state()) {
-                        // The instance it records, as just read: it waited
-                        // without an actor, so nothing has moved it on.
-                        let vanished = machine
-                            .record
-                            .instance_id()
-                            .filter(|_| entry.vanished)
-                            .map(str::to_string);
-                        act.spawn_actor_for(machine, entry.adopt.map(|a| *a), entry.retried, ctx);
-                        if let Some(instance) = vanished {
-                            if let Some((_, actor)) = act.actors.get(&id) {
-                                actor.do_send(InstanceChanged {
-                                    instance_id: instance,
-                                    state: InstanceState::Terminated,
-                                });
-                            }
+                    if !needs_actor(machine.record.state()) {
+                        // Settled while it waited (its agent checked in,
+                        // say): claimed for nothing, so let go now rather
+                        // than renewed for as long as this controller runs.
+                        act.release_lease(id, ctx);
+                        continue;
+                    }
+                    // The instance it records, as just read: it waited
+                    // without an actor, so nothing has moved it on.
+                    let vanished = machine
+                        .record
+                        .instance_id()
+                        .filter(|_| entry.vanished)
+                        .map(str::to_string);
+                    act.spawn_actor_for(machine, entry.adopt.map(|a| *a), entry.retried, ctx);
+                    if let Some(instance) = vanished {
+                        if let Some((_, actor)) = act.actors.get(&id) {
+                            actor.do_send(InstanceChanged {
+                                instance_id: instance,
+                                state: InstanceState::Terminated,
+                            });
                         }
                     }
                 }
