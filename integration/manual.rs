@@ -1,8 +1,9 @@
 //! The manual provider against a real OpenSSH server on loopback
 //! ([`crate::support::sshd`]): enlisting an existing host with
 //! `berth add-machine ssh:...`, reading its hardware and base, keeping its
-//! agent alive when it is killed, refusing a host that does not fit or
-//! whose key is unknown, and removing the agent (never the host).
+//! agent alive when it is killed, refusing a host that does not fit,
+//! whose key is unknown or whose agent could not reach the controller, and
+//! removing the agent (never the host).
 //!
 //! The controller runs with its engine over the simulated cloud, so each
 //! test also shows that no cloud instance is launched for an `ssh:`
@@ -315,6 +316,57 @@ async fn a_unit_whose_base_the_host_does_not_run_is_refused_naming_both() {
         0,
         "nothing installed"
     );
+}
+
+#[actix_web::test]
+async fn a_host_is_refused_up_front_when_agents_would_be_told_the_unspecified_address() {
+    let sshd = Sshd::start();
+    // What a controller listening with `--listen 0.0.0.0:17070` and no
+    // controller_url tells its agents.
+    let app = spawn_app_with(Options {
+        manual: sshd.manual_config(),
+        controller_url: Some("https://0.0.0.0:17070".into()),
+        ..Options::engine(
+            Backend::Sqlite,
+            SimConfig::default(),
+            ProvisionerConfig::default(),
+        )
+    })
+    .await;
+    let added = berth(&app, &["add-machine", &format!("ssh:{}", sshd.target())]).await;
+    assert!(!added.status.success(), "{added:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&added.stderr),
+        format!(
+            "ERROR cannot honour placement \"ssh:{}\": agents cannot reach the controller at \
+             https://0.0.0.0:17070: 0.0.0.0 is the unspecified address, which a controller \
+             listens on but no host can connect to; set controller_url (BERTH_CONTROLLER_URL) \
+             to an address of this controller that the host can reach\n",
+            sshd.target()
+        )
+    );
+    // So is a unit placed on one; nothing is added either way.
+    let deployed = berth(
+        &app,
+        &[
+            "deploy",
+            "memcached",
+            "--to",
+            &format!("ssh:{}", sshd.target()),
+        ],
+    )
+    .await;
+    assert!(!deployed.status.success(), "{deployed:?}");
+    let status = app.status_json().await;
+    assert_eq!(status["machines"], json!({}));
+    assert_eq!(status["applications"], json!({}));
+    assert_eq!(
+        std::fs::read_dir(sshd.agent_dir()).unwrap().count(),
+        0,
+        "nothing installed"
+    );
+    assert!(sshd.processes(" agent --url").is_empty());
+    assert!(app.sim().ledger().is_empty(), "no cloud instance for ssh:");
 }
 
 #[actix_web::test]

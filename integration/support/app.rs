@@ -319,6 +319,7 @@ fn sim_info() -> ProviderInfo {
             Key::Zones,
         ],
         supports_containers: true,
+        ssh_refused: None,
     }
 }
 
@@ -345,9 +346,11 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                     let sim = Arc::new(SimProvider::open(config.clone(), None).expect("open sim"));
                     (sim_info(), Some(sim.clone()), sim)
                 }
-                Cloud::Given { provider, .. } => {
-                    (info_of(provider.as_ref()), None, provider.clone())
-                }
+                Cloud::Given { provider, .. } => (
+                    ProviderInfo::of(provider.as_ref(), &address),
+                    None,
+                    provider.clone(),
+                ),
             };
             let pricing = PricingSource {
                 provider: cloud,
@@ -369,17 +372,17 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                 }
                 Cloud::Given { provider, limits } => (provider, None, limits),
             };
+            let controller_url = options
+                .controller_url
+                .clone()
+                .unwrap_or_else(|| address.clone());
+            let info = ProviderInfo::of(provider.as_ref(), &controller_url);
             let engine = Engine::start(
                 store.clone(),
                 provider.clone(),
                 &config,
                 limits,
-                ControllerContact::at(
-                    options
-                        .controller_url
-                        .clone()
-                        .unwrap_or_else(|| address.clone()),
-                ),
+                ControllerContact::at(controller_url),
                 metrics.clone(),
                 &options.manual,
             )
@@ -389,7 +392,7 @@ async fn assemble(options: Options, site: Site) -> TestApp {
                 provider: provider.clone(),
                 price_ceiling: config.price_ceiling(),
             };
-            (Some(engine), sim, link, info_of(provider.as_ref()), pricing)
+            (Some(engine), sim, link, info, pricing)
         }
     };
     let state = ApiState {
@@ -416,14 +419,6 @@ async fn assemble(options: Options, site: Site) -> TestApp {
         link,
         metrics,
         running: Running::Server(handle),
-    }
-}
-
-fn info_of(provider: &dyn Provider) -> ProviderInfo {
-    ProviderInfo {
-        name: provider.name().to_string(),
-        supported_constraints: provider.supported_constraints().to_vec(),
-        supports_containers: provider.supports_containers(),
     }
 }
 

@@ -365,6 +365,7 @@ mod tests {
             name: "sim".into(),
             supported_constraints: vec![Key::Mem, Key::Cores],
             supports_containers: true,
+            ssh_refused: None,
         };
         let c = Constraints::parse("mem=2G virt-type=kvm").unwrap();
         assert_eq!(

@@ -126,14 +126,36 @@ pub struct ProviderInfo {
     /// Whether the provider can start lxd containers; `lxd` placements are
     /// refused on one that cannot.
     pub supports_containers: bool,
+    /// Why `ssh:` placements are refused (their agents would be told an
+    /// address of the controller that no host can reach); `None` when
+    /// hosts can be enlisted.
+    pub ssh_refused: Option<String>,
 }
 
 impl ProviderInfo {
+    /// What `provider` honours, with agents told to reach the controller
+    /// at `controller_url`: `ssh:` hosts are refused up front while no
+    /// host could reach it there.
+    pub fn of(
+        provider: &dyn crate::contracts::provider::Provider,
+        controller_url: &str,
+    ) -> ProviderInfo {
+        ProviderInfo {
+            name: provider.name().to_string(),
+            supported_constraints: provider.supported_constraints().to_vec(),
+            supports_containers: provider.supports_containers(),
+            ssh_refused: crate::providers::manual::check_controller_url(controller_url, "the host")
+                .err()
+                .map(|refused| refused.message),
+        }
+    }
+
     /// What the provider can carry out of the placement directives.
     pub fn placement_support(&self) -> PlacementSupport<'_> {
         PlacementSupport {
             provider: &self.name,
             containers: self.supports_containers,
+            ssh_refused: self.ssh_refused.as_deref(),
         }
     }
 }

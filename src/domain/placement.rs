@@ -81,6 +81,9 @@ pub struct PlacementSupport<'a> {
     pub provider: &'a str,
     /// Whether it can start lxd containers on its machines.
     pub containers: bool,
+    /// Why no host can be enlisted with `ssh:` (its agent would be told an
+    /// address of the controller no host can reach); `None` when one can.
+    pub ssh_refused: Option<&'a str>,
 }
 
 /// A placement directive that parses but that berth cannot honour with
@@ -105,6 +108,8 @@ pub enum UnsupportedPlacement {
         provider: String,
         key: String,
     },
+    #[error("cannot honour placement {placement:?}: {why}")]
+    Ssh { placement: String, why: String },
 }
 
 impl Placement {
@@ -138,8 +143,15 @@ impl Placement {
                 placement,
                 provider,
             }),
-            // Enlisting an existing host works beside any cloud.
-            Placement::Ssh(_) => Ok(()),
+            // Enlisting an existing host works beside any cloud, when its
+            // agent can reach the controller.
+            Placement::Ssh(_) => match support.ssh_refused {
+                None => Ok(()),
+                Some(why) => Err(UnsupportedPlacement::Ssh {
+                    placement,
+                    why: why.to_string(),
+                }),
+            },
             Placement::Hostname(_) => Err(UnsupportedPlacement::Hostname {
                 placement,
                 provider,
@@ -640,6 +652,7 @@ mod tests {
         PlacementSupport {
             provider: "sim",
             containers,
+            ssh_refused: None,
         }
     }
 

@@ -24,6 +24,11 @@
 //! probe read. Removing the machine stops and removes the agent and its
 //! files; the host itself is never stopped or changed otherwise.
 //!
+//! Before any of that, the URL the agent would be given is checked
+//! ([`check_controller_url`]): a controller that agents are told to reach
+//! at the unspecified address (`0.0.0.0`, `::`: what it listens on when
+//! `controller_url` is not set) is refused without connecting to the host.
+//!
 //! Every failure is a provisioning error that names its cause (unreachable,
 //! host key refused, login refused, no `sudo`, no space, does not fit);
 //! `retry-provisioning` tries again once it is fixed. Nothing here ever
@@ -33,6 +38,7 @@ pub mod probe;
 pub mod scripts;
 pub mod ssh;
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -126,6 +132,50 @@ fn permanent(message: String) -> ProviderError {
     ProviderError::new(FailureClass::Permanent, message)
 }
 
+/// The host of `scheme://[user@]host[:port][/...]` (an IPv6 address
+/// without its brackets), or `None` if `url` names none.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Whether `host`, a name or an address, is a loopback one.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.to_ascii_lowercase().ends_with(".localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Checks `url`, where the agent on `host` would be told to reach the
+/// controller, by its form alone (the agent connects, not the
+/// controller). The unspecified address (`0.0.0.0`, `::`) is what a
+/// controller listening on every interface gives when `controller_url` is
+/// not set; no agent can check in there. A loopback URL passes: it works
+/// for a host that is the controller's own, which berth cannot tell from
+/// the host's name alone ([`ManualHosts::enlist`] warns when that name is
+/// not a loopback one).
+///
+/// # Errors
+///
+/// A permanent [`ProviderError`] naming `url`, why it cannot be reached,
+/// and `controller_url` as the setting that fixes it.
+pub fn check_controller_url(url: &str, host: &str) -> Result<(), ProviderError> {
+    match url_host(url).and_then(|h| h.parse::<IpAddr>().ok()) {
+        Some(ip) if ip.is_unspecified() => Err(permanent(format!(
+            "agents cannot reach the controller at {url}: {ip} is the unspecified address, \
+             which a controller listens on but no host can connect to; set controller_url \
+             (BERTH_CONTROLLER_URL) to an address of this controller that {host} can reach"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl ManualHosts {
     pub fn new(config: &ManualConfig, model_uuid: &str) -> ManualHosts {
         let known_hosts = config.known_hosts.clone().unwrap_or_else(|| {
@@ -201,12 +251,25 @@ impl ManualHosts {
     ///
     /// # Errors
     ///
-    /// A [`ProviderError`] naming what failed: the connection (see
-    /// [`ssh::connection_error`]), the probe, privileges, space, fit, or
-    /// the install.
+    /// A [`ProviderError`] naming what failed: the controller URL the
+    /// agent would be given (see [`check_controller_url`]; refused before
+    /// any session), the connection (see [`ssh::connection_error`]), the
+    /// probe, privileges, space, fit, or the install.
     pub async fn enlist(&self, request: &EnlistRequest) -> Result<Enlisted, ProviderError> {
         let target = &request.target;
         let host = target.host();
+        // Before any session: an agent that can never check in is not
+        // worth installing, and the host is left as it was.
+        let controller_url = &request.agent.controller_url;
+        check_controller_url(controller_url, host)?;
+        if url_host(controller_url).is_some_and(is_loopback) && !is_loopback(host) {
+            log::warn!(
+                "machine {}: its agent is told to reach the controller at {controller_url}, a \
+                 loopback address; unless {host} is this controller's own host, the agent \
+                 cannot check in: set controller_url to an address {host} can reach",
+                request.machine
+            );
+        }
         let paths = self.paths(request.machine);
         let probe = self
             .ssh
@@ -371,5 +434,108 @@ impl ManualHosts {
             target.host()
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::secrets::Secret;
+
+    #[test]
+    fn a_controller_url_on_the_unspecified_address_is_refused_naming_controller_url() {
+        for (url, ip) in [
+            ("https://0.0.0.0:17070", "0.0.0.0"),
+            ("http://0.0.0.0", "0.0.0.0"),
+            ("https://[::]:17070/", "::"),
+            ("http://agent@0.0.0.0:17070/", "0.0.0.0"),
+        ] {
+            let refused = check_controller_url(url, "host.invalid").unwrap_err();
+            assert_eq!(refused.class, FailureClass::Permanent, "{url}");
+            assert_eq!(
+                refused.message,
+                format!(
+                    "agents cannot reach the controller at {url}: {ip} is the unspecified \
+                     address, which a controller listens on but no host can connect to; set \
+                     controller_url (BERTH_CONTROLLER_URL) to an address of this controller \
+                     that host.invalid can reach"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn loopback_and_other_controller_urls_are_left_to_the_agent() {
+        for url in [
+            "http://127.0.0.1:17070",
+            "https://[::1]:17070",
+            "http://localhost:17070",
+            "https://controller.example.com:17070",
+            "https://192.0.2.10:17070/",
+            "https://[2001:db8::1]:17070",
+        ] {
+            assert_eq!(check_controller_url(url, "127.0.0.1"), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn hosts_are_loopback_by_name_or_address() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "berth.localhost",
+            "127.0.0.1",
+            "127.8.9.10",
+            "::1",
+        ] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in [
+            "db1.example.com",
+            "10.0.0.3",
+            "0.0.0.0",
+            "::",
+            "localhost.example.com",
+        ] {
+            assert!(!is_loopback(host), "{host}");
+        }
+        assert_eq!(url_host("https://[::1]:17070/x"), Some("::1"));
+        assert_eq!(url_host("http://user@localhost"), Some("localhost"));
+        assert_eq!(url_host("http://"), None);
+    }
+
+    #[tokio::test]
+    async fn a_host_is_not_contacted_when_its_agent_could_not_reach_the_controller() {
+        // An SSH client that cannot run: any session would fail in its
+        // own words, not with the refusal.
+        let hosts = ManualHosts::new(
+            &ManualConfig {
+                ssh_program: PathBuf::from("/nonexistent/ssh"),
+                ..ManualConfig::default()
+            },
+            "model",
+        );
+        let request = EnlistRequest {
+            machine: MachineId::new(0),
+            target: "ubuntu@host.invalid".parse().unwrap(),
+            constraints: Constraints::default(),
+            base: None,
+            agent: AgentBootstrap {
+                controller_url: "https://0.0.0.0:17070".into(),
+                ca_cert: None,
+                one_time_password: Secret::new("password"),
+            },
+        };
+        let refused = hosts.enlist(&request).await.unwrap_err();
+        assert_eq!(
+            refused,
+            check_controller_url("https://0.0.0.0:17070", "host.invalid").unwrap_err()
+        );
+        assert!(
+            refused
+                .message
+                .starts_with("agents cannot reach the controller at https://0.0.0.0:17070: "),
+            "{refused}"
+        );
     }
 }
