@@ -419,32 +419,34 @@ async fn an_ssh_machine_refuses_a_base_a_count_and_containers_up_front() {
     }
     assert_eq!(app.status_json().await["machines"], json!({}));
 
-    // A host that cannot be reached is a provisioning error that says so.
+    // A host that cannot be reached is a provisioning error that says so
+    // (nothing listens on loopback's port 1).
     let added = app
-        .add_machines(&json!({"placement": "ssh:root@host.invalid"}))
+        .add_machines(&json!({"placement": "ssh:root@localhost:1"}))
         .await;
     assert_eq!(added.status(), StatusCode::CREATED);
     let m = wait_for_machine(&app, "0", "error").await;
     assert_eq!(
-        m["machine-status"]["message"], "cannot resolve the host name host.invalid",
+        m["machine-status"]["message"],
+        "localhost is unreachable: nothing accepts SSH connections on port 1",
         "{m}"
     );
     // It is enlisted once, and hosts no containers.
     let twice = app
-        .add_machines(&json!({"placement": "ssh:ubuntu@HOST.invalid:2222"}))
+        .add_machines(&json!({"placement": "ssh:ubuntu@LOCALHOST:2222"}))
         .await;
     assert_eq!(twice.status(), StatusCode::CONFLICT);
     let error: Value = twice.json().await.unwrap();
     assert_eq!(
         error["error"]["message"],
-        "host HOST.invalid is already enlisted as machine 0"
+        "host LOCALHOST is already enlisted as machine 0"
     );
     let container = app.add_machines(&json!({"placement": "lxd:0"})).await;
     assert_eq!(container.status(), StatusCode::BAD_REQUEST);
     let error: Value = container.json().await.unwrap();
     assert_eq!(
         error["error"]["message"],
-        "machine 0 is the existing host host.invalid enlisted over ssh; berth cannot start containers on it"
+        "machine 0 is the existing host localhost enlisted over ssh; berth cannot start containers on it"
     );
     assert_eq!(
         app.status_json().await["machines"]
