@@ -78,6 +78,16 @@ impl TlsConfig {
             (Some(_), Some(_)) if self.enabled == Some(false) => {
                 return Err("tls.cert_file is set but tls.enabled is false".into());
             }
+            // The names go into the certificate the controller issues itself;
+            // a certificate of one's own already names what it names.
+            (Some(_), Some(_)) if !self.names.is_empty() => {
+                return Err(
+                    "tls.names is set with tls.cert_file: the names go into the certificate \
+                     the controller issues itself, and tls.cert_file's already names its \
+                     hosts; leave out tls.names, or tls.cert_file and tls.key_file"
+                        .into(),
+                );
+            }
             _ => {}
         }
         for name in &self.names {
@@ -451,6 +461,31 @@ mod tests {
             e.starts_with("tls.enabled is false but listen 0.0.0.0:17070"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn names_for_the_controllers_own_certificate_are_refused_beside_a_certificate_file() {
+        let own = TlsConfig {
+            cert_file: Some("/etc/berth/server.crt".into()),
+            key_file: Some("/etc/berth/server.key".into()),
+            ..TlsConfig::default()
+        };
+        assert!(own.validate(listen("127.0.0.1:1")).is_ok());
+        let named = TlsConfig {
+            names: vec!["controller.example.com".into()],
+            ..own
+        };
+        assert_eq!(
+            named.validate(listen("127.0.0.1:1")).unwrap_err(),
+            "tls.names is set with tls.cert_file: the names go into the certificate the \
+             controller issues itself, and tls.cert_file's already names its hosts; leave out \
+             tls.names, or tls.cert_file and tls.key_file"
+        );
+        let alone = TlsConfig {
+            names: vec!["controller.example.com".into()],
+            ..TlsConfig::default()
+        };
+        assert!(alone.validate(listen("127.0.0.1:1")).is_ok());
     }
 
     #[test]
