@@ -49,11 +49,12 @@ fn status_threads() -> &'static tokio::runtime::Handle {
         .handle()
 }
 
-/// `work` on the status's own threads (see [`status_threads`]).
+/// `work` on the status's own threads: a blocking pool whose threads run
+/// at [`crate::priority::OBSERVERS`], below the engine's.
 ///
 /// # Errors
 ///
-/// `work`'s, or [`StoreError::Invariant`] if it panicked.
+/// `work`'s, or [`crate::store::StoreError::Invariant`] if it panicked.
 pub async fn aside<T, F>(work: F) -> Result<T, crate::store::StoreError>
 where
     T: Send + 'static,
