@@ -20,6 +20,7 @@ use berth::store::applications::DeployRequest;
 use berth::store::lifecycle::MachineUpdate;
 use berth::store::machines::AddMachines;
 use berth::store::plans::{Check, Guard};
+use berth::store::records::RelationRecord;
 use berth::store::{Store, StoreError};
 
 use crate::on_both_backends;
@@ -571,15 +572,7 @@ async fn a_subordinates_budget_is_not_charged_for_its_principals_machines(store:
         }])
         .await
         .unwrap();
-    store
-        .deploy(request("mysql", local(MYSQL, None), 1))
-        .await
-        .unwrap();
-    store.deploy(ntp_on_jammy()).await.unwrap();
-    store
-        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
-        .await
-        .unwrap();
+    mysql_related_to_ntp(&store, 1).await;
     store
         .set_budget(Some(app("ntp")), Some("0.0001".parse().unwrap()))
         .await
@@ -768,18 +761,23 @@ fn units_of(store: &Store, application: &str) -> Vec<(String, String, Option<Str
         .collect()
 }
 
-async fn integrating_a_subordinate_puts_a_unit_beside_every_principal_unit_and_later_ones(
-    store: Store,
-) {
+/// mysql with `units` units, and the subordinate ntp related to it.
+async fn mysql_related_to_ntp(store: &Store, units: u32) -> RelationRecord {
     store
-        .deploy(request("mysql", local(MYSQL, None), 2))
+        .deploy(request("mysql", local(MYSQL, None), units))
         .await
         .unwrap();
     store.deploy(ntp_on_jammy()).await.unwrap();
-    let relation = store
+    store
         .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn integrating_a_subordinate_puts_a_unit_beside_every_principal_unit_and_later_ones(
+    store: Store,
+) {
+    let relation = mysql_related_to_ntp(&store, 2).await;
     assert_eq!(relation.scope, "container");
     assert_eq!(
         units_of(&store, "ntp"),
@@ -952,15 +950,7 @@ async fn a_machine_hosting_units_is_removed_only_with_force(store: Store) {
 }
 
 async fn removing_an_application_removes_its_units_and_relations_but_not_machines(store: Store) {
-    store
-        .deploy(request("mysql", local(MYSQL, None), 2))
-        .await
-        .unwrap();
-    store.deploy(ntp_on_jammy()).await.unwrap();
-    store
-        .integrate("mysql".parse().unwrap(), "ntp".parse().unwrap())
-        .await
-        .unwrap();
+    mysql_related_to_ntp(&store, 2).await;
     store.remove_application(app("mysql")).await.unwrap();
     assert!(store.units().unwrap().is_empty());
     assert!(store.status().unwrap().relations.is_empty());

@@ -140,12 +140,7 @@ async fn the_dashboard_shows_every_machine_in_its_zone_and_follows_changes_live(
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let app = spawn_app_with(Options::engine(
-        Backend::Sqlite,
-        SimConfig::default(),
-        fast_provisioner(),
-    ))
-    .await;
+    let app = provisioning_controller().await;
     let deployed = app
         .deploy(&json!({"charm": "wordpress", "num_units": 12, "constraints": "mem=2G"}))
         .await;
@@ -579,6 +574,16 @@ async fn open_sign_in(browser: &Browser, app: &TestApp) {
         .await;
 }
 
+/// A controller on SQLite whose engine provisions on the simulated cloud.
+async fn provisioning_controller() -> TestApp {
+    spawn_app_with(Options::engine(
+        Backend::Sqlite,
+        SimConfig::default(),
+        fast_provisioner(),
+    ))
+    .await
+}
+
 /// Types the token into the sign-in form and sends it with the keyboard.
 async fn type_token(browser: &Browser, app: &TestApp) {
     let input = browser.get("#token").await;
@@ -591,12 +596,7 @@ async fn the_model_cost_shows_its_exact_price_and_goes_on_signing_out() {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let app = spawn_app_with(Options::engine(
-        Backend::Sqlite,
-        SimConfig::default(),
-        fast_provisioner(),
-    ))
-    .await;
+    let app = provisioning_controller().await;
     // One of the cheapest instance types: $0.0047 an hour, which two
     // decimal places would show as $0.00.
     let added = app
@@ -787,17 +787,7 @@ async fn a_refused_event_stream_is_explained_and_the_page_still_follows_the_stat
         .await;
 
     // A machine added meanwhile still shows, from the status.
-    let added = app.add_machines(&json!({})).await;
-    assert_eq!(added.status(), StatusCode::CREATED);
-    let added: Value = added.json().await.unwrap();
-    let first = added["machines"][0].as_str().unwrap().to_string();
-    browser
-        .wait_for(
-            "the added machine's tile",
-            "return document.querySelector(`.tile[data-machine=\"${arguments[0]}\"]`) !== null;",
-            vec![json!(first)],
-        )
-        .await;
+    add_machine_and_see_its_tile(&browser, &app).await;
 
     // Once the other client lets go, the page follows the change log
     // again and the message goes.
@@ -810,18 +800,23 @@ async fn a_refused_event_stream_is_explained_and_the_page_still_follows_the_stat
             vec![],
         )
         .await;
+    add_machine_and_see_its_tile(&browser, &app).await;
+    browser.quit().await;
+}
+
+/// Adds a machine through the API and waits for the page to draw its tile.
+async fn add_machine_and_see_its_tile(browser: &Browser, app: &TestApp) {
     let added = app.add_machines(&json!({})).await;
     assert_eq!(added.status(), StatusCode::CREATED);
     let added: Value = added.json().await.unwrap();
-    let second = added["machines"][0].as_str().unwrap().to_string();
+    let machine = added["machines"][0].as_str().unwrap().to_string();
     browser
         .wait_for(
-            "the second machine's tile",
+            &format!("machine {machine}'s tile"),
             "return document.querySelector(`.tile[data-machine=\"${arguments[0]}\"]`) !== null;",
-            vec![json!(second)],
+            vec![json!(machine)],
         )
         .await;
-    browser.quit().await;
 }
 
 /// A model of 10,000 machines, followed by the page while it is deployed:
@@ -837,12 +832,7 @@ async fn ten_thousand_machines_are_drawn_and_a_change_still_shows_live() {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let app = spawn_app_with(Options::engine(
-        Backend::Sqlite,
-        SimConfig::default(),
-        fast_provisioner(),
-    ))
-    .await;
+    let app = provisioning_controller().await;
     open_signed_in(&browser, &app).await;
 
     let asked = Instant::now();
