@@ -107,10 +107,12 @@ impl LimitsConfig {
                     bucket.burst
                 ));
             }
-            if !(bucket.per_second.is_finite() && bucket.per_second > 0.0) {
+            if !(bucket.per_second.is_finite() && bucket.per_second >= LEAST_PER_SECOND) {
                 return Err(format!(
-                    "provider.limits.{name}.per_second is {}: expected a number above 0",
-                    bucket.per_second
+                    "provider.limits.{name}.per_second is {}: expected a number of at least \
+                     {LEAST_PER_SECOND} (a call every {} s)",
+                    bucket.per_second,
+                    1.0 / LEAST_PER_SECOND
                 ));
             }
         }
@@ -151,6 +153,9 @@ impl Default for ApiConfig {
         }
     }
 }
+
+/// The slowest refill a request bucket may have: one call every 1,000 s.
+pub const LEAST_PER_SECOND: f64 = 0.001;
 
 impl ApiConfig {
     /// # Errors
@@ -246,6 +251,10 @@ const SHORT_NAMES: [(&str, &str); 5] = [
     ("BERTH_WEBHOOK_SECRET", "webhook_secret"),
 ];
 
+/// The fewest characters a webhook secret given in the configuration
+/// may have (the one the controller makes has 64).
+pub const LEAST_WEBHOOK_SECRET: usize = 16;
+
 /// Variables that are not settings (the CLI's own).
 const NOT_SETTINGS: [&str; 5] = [
     "BERTH_CONFIG",
@@ -282,6 +291,15 @@ impl Config {
         };
         let mut overridden = Vec::new();
         for (name, value) in env {
+            if let Some(meant) = one_underscore_short(&name) {
+                return Err(ConfigError::Invalid {
+                    origin: name.clone(),
+                    message: format!(
+                        "{name} is not a setting: a setting in a section is named \
+                         BERTH_SECTION__KEY, with two underscores between them ({meant})"
+                    ),
+                });
+            }
             let Some(path) = env_path(&name) else {
                 continue;
             };
@@ -350,6 +368,31 @@ impl Config {
                  ({down_after} s), or live agents would be shown down"
             ));
         }
+        // A real agent (an EC2 instance's) reports every
+        // DEFAULT_INTERVAL_SECS: the same three quarters.
+        let agents_beat = crate::cli::agent::DEFAULT_INTERVAL_SECS;
+        if self.provider.kind != ProviderKind::Sim
+            && down_after > 0
+            && agents_beat.saturating_mul(4) >= down_after.saturating_mul(3)
+        {
+            return Err(format!(
+                "provisioner.agent_down_after_s is {down_after}: the machine agents report every \
+                 {agents_beat} s, so live agents would be shown down; give more than {} s, or 0 to \
+                 turn the check off",
+                agents_beat * 4 / 3
+            ));
+        }
+        if let Some(secret) = &self.webhook_secret {
+            let length = secret.trim().chars().count();
+            if length < LEAST_WEBHOOK_SECRET {
+                return Err(format!(
+                    "webhook_secret has {length} characters: anyone could sign webhooks with so \
+                     short a secret; give at least {LEAST_WEBHOOK_SECRET}, or leave it out for the \
+                     controller to make one (the value is not shown, as it is a secret)"
+                ));
+            }
+        }
+        self.manual.validate()?;
         if self.provider.kind == ProviderKind::Ec2 && self.provider.ec2.is_none() {
             return Err("provider.kind is \"ec2\" but there is no [provider.ec2] section".into());
         }
@@ -404,6 +447,24 @@ fn env_path(name: &str) -> Option<Vec<String>> {
             .map(|part| part.to_ascii_lowercase())
             .collect(),
     )
+}
+
+/// The sections a `BERTH_SECTION__KEY` variable may name.
+const SECTIONS: [&str; 5] = ["PROVIDER", "PROVISIONER", "API", "TLS", "MANUAL"];
+
+/// For a variable that names a section and a key with one underscore
+/// between them (`BERTH_PROVISIONER_WORKERS`, which would be ignored), the
+/// name it was meant to have (`BERTH_PROVISIONER__WORKERS`).
+fn one_underscore_short(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("BERTH_")?;
+    if rest.contains("__") || NOT_SETTINGS.contains(&name) {
+        return None;
+    }
+    let (section, key) = SECTIONS.iter().find_map(|section| {
+        let key = rest.strip_prefix(section)?.strip_prefix('_')?;
+        (!key.is_empty()).then_some((section, key))
+    })?;
+    Some(format!("BERTH_{section}__{key}"))
 }
 
 /// A variable's value: TOML if it parses as a TOML value, else a string.
@@ -506,11 +567,11 @@ mod tests {
             ),
             (
                 "instances = { burst = 5, per_second = 0.0 }",
-                "provider.limits.instances.per_second is 0: expected a number above 0",
+                "provider.limits.instances.per_second is 0: expected a number of at least 0.001",
             ),
             (
                 "describe = { burst = 5, per_second = nan }",
-                "provider.limits.describe.per_second is NaN: expected a number above 0",
+                "provider.limits.describe.per_second is NaN: expected a number of at least 0.001",
             ),
             ("launch = { burst = 5 }", "missing field `per_second`"),
             (
@@ -651,6 +712,106 @@ mod tests {
     }
 
     #[test]
+    fn a_section_variable_with_one_underscore_is_refused_naming_the_one_meant() {
+        let err = Config::load(None, env(&[("BERTH_PROVISIONER_WORKERS", "4")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "BERTH_PROVISIONER_WORKERS: BERTH_PROVISIONER_WORKERS is not a setting: a setting in \
+             a section is named BERTH_SECTION__KEY, with two underscores between them \
+             (BERTH_PROVISIONER__WORKERS)"
+        );
+        for name in [
+            "BERTH_TLS_ENABLED",
+            "BERTH_PROVIDER_KIND",
+            "BERTH_API_MAX_EVENT_STREAMS",
+        ] {
+            assert!(Config::load(None, env(&[(name, "1")])).is_err(), "{name}");
+        }
+        // The command line's own variables, and others of berth's, are not
+        // settings and are left alone.
+        for name in [
+            "BERTH_URL",
+            "BERTH_TOKEN",
+            "BERTH_AGENT_PASSWORD",
+            "BERTH_TEST_POSTGRES_URL",
+        ] {
+            assert!(Config::load(None, env(&[(name, "x")])).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_short_or_empty_webhook_secret_is_refused_without_showing_it() {
+        for (secret, length) in [("", 0), ("   ", 0), ("s3cret", 6)] {
+            let err = Config::load(None, env(&[("BERTH_WEBHOOK_SECRET", secret)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!(
+                    "webhook_secret has {length} characters: anyone could sign"
+                )),
+                "{err}"
+            );
+            if !secret.trim().is_empty() {
+                assert!(!err.contains(secret), "{err}");
+            }
+        }
+        let config =
+            Config::load(None, env(&[("BERTH_WEBHOOK_SECRET", "sixteen-chars-ok")])).unwrap();
+        assert_eq!(config.webhook_secret.as_deref(), Some("sixteen-chars-ok"));
+    }
+
+    #[test]
+    fn real_agents_are_not_shown_down_between_their_heartbeats() {
+        let ec2 = "[provider]\nkind = \"ec2\"\n[provider.ec2]\nregion = \"us-east-1\"\n";
+        let f = file(&format!("{ec2}[provisioner]\nagent_down_after_s = 20\n"));
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "provisioner.agent_down_after_s is 20: the machine agents report every 30 s"
+            ),
+            "{err}"
+        );
+        let f = file(&format!("{ec2}[provisioner]\nagent_down_after_s = 0\n"));
+        assert!(Config::load(Some(f.path()), env(&[])).is_ok());
+        let f = file(&format!("{ec2}[provisioner]\nagent_down_after_s = 41\n"));
+        assert!(Config::load(Some(f.path()), env(&[])).is_ok());
+    }
+
+    #[test]
+    fn limits_too_slow_to_pace_and_manual_timeouts_below_their_floor_are_refused() {
+        let f = file("[provider.limits]\nlaunch = { burst = 1, per_second = 1e-20 }\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("provider.limits.launch.per_second is 0.00000000000000000001: expected a number of at least 0.001"),
+            "{err}"
+        );
+        let f = file("[manual]\nsession_timeout_s = 5\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("manual.session_timeout_s is 5: it must be at least 10"),
+            "{err}"
+        );
+        let f = file("[manual]\nconnect_timeout_s = 0\n");
+        assert!(Config::load(Some(f.path()), env(&[])).is_err());
+        let f = file("[provisioner]\nbootstrap_timeout_s = 0\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("provisioner.bootstrap_timeout_s must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_wrongly_typed_variable_names_the_variable() {
         let err = Config::load(None, env(&[("BERTH_PROVISIONER__WORKERS", "many")]))
             .unwrap_err()
@@ -686,9 +847,13 @@ mod tests {
 
     #[test]
     fn a_secret_of_digits_is_a_string_and_a_wrong_type_is_refused_without_showing_it() {
-        let config = Config::load(None, env(&[("BERTH_WEBHOOK_SECRET", "123456")])).unwrap();
-        assert_eq!(config.webhook_secret.as_deref(), Some("123456"));
-        let nested = env(&[("BERTH_WEBHOOK_SECRET", "987654"), ("BERTH_DATA_DIR", "42")]);
+        let digits = "1234567890123456";
+        let config = Config::load(None, env(&[("BERTH_WEBHOOK_SECRET", digits)])).unwrap();
+        assert_eq!(config.webhook_secret.as_deref(), Some(digits));
+        let nested = env(&[
+            ("BERTH_WEBHOOK_SECRET", "9876543210987654"),
+            ("BERTH_DATA_DIR", "42"),
+        ]);
         let config = Config::load(None, nested).unwrap();
         assert_eq!(config.data_dir, Some(PathBuf::from("42")));
         let f = file("webhook_secret = 24681357\n");

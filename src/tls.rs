@@ -53,7 +53,8 @@ pub struct TlsConfig {
 impl TlsConfig {
     /// Whether the controller listening on `listen` serves HTTPS.
     pub fn serves_tls(&self, listen: SocketAddr) -> bool {
-        self.enabled.unwrap_or(!listen.ip().is_loopback())
+        self.enabled
+            .unwrap_or(!listen.ip().is_loopback() || self.cert_file.is_some())
     }
 
     /// # Errors
@@ -96,6 +97,13 @@ impl TlsConfig {
                     "tls.names: {name:?} is neither a DNS name nor an IP address"
                 ));
             }
+        }
+        if !self.names.is_empty() && !self.serves_tls(listen) {
+            return Err(format!(
+                "tls.names is set, but TLS is off for listen {listen} (a loopback address): the \
+                 names would go into no certificate; set tls.enabled = true, or leave out \
+                 tls.names"
+            ));
         }
         Ok(())
     }
@@ -485,7 +493,25 @@ mod tests {
             names: vec!["controller.example.com".into()],
             ..TlsConfig::default()
         };
-        assert!(alone.validate(listen("127.0.0.1:1")).is_ok());
+        assert!(alone.validate(listen("0.0.0.0:17070")).is_ok());
+        // On loopback TLS is off unless asked for: the names would go nowhere.
+        assert_eq!(
+            alone.validate(listen("127.0.0.1:1")).unwrap_err(),
+            "tls.names is set, but TLS is off for listen 127.0.0.1:1 (a loopback address): the \
+             names would go into no certificate; set tls.enabled = true, or leave out tls.names"
+        );
+        let asked = TlsConfig {
+            enabled: Some(true),
+            ..alone
+        };
+        assert!(asked.validate(listen("127.0.0.1:1")).is_ok());
+        // A certificate of one's own turns TLS on, loopback or not.
+        let own_on_loopback = TlsConfig {
+            cert_file: Some("/etc/berth/server.crt".into()),
+            key_file: Some("/etc/berth/server.key".into()),
+            ..TlsConfig::default()
+        };
+        assert!(own_on_loopback.serves_tls(listen("127.0.0.1:17070")));
     }
 
     #[test]
@@ -514,7 +540,7 @@ mod tests {
             ],
             ..TlsConfig::default()
         };
-        assert!(good.validate(listen("127.0.0.1:1")).is_ok());
+        assert!(good.validate(listen("0.0.0.0:17070")).is_ok());
     }
 
     #[test]

@@ -116,6 +116,13 @@ impl ProvisionerConfig {
                 "provisioner.backoff_initial_ms must not exceed provisioner.backoff_max_ms".into(),
             );
         }
+        if self.bootstrap_timeout_s == 0 {
+            return Err(
+                "provisioner.bootstrap_timeout_s must be at least 1: every machine would time out \
+                 before its agent could check in"
+                    .into(),
+            );
+        }
         if self.call_timeout_s == 0 {
             return Err("provisioner.call_timeout_s must be at least 1".into());
         }

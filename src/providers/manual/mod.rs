@@ -93,6 +93,29 @@ impl Default for ManualConfig {
     }
 }
 
+/// The shortest SSH session berth allows: the agent's binary is copied in
+/// one.
+pub const LEAST_SESSION_TIMEOUT_S: u64 = 10;
+
+impl ManualConfig {
+    /// # Errors
+    ///
+    /// A sentence naming the setting that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.connect_timeout_s == 0 {
+            return Err("manual.connect_timeout_s must be at least 1".into());
+        }
+        if self.session_timeout_s < LEAST_SESSION_TIMEOUT_S {
+            return Err(format!(
+                "manual.session_timeout_s is {}: it must be at least {LEAST_SESSION_TIMEOUT_S} \
+                 (a session copies the agent's binary)",
+                self.session_timeout_s
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One host to enlist as one machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnlistRequest {
@@ -189,8 +212,8 @@ impl ManualHosts {
                 program: config.ssh_program.clone(),
                 identity_file: config.identity_file.clone(),
                 known_hosts,
-                connect_timeout: Duration::from_secs(config.connect_timeout_s.max(1)),
-                session_timeout: Duration::from_secs(config.session_timeout_s.max(10)),
+                connect_timeout: Duration::from_secs(config.connect_timeout_s),
+                session_timeout: Duration::from_secs(config.session_timeout_s),
             },
             agent_binary: config.agent_binary.clone(),
             agent_dir: config.agent_dir.clone(),
