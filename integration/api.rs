@@ -282,6 +282,35 @@ async fn options_sent_where_a_route_does_not_read_them_are_refused_and_change_no
         message,
         "invalid request body: DELETE /v1/machines/0 takes no body: its options (such as dry_run, if_revision and force) go in the query string"
     );
+    // A route that takes no options refuses both places.
+    for (method, path, body, refused) in [
+        (
+            Method::POST,
+            "/v1/zones/sim-a/disable",
+            Some(json!({"dry_run": true})),
+            "invalid request body: this route takes no options, but the body names \"dry_run\": send no body, or {}",
+        ),
+        (
+            Method::POST,
+            "/v1/zones/sim-a/disable?dry_run=true",
+            None,
+            "invalid query string: POST /v1/zones/sim-a/disable takes no query parameters: its options (such as dry_run and if_revision) go in the JSON body",
+        ),
+        (
+            Method::DELETE,
+            "/v1/sim/faults?dry_run=true",
+            None,
+            "invalid query string: DELETE /v1/sim/faults takes no options: send it without a query string",
+        ),
+    ] {
+        let message = error_of(
+            app.send(method, path, body.as_ref()).await,
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+        )
+        .await;
+        assert_eq!(message, refused);
+    }
     // A method the path does not take is still that, whatever it carries.
     let wrong_method = app
         .send(Method::DELETE, "/v1/machines", Some(&json!({"count": 1})))

@@ -281,6 +281,32 @@ pub async fn refuse_misplaced_options(
     next.call(req).await
 }
 
+/// Middleware: an admin write that takes no options at all refuses any
+/// sent (a query string or a body), which it would ignore
+/// (`POST /v1/zones/a/disable` with `{"dry_run": true}` would disable the
+/// zone).
+pub async fn refuse_any_options(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let method = req.method();
+    if !req.query_string().is_empty() {
+        return Err(RequestError::Query(format!(
+            "{method} {} takes no options: send it without a query string",
+            req.path()
+        ))
+        .into());
+    }
+    if carries_body(req.headers()) {
+        return Err(RequestError::Body(format!(
+            "{method} {} takes no options: send it without a body",
+            req.path()
+        ))
+        .into());
+    }
+    next.call(req).await
+}
+
 /// Whether a request's headers announce a body: a length above zero, or
 /// one sent in chunks.
 fn carries_body(headers: &header::HeaderMap) -> bool {

@@ -95,6 +95,55 @@ impl PlacementList {
     }
 }
 
+/// The body of a route that takes no options: nothing, or an empty JSON
+/// object. Anything else would be ignored, so it is refused.
+///
+/// # Errors
+///
+/// [`InputError::Request`] naming what was sent.
+pub fn no_options(body: &[u8]) -> Result<(), InputError> {
+    let text = String::from_utf8_lossy(body);
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text) {
+        Ok(object) if object.is_empty() => Ok(()),
+        Ok(object) => Err(InputError::Request(format!(
+            "this route takes no options, but the body names {}: send no body, or {{}}",
+            object
+                .keys()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+        Err(_) => Err(InputError::Request(
+            "this route takes no options: send no body, or {}".into(),
+        )),
+    }
+}
+
+/// The body of a route that takes no options, as an extractor: nothing,
+/// or an empty JSON object ([`no_options`]); anything else is refused with
+/// 400 before the handler runs.
+pub struct NoOptions;
+
+impl actix_web::FromRequest for NoOptions {
+    type Error = actix_web::Error;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(
+        req: &actix_web::HttpRequest,
+        payload: &mut actix_web::dev::Payload,
+    ) -> Self::Future {
+        let body = actix_web::web::Bytes::from_request(req, payload);
+        Box::pin(async move {
+            no_options(&body.await?)
+                .map_err(|e| crate::api::errors::RequestError::Body(e.to_string()))?;
+            Ok(NoOptions)
+        })
+    }
+}
+
 /// One placement directive (`add-machine`'s), refusing what the provider
 /// cannot honour.
 ///

@@ -285,7 +285,7 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
             resource("/sim/faults")
                 .get(sim::get_faults)
                 .route(write(web::put(), sim::set_faults))
-                .route(write(web::delete(), sim::clear_faults)),
+                .route(bare(web::delete(), sim::clear_faults)),
         );
 }
 
@@ -303,6 +303,17 @@ where
     method
         .to(handler)
         .wrap(from_fn(errors::refuse_misplaced_options))
+}
+
+/// As [`write`], for a route that takes no options at all: a query string
+/// or a body is refused ([`errors::refuse_any_options`]).
+fn bare<F, Args>(method: Route, handler: F) -> Route
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    method.to(handler).wrap(from_fn(errors::refuse_any_options))
 }
 
 /// The dashboard's page, script and style: no token (they hold no

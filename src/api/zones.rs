@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
+use crate::api::input;
 use crate::api::Shared;
 use crate::store::zones::ZoneRecord;
 use crate::store::{blocking, StoreError};
@@ -84,7 +85,7 @@ async fn set_enabled(
     params(("zone" = String, Path, description = "Zone name")),
     responses(
         (status = 200, description = "Enabled", body = ZoneView),
-        (status = 400, description = "A query string: this route takes none", body = ErrorBody),
+        (status = 400, description = "A query string, or a body other than an empty object: this route takes no options", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = UNAVAILABLE, body = ErrorBody),
@@ -93,6 +94,9 @@ async fn set_enabled(
 pub async fn enable(
     shared: web::Data<Shared>,
     zone: web::Path<String>,
+    // It takes no options: one sent would be ignored (`{"dry_run": true}`
+    // would change the zone).
+    _: input::NoOptions,
 ) -> Result<HttpResponse, ZoneError> {
     set_enabled(shared, zone.into_inner(), true).await
 }
@@ -106,7 +110,7 @@ pub async fn enable(
     params(("zone" = String, Path, description = "Zone name")),
     responses(
         (status = 200, description = "Disabled", body = ZoneView),
-        (status = 400, description = "A query string: this route takes none", body = ErrorBody),
+        (status = 400, description = "A query string, or a body other than an empty object: this route takes no options", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = UNAVAILABLE, body = ErrorBody),
@@ -115,6 +119,9 @@ pub async fn enable(
 pub async fn disable(
     shared: web::Data<Shared>,
     zone: web::Path<String>,
+    // It takes no options: one sent would be ignored (`{"dry_run": true}`
+    // would change the zone).
+    _: input::NoOptions,
 ) -> Result<HttpResponse, ZoneError> {
     set_enabled(shared, zone.into_inner(), false).await
 }
