@@ -450,9 +450,23 @@ struct Gate {
 
 fn is_throttling(error: &ProviderError) -> bool {
     error.class == FailureClass::Transient
-        && ["RequestLimitExceeded", "Throttling", "ThrottlingException"]
+        && ["RequestLimitExceeded", "Throttling", "RequestThrottled"]
             .iter()
             .any(|code| error.message.contains(code))
+}
+
+/// What the answers of a batched call say of the call: a throttling among
+/// them (the provider asks berth to slow down, whatever else it said),
+/// else the first failure.
+fn batch_error<T>(results: &[Result<T, ProviderError>]) -> Option<&ProviderError> {
+    let mut failures = results.iter().filter_map(|r| r.as_ref().err());
+    let first = failures.next()?;
+    Some(
+        std::iter::once(first)
+            .chain(failures)
+            .find(|e| is_throttling(e))
+            .unwrap_or(first),
+    )
 }
 
 impl Gate {
@@ -815,9 +829,7 @@ async fn launch_batch(
                 let requests = Vec::clone(&sent);
                 async move { provider.launch(requests).await }
             },
-            |results: &Vec<Result<Instance, ProviderError>>| {
-                results.iter().find_map(|r| r.as_ref().err())
-            },
+            |results: &Vec<Result<Instance, ProviderError>>| batch_error(results),
         )
         .await;
     let mut results = match result {
@@ -925,9 +937,7 @@ impl Handler<Terminate> for ProviderBroker {
                         let ids = ids.clone();
                         async move { provider.terminate(ids).await }
                     },
-                    |results: &Vec<Result<(), ProviderError>>| {
-                        results.iter().find_map(|r| r.as_ref().err())
-                    },
+                    |results: &Vec<Result<(), ProviderError>>| batch_error(results),
                 )
                 .await;
             let mut results = result.unwrap_or_else(|e| vec![Err(e); count]);
@@ -997,6 +1007,34 @@ impl Handler<ListZones> for ProviderBroker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_with_a_throttled_answer_among_others_is_a_throttled_call() {
+        let transient = |m: &str| ProviderError::new(FailureClass::Transient, m);
+        for code in [
+            "RequestLimitExceeded",
+            "Throttling",
+            "ThrottlingException",
+            "RequestThrottled",
+        ] {
+            assert!(is_throttling(&transient(code)), "{code}");
+        }
+        assert!(!is_throttling(&transient("InternalError")));
+        let answers: Vec<Result<(), ProviderError>> = vec![
+            Ok(()),
+            Err(transient("InternalError: try again")),
+            Err(transient("RequestThrottled: slow down")),
+        ];
+        assert_eq!(
+            batch_error(&answers).map(|e| e.message.as_str()),
+            Some("RequestThrottled: slow down")
+        );
+        assert_eq!(
+            batch_error(&answers[..2]).map(|e| e.message.as_str()),
+            Some("InternalError: try again")
+        );
+        assert!(batch_error(&answers[..1]).is_none());
+    }
 
     #[tokio::test]
     async fn a_launch_refused_for_our_credentials_keeps_no_tokens_promised() {
