@@ -790,6 +790,24 @@ async fn the_writer_applies_the_configured_policy(store: Store) {
     );
 }
 
+/// An instance gone before its agent checked in is relaunched at once,
+/// saying so, not that the agent took too long.
+async fn an_instance_gone_before_its_agent_came_is_named_as_the_cause(store: Store) {
+    let (id, _) = awaiting_agent(&store).await;
+    let current = store.machine(&id).unwrap().machine;
+    let request = MachineEvent {
+        message: Some("instance i-1 was terminated before its agent checked in".into()),
+        ..MachineEvent::new(id, Event::BootstrapTimedOut)
+    };
+    store.apply(current, request).await.unwrap();
+    let record = store.machine(&id).unwrap();
+    assert_eq!(record.state(), MachineState::Relaunching);
+    assert_eq!(
+        record.machine.lifecycle.last_error.as_deref(),
+        Some("instance i-1 was terminated before its agent checked in (attempt 1 of 3)")
+    );
+}
+
 async fn an_agent_of_a_machine_being_relaunched_is_refused_and_changes_nothing(store: Store) {
     let (id, otp) = awaiting_agent(&store).await;
     engine_steps::apply(
@@ -1963,6 +1981,7 @@ on_both_backends!(
     a_wrong_one_time_password_is_refused_and_changes_nothing,
     a_heartbeat_with_a_wrong_credential_is_refused,
     a_machine_heard_after_the_silent_read_is_not_shown_down,
+    an_instance_gone_before_its_agent_came_is_named_as_the_cause,
     a_heartbeat_brings_a_down_machine_back_to_started,
     a_vouched_heartbeat_is_written_only_over_an_older_one,
     the_admin_token_is_made_once_and_only_its_hash_is_kept,

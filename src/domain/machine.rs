@@ -759,8 +759,10 @@ pub fn transition(
             FailureKind::Permanent => provisioning_error(&mut life, message.clone()),
         },
         (S::Retrying, E::RetryDue) => {
-            // A new round: every zone may be tried again.
+            // A new round: every zone may be tried again. "Retrying in"
+            // no longer holds.
             life.zones_failed.clear();
+            life.last_error = None;
             (S::Allocating, choose_zone(&life))
         }
 
@@ -1334,6 +1336,16 @@ mod tests {
         assert_eq!(t.next.state, MachineState::Started);
         assert_eq!(t.next.lifecycle.last_error, None);
         assert_eq!(t.effect, Effect::None);
+    }
+
+    #[test]
+    fn a_retry_that_falls_due_no_longer_says_it_is_to_come() {
+        let mut machine = well_formed(MachineState::Retrying);
+        machine.lifecycle.last_error =
+            Some("failed to start machine 0 (throttled), retrying in 4s (7 more attempts)".into());
+        let t = apply(&machine, Event::RetryDue);
+        assert_eq!(t.next.state, MachineState::Allocating);
+        assert_eq!(t.next.lifecycle.last_error, None);
     }
 
     #[test]

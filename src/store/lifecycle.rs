@@ -190,8 +190,17 @@ pub(super) fn decide(
     } = request;
     let step = transition(current, &event, policy, jitter)?;
     let mut next = step.next;
-    if let (Some(message), None) = (message, &next.lifecycle.last_error) {
-        next.lifecycle.last_error = Some(message);
+    match (message, &next.lifecycle.last_error) {
+        (Some(message), None) => next.lifecycle.last_error = Some(message),
+        // The engine saw why the agent never came (its instance went):
+        // that, not the timeout the lifecycle supposes.
+        (Some(message), Some(_)) if matches!(event, Event::BootstrapTimedOut) => {
+            next.lifecycle.last_error = Some(format!(
+                "{message} (attempt {} of {})",
+                next.lifecycle.bootstrap_timeouts, policy.bootstrap_attempts
+            ));
+        }
+        _ => {}
     }
     let mut password = None;
     match &step.effect {
