@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth::charms::resolve;
 use berth::contracts::provider::ProviderZone;
-use berth::contracts::provider::{tags, ControllerLink, LaunchRequest, Provider, ProviderError};
+use berth::contracts::provider::{
+    tags, ControllerLink, FailureClass, LaunchRequest, Provider, ProviderError,
+};
 use berth::domain::constraints::{Constraints, Key};
 use berth::domain::instance::{Instance, InstanceState};
 use berth::domain::instance_types::Catalogue;
@@ -878,6 +880,92 @@ async fn a_machine_settled_while_waiting_for_an_actor_is_claimed_and_let_go(back
     .await;
 }
 
+/// The simulated cloud, except that every zone refuses containers: their
+/// launches fail zone-specifically, as for want of capacity.
+struct RefusesContainers {
+    inner: Arc<SimProvider>,
+    /// How many container launches were asked for.
+    container_launches: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Provider for RefusesContainers {
+    what_the_simulated_cloud_says!();
+    fn supports_containers(&self) -> bool {
+        self.inner.supports_containers()
+    }
+    async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
+        self.inner.zones().await
+    }
+    async fn launch(&self, requests: Vec<LaunchRequest>) -> Vec<Result<Instance, ProviderError>> {
+        let mut answers = Vec::with_capacity(requests.len());
+        for request in requests {
+            if request.host_instance.is_some() {
+                self.container_launches
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                answers.push(Err(ProviderError::new(
+                    FailureClass::ZoneSpecific,
+                    format!("InsufficientContainerCapacity: no room in {}", request.zone),
+                )));
+            } else {
+                answers.extend(self.inner.launch(vec![request]).await);
+            }
+        }
+        answers
+    }
+    async fn terminate(&self, ids: Vec<String>) -> Vec<Result<(), ProviderError>> {
+        self.inner.terminate(ids).await
+    }
+    async fn instances(&self, controller: &str) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.instances(controller).await
+    }
+}
+
+/// A container lives in its host's zone and nowhere else: when that zone
+/// refuses it, it ends in a provisioning error saying so, after one launch,
+/// rather than choosing the same zone again and again.
+async fn a_container_its_hosts_zone_refuses_is_a_provisioning_error_after_one_launch(
+    backend: Backend,
+) {
+    let site = Site::new(backend);
+    let cloud = Arc::new(RefusesContainers {
+        inner: site.open_sim(SimConfig::default()),
+        container_launches: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let app = spawn_app_with(Options {
+        site: Some(site),
+        cloud: Cloud::Given {
+            provider: cloud.clone(),
+            limits: RateLimits::default(),
+        },
+        engine: Some(fast_provisioner()),
+        ..Options::default()
+    })
+    .await;
+    deploy(app.store(), "wordpress", 1, "", "lxd").await;
+    let status = until(app.store(), "host started, container in error", |s| {
+        s.machines.iter().map(|m| m.state()).collect::<Vec<_>>()
+            == vec![MachineState::Started, MachineState::ProvisioningError]
+    })
+    .await;
+    let (host, container) = (&status.machines[0], &status.machines[1]);
+    let zone = host.machine.lifecycle.zone.as_deref().unwrap();
+    assert_eq!(
+        last_error(container),
+        format!(
+            "machine {}: its host's zone {zone} cannot take it: \
+             InsufficientContainerCapacity: no room in {zone}",
+            container.id
+        )
+    );
+    assert_eq!(
+        cloud
+            .container_launches
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}
+
 /// An app with the engine on `config` over a provider that misbehaves as
 /// `how` for machine `victim`; and the simulated cloud behind it.
 async fn spawn_misbehaving(
@@ -1154,6 +1242,33 @@ fn an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at
         .await;
         let message = last_error(&status.machines[0]);
         assert!(message.contains(instance.as_str()), "{message}");
+    });
+}
+
+/// An engine started again knows nothing of a host that started in its
+/// last life: removing the host with --force (its container going to
+/// `stopping` with it) removes the container too, without waiting for a
+/// host that is being removed to start.
+fn a_host_removed_with_force_after_the_engine_started_again_takes_its_container_along(
+    backend: Backend,
+) {
+    let site = &Site::new(backend);
+    in_a_system_then_kill(move || async move {
+        let app = spawn_engine_on(site, SimConfig::default()).await;
+        deploy(app.store(), "wordpress", 1, "", "lxd").await;
+        until(app.store(), "host and container started", all_started(2)).await;
+    });
+    in_a_system_then_kill(move || async move {
+        let app = spawn_engine_on(site, SimConfig::default()).await;
+        app.store()
+            .remove_machine(MachineId::new(0), true)
+            .await
+            .unwrap();
+        until(app.store(), "host and container removed", |s| {
+            s.machines.is_empty()
+        })
+        .await;
+        assert!(live_instances(app.sim()).is_empty());
     });
 }
 
@@ -1453,10 +1568,12 @@ on_each_backend! {
         a_launch_recorded_after_the_cloud_listed_its_instances_is_not_taken_for_vanished,
         an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again,
         a_machine_settled_while_waiting_for_an_actor_is_claimed_and_let_go,
+        a_container_its_hosts_zone_refuses_is_a_provisioning_error_after_one_launch,
     ],
     plain: [
         an_engine_killed_mid_deploy_and_started_again_ends_with_exactly_one_instance_per_machine,
         an_instance_terminated_while_the_engine_was_stopped_shows_its_machine_down_at_start,
         a_launch_whose_answer_was_lost_is_adopted_whole_when_the_engine_starts_again,
+        a_host_removed_with_force_after_the_engine_started_again_takes_its_container_along,
     ],
 }

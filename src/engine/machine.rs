@@ -429,15 +429,24 @@ impl MachineActor {
             );
             return;
         }
-        if let Some(host) = &self.host {
-            // A container lives in its host's zone.
-            let zone = host.zone.clone();
-            self.step(
-                Event::ZoneChosen { zone },
-                MachineUpdate::default(),
-                None,
-                ctx,
-            );
+        if self.id.is_container() {
+            // A container lives in its host's zone, and nowhere else.
+            let event = match &self.host {
+                Some(host) if exclude.contains(&host.zone) => Event::NoZoneAvailable {
+                    reason: self.host_zone_refused(&host.zone),
+                    permanent: true,
+                },
+                Some(host) => Event::ZoneChosen {
+                    zone: host.zone.clone(),
+                },
+                // Let go without its host only to be removed: never
+                // launched as a machine of its own.
+                None => Event::NoZoneAvailable {
+                    reason: format!("machine {}: its host is not started", self.id),
+                    permanent: true,
+                },
+            };
+            self.step(event, MachineUpdate::default(), None, ctx);
             return;
         }
         let request = ChooseZone {
@@ -478,6 +487,23 @@ impl MachineActor {
                 },
             ),
         );
+    }
+
+    /// Why a container cannot be launched once its host's `zone` refused
+    /// it: no other zone can take it.
+    fn host_zone_refused(&self, zone: &str) -> String {
+        let life = &self.machine.lifecycle;
+        let cause = life
+            .zones_failed
+            .iter()
+            .find(|r| r.zone == zone && !r.reason.is_empty())
+            .map(|r| r.reason.as_str())
+            .or(life.last_error.as_deref())
+            .unwrap_or("refused");
+        format!(
+            "machine {}: its host's zone {zone} cannot take it: {cause}",
+            self.id
+        )
     }
 
     /// Something failed on the way (`why`): the machine carries on from
@@ -821,8 +847,51 @@ impl MachineActor {
                     Ok(mut results) => results.pop().unwrap_or(Ok(())),
                     Err(e) => Err(ProviderError::new(FailureClass::Transient, e.to_string())),
                 };
-                actor.stopped_or_not(result, ctx);
+                match result {
+                    Err(e)
+                        if actor.id.is_container()
+                            && actor.machine.state == MachineState::Stopping =>
+                    {
+                        actor.stopped_with_host_or_not(e, ctx)
+                    }
+                    result => actor.stopped_or_not(result, ctx),
+                }
             }),
+        );
+    }
+
+    /// A container being removed whose instance the provider could not
+    /// stop (`error`): if its host is gone, or being removed too, the
+    /// container's instance ends with the host's and the stop counts as
+    /// done; otherwise it failed, and is tried again.
+    fn stopped_with_host_or_not(&mut self, error: ProviderError, ctx: &mut Context<Self>) {
+        let Some(host) = self.id.parent() else {
+            return self.stopped_or_not(Err(error), ctx);
+        };
+        let store = self.shared.store.clone();
+        ctx.wait(
+            async move { store.blocking(move |s| s.machine(&host)).await }
+                .into_actor(self)
+                .map(move |found, actor, ctx| {
+                    let host_leaving = match found {
+                        Ok(record) => matches!(
+                            record.state(),
+                            MachineState::Dying | MachineState::Stopping | MachineState::Dead
+                        ),
+                        Err(StoreError::NotFound(_)) => true,
+                        Err(_) => false,
+                    };
+                    if !host_leaving {
+                        return actor.stopped_or_not(Err(error), ctx);
+                    }
+                    log::info!(
+                        "machine {}: cannot stop its instance ({}); it ends with its host {host}, \
+                         which is being removed",
+                        actor.id,
+                        error.message
+                    );
+                    actor.stopped_or_not(Ok(()), ctx);
+                }),
         );
     }
 }

@@ -658,6 +658,24 @@ impl Provisioner {
         }
     }
 
+    /// Machine `id` left the store: a container waiting for its host is
+    /// let go, and a host's ContainerProvisioner stops (the host's row goes
+    /// only after its containers' rows).
+    fn container_gone(&mut self, id: MachineId) {
+        match id.parent() {
+            Some(host) => {
+                if let Some(pen) = self.containers.get(&host) {
+                    pen.do_send(ContainerGone(id));
+                }
+            }
+            None => {
+                if let Some(pen) = self.containers.remove(&id) {
+                    pen.do_send(Shutdown);
+                }
+            }
+        }
+    }
+
     /// Follows the change log from `revision`, for changes the engine did
     /// not make.
     fn follow(&mut self, revision: i64, ctx: &mut Context<Self>) {
@@ -1311,6 +1329,7 @@ impl Handler<StoreChanged> for Provisioner {
             if let Some((_, actor)) = self.actors.remove(&id) {
                 actor.do_send(Gone);
             }
+            self.container_gone(id);
         }
         let mut lined_up = false;
         for machine in msg.machines {
@@ -1460,12 +1479,13 @@ impl Handler<GetLiveActors> for Provisioner {
 }
 
 /// ContainerProvisioner → Provisioner: start a container's MachineActor
-/// (the host is up).
+/// (the host is up, or the container is being removed).
 #[derive(Message)]
 #[rtype(result = "()")]
 struct SpawnContainer {
     machine: EngineMachine,
-    host: Host,
+    /// `None` for a container being removed while its host is not up.
+    host: Option<Host>,
 }
 
 impl Handler<SpawnContainer> for Provisioner {
@@ -1480,7 +1500,7 @@ impl Handler<SpawnContainer> for Provisioner {
             msg.machine,
             self.shared.clone(),
             ctx.address().recipient(),
-            Some(msg.host),
+            msg.host,
         );
         self.launch_actor(id, actor, false);
     }
@@ -1488,7 +1508,8 @@ impl Handler<SpawnContainer> for Provisioner {
 
 /// The ContainerProvisioner: one per host machine with containers. It holds
 /// the host's containers until the host is started, then has them
-/// provisioned through the provider's container support.
+/// provisioned through the provider's container support. A container being
+/// removed is not held (`goes_without_host`).
 pub struct ContainerProvisioner {
     host: MachineId,
     shared: Arc<Shared>,
@@ -1516,17 +1537,31 @@ impl ContainerProvisioner {
         }
     }
 
+    /// Lets every waiting container go once the host is up, and those
+    /// that need no host at once.
     fn release(&mut self) {
-        let Some(host) = self.ready.clone() else {
-            return;
-        };
-        for machine in self.waiting.drain(..) {
+        let host = self.ready.clone();
+        let (go, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|m| host.is_some() || goes_without_host(m.record.state()));
+        self.waiting = wait;
+        for machine in go {
             self.provisioner.do_send(SpawnContainer {
                 machine,
                 host: host.clone(),
             });
         }
     }
+}
+
+/// Whether a container in `state` goes ahead without waiting for its host
+/// to be started. One being removed (`stopping`, or `dying` with its
+/// launch's answer lost) needs only its instance stopped, which ends with
+/// the host's anyway; held, it would wait for ever for a host that is being
+/// removed too, or is down. One to be launched, relaunched or watched
+/// waits for its host.
+fn goes_without_host(state: MachineState) -> bool {
+    matches!(state, MachineState::Stopping | MachineState::Dying)
 }
 
 impl Supervised for ContainerProvisioner {
@@ -1609,10 +1644,18 @@ impl Actor for ContainerProvisioner {
 }
 
 /// Provisioner → ContainerProvisioner: a container of this host needs an
-/// instance; it waits until the host is started.
+/// actor; one to be launched waits until the host is started. Its record
+/// replaces any held for it (a container waiting to be launched may since
+/// have been removed).
 #[derive(Message)]
 #[rtype(result = "()")]
 struct AddContainer(EngineMachine);
+
+/// Provisioner → ContainerProvisioner: a container of this host left the
+/// store; if it waits, it is let go.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ContainerGone(MachineId);
 
 /// Provisioner → ContainerProvisioner: the host is started (its instance
 /// and zone); waiting containers go ahead.
@@ -1625,10 +1668,18 @@ impl Handler<AddContainer> for ContainerProvisioner {
 
     fn handle(&mut self, msg: AddContainer, _ctx: &mut Context<Self>) {
         hooks::checkpoint(kinds::CONTAINER_PROVISIONER);
-        if !self.waiting.iter().any(|m| m.record.id == msg.0.record.id) {
-            self.waiting.push(msg.0);
-        }
+        let id = msg.0.record.id;
+        self.waiting.retain(|m| m.record.id != id);
+        self.waiting.push(msg.0);
         self.release();
+    }
+}
+
+impl Handler<ContainerGone> for ContainerProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, msg: ContainerGone, _ctx: &mut Context<Self>) {
+        self.waiting.retain(|m| m.record.id != msg.0);
     }
 }
 
