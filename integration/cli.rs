@@ -863,6 +863,146 @@ fn status_watch_prints_again_after_a_change() {
     assert!(second.starts_with('\n'), "frames are a blank line apart");
 }
 
+/// An empty model's status, as the controller answers it.
+const EMPTY_STATUS: &str = r#"{"model":{"name":"default","uuid":"u","type":"iaas","controller":"c","cloud":"sim","revision":1},"machines":{},"applications":{}}"#;
+
+/// A stand-in for a controller on loopback that answers each connection
+/// in turn with the next of `answers` (a status code and a JSON body),
+/// then stops listening; its address, and the requests' first lines.
+fn scripted_controller(
+    answers: Vec<(u16, &'static str)>,
+) -> (String, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for (code, body) in answers {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            requests.push(line.trim().to_string());
+            line.clear();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            write!(
+                &stream,
+                "HTTP/1.1 {code} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+        requests
+    });
+    (url, served)
+}
+
+/// The controller's answer while it starts or sheds load.
+const UNAVAILABLE: (u16, &str) = (
+    503,
+    r#"{"error":{"code":"unavailable","message":"the controller is starting"}}"#,
+);
+
+#[test]
+fn wait_reads_the_status_again_when_the_controller_sheds_load() {
+    let (url, served) = scripted_controller(vec![UNAVAILABLE, (200, EMPTY_STATUS)]);
+    let output = run(&[
+        "berth",
+        "--url",
+        &url,
+        "--token",
+        "t",
+        "wait",
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!((output.code, output.err.as_str()), (0, ""), "{output:?}");
+    assert_eq!(output.out, "0/0 machines started\n");
+    assert_eq!(
+        served.join().unwrap(),
+        ["GET /v1/status HTTP/1.1", "GET /v1/status HTTP/1.1"]
+    );
+}
+
+#[test]
+fn status_watch_reads_the_status_again_when_the_controller_sheds_load() {
+    let (url, served) = scripted_controller(vec![UNAVAILABLE, (200, EMPTY_STATUS)]);
+    let client = Client::new(&url, Some("t".into())).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    watch(
+        &client,
+        PATH,
+        Shown::Whole,
+        Format::Json,
+        &mut Io {
+            out: &mut out,
+            err: &mut err,
+            tty: false,
+        },
+        Some(1),
+    )
+    .unwrap();
+    let printed: Status = serde_json::from_slice(&out).unwrap();
+    assert_eq!(printed.model.revision, 1);
+    assert_eq!(served.join().unwrap().len(), 2);
+}
+
+#[test]
+fn wait_ends_at_once_when_the_controller_refuses_the_token() {
+    let (url, served) = scripted_controller(vec![(
+        401,
+        r#"{"error":{"code":"unauthorized","message":"invalid admin token"}}"#,
+    )]);
+    let output = run(&[
+        "berth",
+        "--url",
+        &url,
+        "--token",
+        "t",
+        "wait",
+        "--timeout",
+        "60",
+    ]);
+    assert_eq!(
+        (output.code, output.err.as_str()),
+        (1, "ERROR invalid admin token\n")
+    );
+    assert_eq!(served.join().unwrap().len(), 1);
+}
+
+#[test]
+fn wait_for_a_controller_that_never_answers_times_out_naming_the_failure() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let output = run(&[
+        "berth",
+        "--url",
+        &url,
+        "--token",
+        "t",
+        "wait",
+        "--timeout",
+        "1",
+    ]);
+    assert_eq!(output.code, 1);
+    assert_eq!(output.out, "");
+    assert_eq!(
+        output.err,
+        format!(
+            "ERROR timed out after 1s waiting for machines to start: the status could not be \
+             read: cannot reach the berth controller at {url}: is 'berth serve' running?\n"
+        )
+    );
+}
+
 /// A clock that records the agent's waits and stops it after `limit`.
 struct CountingClock {
     waits: Vec<Duration>,
@@ -1208,6 +1348,25 @@ fn man_pages_are_written_for_berth_and_each_command() {
             output.out
         );
     }
+}
+
+#[test]
+fn man_lists_exactly_the_pages_it_writes_nested_commands_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&["berth", "man", dir.path().to_str().unwrap()]);
+    assert_eq!((output.code, output.err.as_str()), (0, ""));
+    let mut listed: Vec<PathBuf> = output.out.lines().map(PathBuf::from).collect();
+    listed.sort();
+    let mut written: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    written.sort();
+    assert_eq!(listed, written);
+    assert!(
+        written.contains(&dir.path().join("berth-sim-faults-set.1")),
+        "{written:?}"
+    );
 }
 
 #[test]

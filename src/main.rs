@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use berth::cli::{Cli, Command};
+use berth::cli::Command;
 
 /// jemalloc (cargo feature `jemalloc`, on by default); see `Cargo.toml`.
 #[cfg(feature = "jemalloc")]
@@ -54,7 +52,10 @@ fn one_c_allocator_arena() {
 fn one_c_allocator_arena() {}
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // clap prints a usage error, --help or --version and exits, as
+    // `Cli::parse` would; global flags a command has no use for are
+    // refused there too, `serve`'s included.
+    let cli = berth::cli::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::Serve(args) => {
             one_c_allocator_arena();

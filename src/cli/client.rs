@@ -219,7 +219,23 @@ impl Client {
     ///
     /// See [`Client::send`].
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let text = self.send("GET", path, None, self.admin())?;
+        self.get_within(path, None)
+    }
+
+    /// `GET path` with the admin token, as [`Client::get`], giving up
+    /// after `limit` (else after [`REQUEST_TIMEOUT`]): a command with a
+    /// deadline of its own does not wait past it for an answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`Client::send`]; [`CliError::Transport`] or
+    /// [`CliError::Unreachable`] when `limit` passes first.
+    pub fn get_within<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        limit: Option<Duration>,
+    ) -> Result<T, CliError> {
+        let text = self.send_within("GET", path, None, self.admin(), limit)?;
         self.decode(path, &text)
     }
 
@@ -351,10 +367,26 @@ impl Client {
         body: Option<&str>,
         auth: Auth<'_>,
     ) -> Result<String, CliError> {
+        self.send_within(method, path, body, auth, None)
+    }
+
+    /// [`Client::send`], waiting at most `limit` (else
+    /// [`REQUEST_TIMEOUT`]) for each controller's answer.
+    fn send_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        auth: Auth<'_>,
+        limit: Option<Duration>,
+    ) -> Result<String, CliError> {
         self.with_failover(|base| {
             let mut request = self.agent.request(method, &format!("{base}{path}"));
             if let Auth::Bearer(token) = auth {
                 request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            if let Some(limit) = limit {
+                request = request.timeout(limit);
             }
             let result = match body {
                 Some(body) => request

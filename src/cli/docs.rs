@@ -2,7 +2,7 @@
 //! man pages of the command line, made by clap's own generators from the
 //! same definitions that parse it, so they never fall behind.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
@@ -38,8 +38,10 @@ pub fn completion(args: &CompletionArgs, io: &mut Io<'_>) -> Result<(), CliError
     io.out.write_all(&script).map_err(CliError::Output)
 }
 
-/// Writes `berth.1` and a page for every command (`berth-deploy.1`, ...)
-/// into `args.dir`, and prints their names.
+/// Writes `berth.1` and a page for every command and nested command
+/// (`berth-deploy.1`, `berth-sim-faults-set.1`, ...) into `args.dir`, as
+/// `clap_mangen::generate_to` does, and prints the path of each page
+/// written.
 ///
 /// # Errors
 ///
@@ -52,17 +54,27 @@ pub fn man(args: &ManArgs, io: &mut Io<'_>) -> Result<(), CliError> {
         ))
     };
     std::fs::create_dir_all(&args.dir).map_err(fail)?;
-    let command = Cli::command();
-    clap_mangen::generate_to(command.clone(), &args.dir).map_err(fail)?;
-    let mut pages = vec!["berth.1".to_string()];
-    pages.extend(
-        command
-            .get_subcommands()
-            .filter(|c| !c.is_hide_set())
-            .map(|c| format!("berth-{}.1", c.get_name())),
-    );
+    // Built, so that each command has its page's name (`berth-deploy`).
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    let mut pages = Vec::new();
+    write_pages(command, &args.dir, &mut pages).map_err(fail)?;
     for page in pages {
-        writeln!(io.out, "{}", args.dir.join(page).display()).map_err(CliError::Output)?;
+        writeln!(io.out, "{}", page.display()).map_err(CliError::Output)?;
+    }
+    Ok(())
+}
+
+/// Writes the page of `command` into `dir`, then those of its commands
+/// that are not hidden, depth first; adds each page's path to `pages`.
+fn write_pages(
+    command: clap::Command,
+    dir: &Path,
+    pages: &mut Vec<PathBuf>,
+) -> std::io::Result<()> {
+    pages.push(clap_mangen::Man::new(command.clone()).generate_to(dir)?);
+    for sub in command.get_subcommands().filter(|c| !c.is_hide_set()) {
+        write_pages(sub.clone(), dir, pages)?;
     }
     Ok(())
 }

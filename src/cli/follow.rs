@@ -1,6 +1,7 @@
 //! Waiting for the model to change: the change log followed as
 //! Server-Sent Events, with polling as the fallback when a stream cannot be
-//! had; and the backoff policy the command line retries with.
+//! had; the backoff policy the command line retries with; and reads retried
+//! through a controller's restart ([`retry_transient`]).
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,58 @@ impl Backoff {
 impl Default for Backoff {
     fn default() -> Self {
         Backoff::new()
+    }
+}
+
+/// Calls `read` until it answers, fails for good, or `deadline` passes,
+/// waiting a delay of `backoff` after each transient failure (the
+/// controller restarting, unreachable for a moment, or shedding load).
+/// `read` is given the time left before the deadline, to bound its
+/// request by.
+///
+/// # Guarantees
+///
+/// `read` is called at least once, even when the deadline has passed;
+/// no wait goes past the deadline. An answer resets `backoff`.
+///
+/// # Errors
+///
+/// The first failure that is not transient (a wrong token, a bad
+/// request), at once; the last transient one when the deadline passes
+/// before an answer.
+pub fn retry_transient<T>(
+    backoff: &mut Backoff,
+    deadline: Option<Instant>,
+    read: impl FnMut(Option<Duration>) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    retry_with(backoff, deadline, Instant::now, std::thread::sleep, read)
+}
+
+/// [`retry_transient`] on the clock `now` and `sleep` tell.
+fn retry_with<T>(
+    backoff: &mut Backoff,
+    deadline: Option<Instant>,
+    now: impl Fn() -> Instant,
+    mut sleep: impl FnMut(Duration),
+    mut read: impl FnMut(Option<Duration>) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let time_left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
+    loop {
+        let error = match read(time_left(now())) {
+            Ok(answer) => {
+                backoff.reset();
+                return Ok(answer);
+            }
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+        };
+        match time_left(now()) {
+            Some(left) if left.is_zero() => return Err(error),
+            left => {
+                let delay = backoff.next_delay();
+                sleep(left.map_or(delay, |left| delay.min(left)));
+            }
+        }
     }
 }
 
@@ -167,7 +220,88 @@ impl<'c> Follower<'c> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::{Cell, RefCell};
+
     use super::*;
+
+    fn unavailable() -> CliError {
+        CliError::Api {
+            status: 503,
+            message: "the controller is starting".into(),
+        }
+    }
+
+    /// Runs [`retry_with`] on a clock that moves only when it sleeps,
+    /// with `answers` given in turn; returns the outcome, the time each
+    /// read was given and the sleeps.
+    fn retried(
+        deadline: Option<Duration>,
+        answers: Vec<Result<u8, CliError>>,
+    ) -> (Result<u8, CliError>, Vec<Option<Duration>>, Vec<Duration>) {
+        let start = Instant::now();
+        let clock = Cell::new(start);
+        let sleeps = RefCell::new(Vec::new());
+        let mut given = Vec::new();
+        let mut answers = answers.into_iter();
+        let outcome = retry_with(
+            &mut Backoff::exact(),
+            deadline.map(|d| start + d),
+            || clock.get(),
+            |d| {
+                sleeps.borrow_mut().push(d);
+                clock.set(clock.get() + d);
+            },
+            |left| {
+                given.push(left);
+                answers.next().expect("no more answers")
+            },
+        );
+        (outcome, given, sleeps.into_inner())
+    }
+
+    #[test]
+    fn a_transient_failure_is_read_again_after_a_backoff_delay() {
+        let (outcome, given, sleeps) =
+            retried(None, vec![Err(unavailable()), Err(unavailable()), Ok(7)]);
+        assert_eq!(outcome.unwrap(), 7);
+        assert_eq!(given, [None, None, None]);
+        assert_eq!(
+            sleeps,
+            [Duration::from_millis(800), Duration::from_millis(1600)]
+        );
+    }
+
+    #[test]
+    fn a_failure_that_is_not_transient_ends_the_retries_at_once() {
+        let refused = CliError::Api {
+            status: 401,
+            message: "invalid token".into(),
+        };
+        let (outcome, given, sleeps) = retried(None, vec![Err(unavailable()), Err(refused)]);
+        assert!(
+            matches!(outcome, Err(CliError::Api { status: 401, .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(given.len(), 2);
+        assert_eq!(sleeps, [Duration::from_millis(800)]);
+    }
+
+    #[test]
+    fn retries_stop_at_the_deadline_with_the_last_transient_failure() {
+        let unreachable = || CliError::Unreachable { url: "u".into() };
+        let (outcome, given, sleeps) = retried(
+            Some(Duration::from_secs(2)),
+            vec![Err(unavailable()), Err(unavailable()), Err(unreachable())],
+        );
+        assert!(
+            matches!(outcome, Err(CliError::Unreachable { .. })),
+            "{outcome:?}"
+        );
+        // Each read is given the time left; no sleep passes the deadline.
+        let ms = Duration::from_millis;
+        assert_eq!(given, [Some(ms(2000)), Some(ms(1200)), Some(ms(0))]);
+        assert_eq!(sleeps, [ms(800), ms(1200)]);
+    }
 
     #[test]
     fn backoff_doubles_from_800_ms_to_30_s_and_resets() {

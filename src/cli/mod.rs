@@ -12,7 +12,10 @@
 //! (`BERTH_TOKEN`), else the saved controller's, else
 //! `<data-dir>/admin.token` (see [`controllers`] and [`token`]). Failures are one line on
 //! standard error, `ERROR <message>`, where the message is the
-//! controller's own when it answered with an error.
+//! controller's own when it answered with an error. Commands that talk to
+//! no controller (`serve`, `controllers`, `switch`, `completion`, `man`)
+//! look for none, and refuse `--url`, `--token` and `--ca-cert` given on
+//! the command line, as `login` refuses `--url` (see [`parse_from`]).
 //!
 //! One file per command group:
 //!
@@ -54,7 +57,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::api::MAX_COUNT_PER_REQUEST;
 use crate::cli::client::{Client, TrustedCa};
@@ -414,15 +418,92 @@ pub fn run(cli: Cli) -> ExitCode {
     ExitCode::from(execute(cli, &mut io))
 }
 
-/// Parses `args` (the program name first) and runs the command, writing
-/// to `io`; returns the exit code. Usage errors are clap's, with exit code
-/// 2; `--help` and `--version` print to `io.out` and exit 0.
+/// The global flags, by their clap ids.
+const GLOBAL_FLAGS: [(&str, &str); 3] = [
+    ("url", "--url"),
+    ("token", "--token"),
+    ("ca_cert", "--ca-cert"),
+];
+
+/// Parses a command line (the program name first) as clap does, and
+/// refuses a global flag given on it to a command that has no use for it,
+/// saying why. The same setting from its environment variable is let be:
+/// `BERTH_URL` and the others are often set for every command.
+///
+/// # Errors
+///
+/// clap's error: a usage error (exit code 2), or `--help` or `--version`
+/// (exit code 0).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut command = Cli::command();
+    let matches = command.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+    for (id, flag) in GLOBAL_FLAGS {
+        if given_on_command_line(&matches, id) {
+            if let Some(why) = unused_global_flag(&cli.command, flag) {
+                return Err(command.error(clap::error::ErrorKind::ArgumentConflict, why));
+            }
+        }
+    }
+    Ok(cli)
+}
+
+/// Whether the global argument `id` was given on the command line, before
+/// or after the command (not by its environment variable).
+fn given_on_command_line(matches: &ArgMatches, id: &str) -> bool {
+    matches.value_source(id) == Some(ValueSource::CommandLine)
+        || matches
+            .subcommand()
+            .is_some_and(|(_, command)| given_on_command_line(command, id))
+}
+
+/// Why the global `flag` (`--url`, `--token` or `--ca-cert`) means
+/// nothing to `command`; `None` when the command uses it.
+fn unused_global_flag(command: &Command, flag: &str) -> Option<String> {
+    let talks_to_none = |what: &str| {
+        Some(format!(
+            "{flag} is for commands that talk to a controller; {what}"
+        ))
+    };
+    match (command, flag) {
+        (Command::Serve(_), "--url") => talks_to_none("berth serve listens at --listen"),
+        (Command::Serve(_), "--token") => {
+            talks_to_none("berth serve makes or reads its own admin token (see --data-dir)")
+        }
+        (Command::Serve(_), _) => {
+            talks_to_none("berth serve's HTTPS is set in its configuration's [tls] section")
+        }
+        (Command::Login(_), "--url") => Some(
+            "--url is not for berth login, which takes the controller's URL as its argument: \
+             berth login URL"
+                .to_string(),
+        ),
+        (Command::Controllers, _) => talks_to_none("berth controllers lists the saved controllers"),
+        (Command::Switch(_), _) => {
+            talks_to_none("berth switch makes a saved controller the current one")
+        }
+        (Command::Completion(_), _) => {
+            talks_to_none("berth completion prints a shell completion script")
+        }
+        (Command::Man(_), _) => talks_to_none("berth man writes man pages"),
+        _ => None,
+    }
+}
+
+/// Parses `args` (the program name first, see [`parse_from`]) and runs
+/// the command, writing to `io`; returns the exit code. Usage errors are
+/// clap's, with exit code 2; `--help` and `--version` print to `io.out`
+/// and exit 0.
 pub fn run_args<I, T>(args: I, io: &mut Io<'_>) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    match Cli::try_parse_from(args) {
+    match parse_from(args) {
         Ok(cli) => execute(cli, io),
         Err(e) => {
             let target: &mut dyn Write = if e.use_stderr() {
@@ -442,6 +523,11 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
     let saved = controllers::controllers_path();
     let token = cli.token.as_deref();
     let outcome = match &cli.command {
+        // These talk to no controller, so none is looked for: a saved
+        // controllers file or a CA that would not do cannot stop them.
+        Command::Serve(_) => Err(serve_refused()),
+        Command::Completion(args) => docs::completion(args, io),
+        Command::Man(args) => docs::man(args, io),
         Command::Login(args) => {
             controllers::login(args, token, cli.ca_cert.as_deref(), &data_dir, &saved, io)
         }
@@ -483,10 +569,7 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
 /// it).
 pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
     match command {
-        Command::Serve(_) => Err(CliError::Usage(
-            "'berth serve' is run by the controller's start-up code, not by the command line client"
-                .into(),
-        )),
+        Command::Serve(_) => Err(serve_refused()),
         Command::Login(_) | Command::Controllers | Command::Switch(_) => Err(CliError::Usage(
             "'berth login', 'controllers' and 'switch' manage the saved controllers and talk to no session"
                 .into(),
@@ -519,6 +602,14 @@ pub fn dispatch(command: &Command, session: &mut Session, io: &mut Io<'_>) -> Re
     }
 }
 
+/// `berth serve` given to the command line client.
+fn serve_refused() -> CliError {
+    CliError::Usage(
+        "'berth serve' is run by the controller's start-up code, not by the command line client"
+            .into(),
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -541,9 +632,15 @@ pub(crate) mod tests {
     pub(crate) fn run_offline(args: &[&str]) -> (u8, String, String) {
         let mut full = vec!["berth", "--url", "http://127.0.0.1:9", "--token", "t"];
         full.extend_from_slice(args);
+        run_line(&full)
+    }
+
+    /// Runs a whole command line (the program name first): the exit code,
+    /// standard output and standard error.
+    fn run_line(args: &[&str]) -> (u8, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = run_args(
-            full,
+            args.iter().copied(),
             &mut Io {
                 out: &mut out,
                 err: &mut err,
@@ -625,13 +722,110 @@ pub(crate) mod tests {
 
     #[test]
     fn the_command_line_client_does_not_run_serve() {
-        let (code, out, err) = run_offline(&["serve"]);
+        let (code, out, err) = run_line(&["berth", "serve"]);
         assert_eq!(code, 2);
         assert_eq!(out, "");
         assert_eq!(
             err,
             "ERROR 'berth serve' is run by the controller's start-up code, not by the command line client\n"
         );
+    }
+
+    #[test]
+    fn global_flags_given_to_a_command_that_does_not_use_them_are_refused() {
+        for (args, message) in [
+            (
+                &["berth", "--token", "t", "serve"][..],
+                "--token is for commands that talk to a controller; berth serve makes or reads its \
+                 own admin token (see --data-dir)",
+            ),
+            (
+                &["berth", "serve", "--url", "http://h:1"][..],
+                "--url is for commands that talk to a controller; berth serve listens at --listen",
+            ),
+            (
+                &["berth", "controllers", "--ca-cert", "/tmp/ca.crt"][..],
+                "--ca-cert is for commands that talk to a controller; berth controllers lists the \
+                 saved controllers",
+            ),
+            (
+                &["berth", "--url", "http://h:1", "switch", "a"][..],
+                "--url is for commands that talk to a controller; berth switch makes a saved \
+                 controller the current one",
+            ),
+            (
+                &["berth", "--url", "http://h:1", "completion", "bash"][..],
+                "--url is for commands that talk to a controller; berth completion prints a shell \
+                 completion script",
+            ),
+            (
+                &["berth", "man", "/tmp/man", "--token", "t"][..],
+                "--token is for commands that talk to a controller; berth man writes man pages",
+            ),
+            (
+                &["berth", "login", "--url", "http://h:1", "http://h:2"][..],
+                "--url is not for berth login, which takes the controller's URL as its argument: \
+                 berth login URL",
+            ),
+        ] {
+            let (code, out, err) = run_line(args);
+            assert_eq!((code, out.as_str()), (2, ""), "{args:?}");
+            assert!(
+                err.starts_with(&format!("error: {message}\n")),
+                "{args:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn global_flags_count_as_given_only_on_the_command_line() {
+        let matches = Cli::command()
+            .try_get_matches_from(["berth", "completion", "bash"])
+            .unwrap();
+        // Whatever BERTH_URL, BERTH_TOKEN and BERTH_CA_CERT hold here.
+        for (id, _) in GLOBAL_FLAGS {
+            assert!(!given_on_command_line(&matches, id), "{id}");
+        }
+        let matches = Cli::command()
+            .try_get_matches_from(["berth", "sim-faults", "clear", "--token", "t"])
+            .unwrap();
+        assert!(given_on_command_line(&matches, "token"));
+        // Commands that use them take them.
+        for args in [
+            &["berth", "--url", "http://h:1", "--token", "t", "status"][..],
+            &["berth", "--ca-cert", "/tmp/ca.crt", "login", "http://h:1"][..],
+        ] {
+            assert!(parse_from(args.iter().copied()).is_ok(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn completion_and_man_look_for_no_controller() {
+        // As BERTH_URL and BERTH_CA_CERT would give them: a CA certificate
+        // for a plain HTTP controller, which a command that talks to one
+        // refuses.
+        let dir = tempfile::tempdir().unwrap();
+        let man = dir.path().to_str().unwrap();
+        for args in [&["completion", "bash"][..], &["man", man][..]] {
+            let mut cli = parse(args).unwrap();
+            cli.url = Some("http://127.0.0.1:9".into());
+            cli.ca_cert = Some("/nonexistent".into());
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = execute(
+                cli,
+                &mut Io {
+                    out: &mut out,
+                    err: &mut err,
+                    tty: false,
+                },
+            );
+            assert_eq!(
+                (code, String::from_utf8(err).unwrap().as_str()),
+                (0, ""),
+                "{args:?}"
+            );
+            assert!(!out.is_empty(), "{args:?}");
+        }
     }
 
     #[test]

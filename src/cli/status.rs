@@ -4,8 +4,10 @@
 //! [`crate::status::text`]: Juju's tables by default, `--format json` the
 //! API's JSON on one line, `--format yaml` the same data as YAML.
 //! `--watch` reprints the status after every change, following the change
-//! log. Names (`berth status wordpress mysql/0`) and `--machines 1-100`
-//! show only part of it (see [`crate::status::filter`]).
+//! log, and reads it again with backoff while the controller restarts or
+//! sheds load; piped, its YAML frames are one YAML document each. Names
+//! (`berth status wordpress mysql/0`) and `--machines 1-100` show only
+//! part of it (see [`crate::status::filter`]).
 
 use std::time::SystemTime;
 
@@ -13,7 +15,7 @@ use clap::{Args, ValueEnum};
 
 use crate::cli::client::Client;
 use crate::cli::error::CliError;
-use crate::cli::follow::Follower;
+use crate::cli::follow::{retry_transient, Backoff, Follower};
 use crate::cli::{Io, Session};
 use crate::status::filter::StatusFilter;
 use crate::status::text::{self, Shown};
@@ -123,12 +125,15 @@ pub fn filter_of(args: &StatusArgs) -> Result<StatusFilter, CliError> {
 /// Prints the status at `path` (`/v1/status`, or a filtered one), then
 /// again after every change, `frames` times (or until interrupted). On a
 /// terminal each print replaces the last; in a file or pipe they follow
-/// each other, a blank line apart.
+/// each other: YAML frames as the documents of one YAML stream, JSON
+/// frames and tables a blank line apart. While the controller cannot be
+/// reached, or answers 5xx, the status is read again after a backoff
+/// delay.
 ///
 /// # Errors
 ///
-/// The controller's refusal; a controller that cannot be reached any
-/// more.
+/// The controller's refusal for another reason (a wrong token, a filter
+/// it does not take).
 pub fn watch(
     client: &Client,
     path: &str,
@@ -138,25 +143,42 @@ pub fn watch(
     frames: Option<usize>,
 ) -> Result<(), CliError> {
     let mut follower = Follower::new(client);
+    let mut retry = Backoff::new();
     let mut printed = 0usize;
     loop {
-        let status: Status = client.get(path)?;
+        let status: Status = retry_transient(&mut retry, None, |_| client.get(path))?;
         let text = render(&status, shown, format)?;
-        if io.tty {
-            write!(io.out, "\x1b[H\x1b[2J{text}")?;
-        } else {
-            if printed > 0 {
-                writeln!(io.out)?;
-            }
-            write!(io.out, "{text}")?;
-        }
-        io.out.flush()?;
+        print_frame(&text, format, printed == 0, io)?;
         printed += 1;
         if frames.is_some_and(|n| printed >= n) {
             return Ok(());
         }
         follower.next_change(status.model.revision, None, |_| true)?;
     }
+}
+
+/// Prints one frame of a watch, `text` in `format`. On a terminal it
+/// replaces the screen; elsewhere frames follow each other: YAML frames
+/// each as a document of one YAML stream (after `---`), JSON frames (a
+/// line each) and tables a blank line apart. `first` says whether it is
+/// the first.
+///
+/// # Errors
+///
+/// [`CliError::Output`].
+fn print_frame(text: &str, format: Format, first: bool, io: &mut Io<'_>) -> Result<(), CliError> {
+    if io.tty {
+        write!(io.out, "\x1b[H\x1b[2J{text}")?;
+    } else {
+        match format {
+            Format::Yaml => writeln!(io.out, "---")?,
+            Format::Json | Format::Tabular if !first => writeln!(io.out)?,
+            Format::Json | Format::Tabular => {}
+        }
+        write!(io.out, "{text}")?;
+    }
+    io.out.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,6 +213,50 @@ mod tests {
         let table = render(&status, Shown::Whole, Format::Tabular).unwrap();
         assert!(table.starts_with("Model    Controller"), "{table}");
         assert!(table.ends_with("Model \"default\" is empty.\n"), "{table}");
+    }
+
+    #[test]
+    fn piped_yaml_frames_are_one_yaml_stream_of_a_document_each() {
+        use serde::Deserialize;
+
+        let mut second = empty();
+        second.model.revision = 43;
+        let mut out = Vec::new();
+        let mut io = Io {
+            out: &mut out,
+            err: &mut std::io::sink(),
+            tty: false,
+        };
+        for (status, first) in [(empty(), true), (second.clone(), false)] {
+            let text = render(&status, Shown::Whole, Format::Yaml).unwrap();
+            print_frame(&text, Format::Yaml, first, &mut io).unwrap();
+        }
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("---\nmodel:\n"), "{out}");
+        let frames: Vec<Status> = serde_yaml_ng::Deserializer::from_str(&out)
+            .map(|document| Status::deserialize(document).unwrap())
+            .collect();
+        assert_eq!(frames, [empty(), second]);
+    }
+
+    #[test]
+    fn piped_json_and_table_frames_are_a_blank_line_apart() {
+        let mut out = Vec::new();
+        let mut io = Io {
+            out: &mut out,
+            err: &mut std::io::sink(),
+            tty: false,
+        };
+        for first in [true, false] {
+            print_frame("{}\n", Format::Json, first, &mut io).unwrap();
+        }
+        for first in [true, false] {
+            print_frame("Model\n", Format::Tabular, first, &mut io).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{}\n\n{}\nModel\n\nModel\n"
+        );
     }
 
     #[test]

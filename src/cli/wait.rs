@@ -11,14 +11,16 @@
 //! whole status. On a terminal it draws a progress bar; elsewhere it
 //! prints a plain line each time the counts change. Machines being
 //! removed are not waited for. Machines in error end the wait too (exit
-//! 0), each with a `WARNING` line saying why it failed.
+//! 0), each with a `WARNING` line saying why it failed. A controller that
+//! restarts, cannot be reached for a while or sheds load is read again
+//! with backoff until the timeout.
 
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use crate::cli::error::CliError;
-use crate::cli::follow::{Follower, Woke};
+use crate::cli::follow::{retry_transient, Backoff, Follower, Woke};
 use crate::cli::status::PATH;
 use crate::cli::{Io, Session};
 use crate::domain::names::MachineId;
@@ -29,6 +31,10 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
 
 /// The width of the progress bar, in characters.
 const BAR_WIDTH: usize = 30;
+
+/// The least time a status read is given, even at the deadline, so that
+/// `--timeout 0` still reads the status once.
+const LEAST_READ_TIME: Duration = Duration::from_secs(5);
 
 /// `berth wait`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
@@ -150,6 +156,22 @@ impl Tally {
     }
 }
 
+/// What the timeout error says when the status could not be read at the
+/// end (`error`, the last read's failure): the machines still waited for
+/// at the last read that worked (`last`), if one did.
+fn unread_timeout_message(last: Option<&Tally>, timeout: Duration, error: &CliError) -> String {
+    match last {
+        Some(tally) => format!(
+            "{}; the status could not be read since: {error}",
+            tally.timeout_message(timeout)
+        ),
+        None => format!(
+            "timed out after {}s waiting for machines to start: the status could not be read: {error}",
+            timeout.as_secs()
+        ),
+    }
+}
+
 /// Draws progress: a bar redrawn in place on a terminal, a line per change
 /// elsewhere.
 struct Progress {
@@ -185,16 +207,37 @@ impl Progress {
 /// # Errors
 ///
 /// [`CliError::Timeout`] naming the machines not started when time runs
-/// out; the controller's refusal.
+/// out, and the last failure when the controller could not be read at
+/// the end; the controller's refusal (an error that is not transient).
 pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<(), CliError> {
     let timeout = Duration::from_secs(args.timeout);
     let deadline = Instant::now() + timeout;
     let client = session.client()?.clone();
     let mut follower = Follower::new(&client);
+    let mut retry = Backoff::new();
     let mut progress = Progress { last: None };
+    // The machines at the last read that worked, for the timeout's
+    // message when the controller cannot be read at the end.
+    let mut last: Option<Tally> = None;
     loop {
-        let reading = Instant::now();
-        let status: Status = client.get(PATH)?;
+        // When the read that worked started (after any retries).
+        let mut reading = Instant::now();
+        let read = retry_transient(&mut retry, Some(deadline), |left| {
+            reading = Instant::now();
+            client.get_within::<Status>(PATH, left.map(|left| left.max(LEAST_READ_TIME)))
+        });
+        let status = match read {
+            Ok(status) => status,
+            Err(e) if e.is_transient() => {
+                progress.finish(io)?;
+                return Err(CliError::Timeout(unread_timeout_message(
+                    last.as_ref(),
+                    timeout,
+                    &e,
+                )));
+            }
+            Err(e) => return Err(e),
+        };
         let tally = Tally::of(&status);
         let read_took = reading.elapsed();
         progress.show(&tally, io)?;
@@ -215,6 +258,7 @@ pub fn run(args: &WaitArgs, session: &mut Session, io: &mut Io<'_>) -> Result<()
             progress.finish(io)?;
             return Err(CliError::Timeout(tally.timeout_message(timeout)));
         }
+        last = Some(tally);
         // Changes come in bursts; a read of the whole model costs this
         // process its parsing and the controller a rendering, so the next
         // read waits until twice the last one's time has passed.
@@ -378,6 +422,30 @@ mod tests {
         assert_eq!(
             tally.timeout_message(Duration::from_secs(1)),
             "timed out after 1s waiting for machines to start: 2 not started yet: 0 (pending), 1 (allocating)"
+        );
+    }
+
+    #[test]
+    fn a_timeout_while_the_controller_cannot_be_read_names_the_last_failure() {
+        let error = CliError::Unreachable {
+            url: "http://127.0.0.1:9".into(),
+        };
+        let unreachable =
+            "cannot reach the berth controller at http://127.0.0.1:9: is 'berth serve' running?";
+        let tally = Tally::of(&status(vec![("0", machine("pending", "pending", None))]));
+        assert_eq!(
+            unread_timeout_message(Some(&tally), Duration::from_secs(5), &error),
+            format!(
+                "timed out after 5s waiting for machines to start: 1 not started yet: 0 (pending); \
+                 the status could not be read since: {unreachable}"
+            )
+        );
+        assert_eq!(
+            unread_timeout_message(None, Duration::from_secs(5), &error),
+            format!(
+                "timed out after 5s waiting for machines to start: the status could not be read: \
+                 {unreachable}"
+            )
         );
     }
 

@@ -132,8 +132,10 @@ fn scales(status: &Status) -> BTreeMap<String, usize> {
 }
 
 fn unit_rows(table: &mut Table, name: &UnitName, unit: &UnitView, level: usize) {
+    // As Juju: without a workload message, an agent that is allocating
+    // or lost says why in the Message column.
     let mut message = unit.workload_status.message.clone().unwrap_or_default();
-    if message.is_empty() && unit.juju_status.current == "allocating" {
+    if message.is_empty() && matches!(unit.juju_status.current.as_str(), "allocating" | "lost") {
         message = unit.juju_status.message.clone().unwrap_or_default();
     }
     table.row(vec![
@@ -513,6 +515,22 @@ Model \"default\" is empty.
         let text = tabular(&s, Shown::Whole, "v", "t");
         assert!(
             text.contains("mysql/0  waiting   allocating  0        waiting for machine\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_lost_unit_without_a_workload_message_shows_its_agent_message() {
+        let mut s = status();
+        let mysql = s.applications.get_mut(&"mysql".parse().unwrap()).unwrap();
+        let unit = mysql.units.values_mut().next().unwrap();
+        unit.juju_status = info("lost", Some("agent lost, see the machine's status"));
+        unit.workload_status = info("unknown", None);
+        let text = tabular(&s, Shown::Whole, "v", "t");
+        assert!(
+            text.contains(
+                "mysql/0  unknown   lost        0        agent lost, see the machine's status\n"
+            ),
             "{text}"
         );
     }
