@@ -95,6 +95,47 @@ async fn the_configurations_faults_are_shown_replaced_and_cleared() {
     assert_eq!(faults_of(&app).await, healthy());
 }
 
+/// The zones the controller shows and places machines by follow the
+/// faults as soon as they are set: a zone taken down shows unavailable,
+/// and one of the configuration's outages, cleared, is available again.
+#[tokio::test]
+async fn the_zones_follow_the_faults_as_they_are_set() {
+    let app = spawn_app_with(Options {
+        cloud: Cloud::Sim(SimConfig {
+            outages: vec!["sim-c".into()],
+            ..SimConfig::default()
+        }),
+        ..Options::default()
+    })
+    .await;
+    let available = |zones: Value| -> Vec<(String, bool)> {
+        zones
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|z| {
+                (
+                    z["name"].as_str().unwrap().to_string(),
+                    z["available"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let expect = |down: &[&str]| -> Vec<(String, bool)> {
+        ["sim-a", "sim-b", "sim-c"]
+            .iter()
+            .map(|z| (z.to_string(), !down.contains(z)))
+            .collect()
+    };
+    app.set_faults(&json!({"zones_down": ["sim-b"]})).await;
+    assert_eq!(
+        available(json_of(app.zones().await).await),
+        expect(&["sim-b"])
+    );
+    app.clear_faults().await;
+    assert_eq!(available(json_of(app.zones().await).await), expect(&[]));
+}
+
 #[tokio::test]
 async fn bad_fault_sets_are_400_and_change_nothing() {
     let app = spawn_app().await;

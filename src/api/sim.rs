@@ -7,10 +7,11 @@ use std::sync::Arc;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 
-use crate::api::errors::{route_error, ErrorBody, UNAVAILABLE};
+use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
 use crate::api::input;
 use crate::api::Shared;
 use crate::providers::sim::{FaultSet, SimError, SimProvider};
+use crate::store::StoreError;
 
 /// Why a fault request failed.
 #[derive(thiserror::Error)]
@@ -25,12 +26,17 @@ pub enum FaultsError {
     /// recorded.
     #[error("the simulated cloud could not record the change: {0}")]
     Ledger(String),
+    /// The faults are in force, but the zones' availability could not be
+    /// recorded.
+    #[error("the faults are in force, but the zones could not be recorded: {0}")]
+    Store(#[from] StoreError),
 }
 
 route_error!(FaultsError {
     FaultsError::NotSimulated(_) => StatusCode::NOT_FOUND,
     FaultsError::Invalid(_) => StatusCode::BAD_REQUEST,
     FaultsError::Ledger(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    FaultsError::Store(e) => store_status(e),
 });
 
 fn simulated(shared: &Shared) -> Result<&Arc<SimProvider>, FaultsError> {
@@ -47,6 +53,14 @@ async fn replace(shared: &Shared, faults: FaultSet) -> Result<HttpResponse, Faul
         SimError::Faults(message) => FaultsError::Invalid(message),
         other => FaultsError::Ledger(other.to_string()),
     })?;
+    // The zones it reports now, recorded at once: placement and `berth
+    // zones` follow a zone taken down or brought back without waiting for
+    // the engine to ask.
+    shared
+        .state
+        .store
+        .set_provider_zones(sim.zone_report())
+        .await?;
     Ok(HttpResponse::Ok().json(set))
 }
 

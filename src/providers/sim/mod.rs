@@ -262,6 +262,26 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
+    /// Every zone and whether it is up, as [`Provider::zones`] answers,
+    /// without the faults that hold or throttle calls: what the controller
+    /// records once an administrator changes the faults.
+    pub fn zone_report(&self) -> Vec<ProviderZone> {
+        let knobs = lock(&self.inner.knobs);
+        self.inner
+            .settings
+            .zones
+            .iter()
+            .map(|zone| {
+                let out = knobs.faults.zones_down.contains(zone);
+                ProviderZone {
+                    name: zone.clone(),
+                    available: !out,
+                    reason: if out { OUTAGE_REASON } else { "" }.to_string(),
+                }
+            })
+            .collect()
+    }
+
     /// Opens the simulated cloud described by `config`, with its ledger in
     /// the SQLite file `ledger_path` (created if missing; instances already
     /// there are taken up where they were) or, without a path, in memory.
@@ -1715,21 +1735,7 @@ impl Provider for SimProvider {
     async fn zones(&self) -> Result<Vec<ProviderZone>, ProviderError> {
         self.inner.ensure_driver();
         self.inner.admit().await?;
-        let knobs = lock(&self.inner.knobs);
-        Ok(self
-            .inner
-            .settings
-            .zones
-            .iter()
-            .map(|zone| {
-                let out = knobs.faults.zones_down.contains(zone);
-                ProviderZone {
-                    name: zone.clone(),
-                    available: !out,
-                    reason: if out { OUTAGE_REASON } else { "" }.to_string(),
-                }
-            })
-            .collect())
+        Ok(self.zone_report())
     }
 
     /// Launches in one ledger write. Takes any number of requests, though
