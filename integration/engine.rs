@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use berth::charms::resolve;
 use berth::contracts::provider::ProviderZone;
 use berth::contracts::provider::{
-    tags, ControllerLink, FailureClass, LaunchRequest, Provider, ProviderError,
+    tags, ControllerLink, FailureClass, InstanceStateChange, LaunchRequest, Provider, ProviderError,
 };
 use berth::domain::constraints::{Constraints, Key};
 use berth::domain::instance::{Instance, InstanceState};
@@ -1272,6 +1272,54 @@ fn a_host_removed_with_force_after_the_engine_started_again_takes_its_container_
     });
 }
 
+/// A provider's report that an instance went, delivered after the agent
+/// on it was heard again (it stopped and started, and the webhook came
+/// late), is passed over; one newer than the last heartbeat shows the
+/// machine down.
+async fn a_late_report_of_an_instance_going_is_passed_over_once_its_agent_was_heard(
+    backend: Backend,
+) {
+    let sim = SimConfig {
+        heartbeat_interval_ms: 3_600_000,
+        ..SimConfig::default()
+    };
+    let app = spawn_engine(backend, sim, fast_provisioner()).await;
+    app.store()
+        .add_machines(AddMachines::default())
+        .await
+        .unwrap();
+    let status = until(app.store(), "started", all_started(1)).await;
+    let record = &status.machines[0];
+    let instance = record.instance_id().unwrap().to_string();
+    let heard = record.last_heartbeat_ms.expect("the check-in's heartbeat");
+    let report = |at_ms: i64| InstanceStateChange {
+        instance_id: instance.clone(),
+        state: InstanceState::Stopped,
+        at_ms,
+    };
+    app.engine()
+        .link()
+        .instance_changed(report(heard - 1_000))
+        .await;
+    // The report has been handled once a later one has.
+    let marker = app.store().revision();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        app.store().revision(),
+        marker,
+        "nothing written for a late report"
+    );
+    assert_eq!(
+        app.store().machine(&record.id).unwrap().state(),
+        MachineState::Started
+    );
+    app.engine()
+        .link()
+        .instance_changed(report(heard + 1_000))
+        .await;
+    until(app.store(), "down", |s| all_in(s, &[MachineState::Down])).await;
+}
+
 async fn a_machine_whose_agent_falls_silent_is_shown_down_and_a_heartbeat_brings_it_back(
     backend: Backend,
 ) {
@@ -1568,6 +1616,7 @@ on_each_backend! {
         a_launch_recorded_after_the_cloud_listed_its_instances_is_not_taken_for_vanished,
         an_instance_stopped_after_the_cloud_listed_it_is_not_stopped_again,
         a_machine_settled_while_waiting_for_an_actor_is_claimed_and_let_go,
+        a_late_report_of_an_instance_going_is_passed_over_once_its_agent_was_heard,
         a_container_its_hosts_zone_refuses_is_a_provisioning_error_after_one_launch,
     ],
     plain: [

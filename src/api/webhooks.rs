@@ -13,8 +13,11 @@
 //! A delivery older than [`MAX_AGE_SECS`], more than [`MAX_AHEAD_SECS`] in
 //! the future, or whose signature was already seen within that window (a
 //! replay) is refused. Duplicates that get through (a provider sending the
-//! same change twice, signed twice) and deliveries out of order are
-//! harmless: the engine decides by the change's own timestamp.
+//! same change twice, signed twice) change nothing: only an instance's
+//! departure acts, and on the machine still on it. A departure delivered
+//! late, after the machine's agent was heard again (an instance stopped
+//! and started), is passed over: the engine compares the change's own
+//! timestamp with the agent's last heartbeat.
 //!
 //! [`ControllerLink::instance_changed`]: crate::contracts::provider::ControllerLink::instance_changed
 

@@ -44,6 +44,7 @@ use crate::engine::supervision::{self, hooks, kinds, Restart};
 use crate::store::leases::RECONCILE_JOB;
 use crate::store::lifecycle::MachineEvent;
 use crate::store::machines::EngineMachine;
+use crate::store::records::MachineRecord;
 use crate::store::zones::ZoneRecord;
 use crate::store::{millis, now_ms, Entity, Origin, StoreError};
 
@@ -1427,6 +1428,19 @@ impl Handler<ProviderReport> for Provisioner {
             .map(move |found, act, ctx| {
                 let Ok(Some(machine)) = found else { return };
                 let id = machine.record.id;
+                if heard_since(&machine.record, change.at_ms) {
+                    // Late (deliveries come out of order): the agent was
+                    // heard after the provider saw the instance go, so it
+                    // runs again (an instance stopped and started).
+                    log::info!(
+                        "machine {id}: a report of instance {} {} at {} ms is older than its \
+                         agent's last heartbeat; passed over",
+                        change.instance_id,
+                        change.state.as_str(),
+                        change.at_ms
+                    );
+                    return;
+                }
                 match act.actors.get(&id).cloned() {
                     Some((serial, actor)) => {
                         // If the actor stopped meanwhile, do its part.
@@ -1460,6 +1474,12 @@ impl Handler<ProviderReport> for Provisioner {
             }),
         );
     }
+}
+
+/// Whether `record`'s agent was heard after `at_ms`, when a provider saw
+/// its instance go.
+fn heard_since(record: &MachineRecord, at_ms: i64) -> bool {
+    record.last_heartbeat_ms.is_some_and(|heard| heard > at_ms)
 }
 
 impl Handler<ReconcileNow> for Provisioner {
