@@ -1108,10 +1108,16 @@ fn the_agent_checks_in_once_then_heartbeats_every_interval_and_keeps_its_credent
     );
 
     // The one-time password worked once.
-    let output = berth(
-        &controller,
-        &["agent", "--machine", "0", "--password", otp.expose()],
-    );
+    let output = run(&[
+        "berth",
+        "--url",
+        &controller.address,
+        "agent",
+        "--machine",
+        "0",
+        "--password",
+        otp.expose(),
+    ]);
     assert_eq!(output.code, 1);
     assert_eq!(
         output.err,
@@ -1270,12 +1276,24 @@ fn a_ca_certificate_for_a_plain_http_controller_is_refused_before_anything_is_se
 #[test]
 fn an_agent_of_an_unknown_machine_exits() {
     let controller = start_controller();
+    let output = run(&[
+        "berth",
+        "--url",
+        &controller.address,
+        "agent",
+        "--machine",
+        "9",
+        "--password",
+        "whatever",
+    ]);
+    assert_eq!(output.code, 1);
+    assert_eq!(output.err, "ERROR machine 9 not found\n");
+    // The admin token is not an agent's: given to it, it is refused.
     let output = berth(
         &controller,
         &["agent", "--machine", "9", "--password", "whatever"],
     );
-    assert_eq!(output.code, 1);
-    assert_eq!(output.err, "ERROR machine 9 not found\n");
+    assert_eq!(output.code, 2);
 }
 
 #[test]

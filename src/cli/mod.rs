@@ -490,6 +490,11 @@ fn unused_global_flag(command: &Command, flag: &str) -> Option<String> {
             talks_to_none("berth completion prints a shell completion script")
         }
         (Command::Man(_), _) => talks_to_none("berth man writes man pages"),
+        (Command::Agent(_), "--token") => Some(
+            "--token is not for berth agent, which proves itself with its one-time password \
+             (--password) or its credential (--credential-file)"
+                .to_string(),
+        ),
         _ => None,
     }
 }
@@ -761,6 +766,11 @@ pub(crate) mod tests {
             (
                 &["berth", "man", "/tmp/man", "--token", "t"][..],
                 "--token is for commands that talk to a controller; berth man writes man pages",
+            ),
+            (
+                &["berth", "agent", "--machine", "0", "--token", "t"][..],
+                "--token is not for berth agent, which proves itself with its one-time password \
+                 (--password) or its credential (--credential-file)",
             ),
             (
                 &["berth", "login", "--url", "http://h:1", "http://h:2"][..],
