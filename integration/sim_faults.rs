@@ -56,16 +56,21 @@ fn healthy() -> Value {
     })
 }
 
-#[tokio::test]
-async fn the_configurations_faults_are_shown_replaced_and_cleared() {
-    let app = spawn_app_with(Options {
+/// An API on a simulated cloud whose configuration has sim-c down.
+async fn with_sim_c_out() -> TestApp {
+    spawn_app_with(Options {
         cloud: Cloud::Sim(SimConfig {
             outages: vec!["sim-c".into()],
             ..SimConfig::default()
         }),
         ..Options::default()
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn the_configurations_faults_are_shown_replaced_and_cleared() {
+    let app = with_sim_c_out().await;
     let mut expected = healthy();
     expected["zones_down"] = json!(["sim-c"]);
     assert_eq!(faults_of(&app).await, expected);
@@ -100,14 +105,7 @@ async fn the_configurations_faults_are_shown_replaced_and_cleared() {
 /// and one of the configuration's outages, cleared, is available again.
 #[tokio::test]
 async fn the_zones_follow_the_faults_as_they_are_set() {
-    let app = spawn_app_with(Options {
-        cloud: Cloud::Sim(SimConfig {
-            outages: vec!["sim-c".into()],
-            ..SimConfig::default()
-        }),
-        ..Options::default()
-    })
-    .await;
+    let app = with_sim_c_out().await;
     let available = |zones: Value| -> Vec<(String, bool)> {
         zones
             .as_array()
