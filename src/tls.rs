@@ -23,6 +23,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
+use crate::contracts::addresses::url_host;
+
 /// The CA certificate in the data directory: what clients trust.
 pub const CA_CERT_FILE: &str = "ca.crt";
 
@@ -176,7 +178,7 @@ pub fn server_names(
         names.push(listen.ip().to_string());
     }
     if let Some(host) = controller_url.and_then(url_host) {
-        names.push(host);
+        names.push(host.to_string());
     }
     names.extend(extra.iter().cloned());
     let mut unique = Vec::new();
@@ -194,21 +196,6 @@ pub fn server_names(
             SubjectName::Ip(ip) => ip.to_string(),
         })
         .collect()
-}
-
-/// The host of `scheme://host[:port][/...]`, without brackets.
-fn url_host(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split('/').next()?;
-    let authority = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    let host = if let Some(bracketed) = authority.strip_prefix('[') {
-        bracketed.split(']').next()?
-    } else {
-        authority.split(':').next()?
-    };
-    (!host.is_empty()).then(|| host.to_string())
 }
 
 /// This host's name, from the kernel.
@@ -563,11 +550,6 @@ mod tests {
         );
         let v6 = server_names(listen("[::1]:1"), Some("https://[fd00::2]:17070"), &[]);
         assert!(v6.contains(&"fd00::2".to_string()), "{v6:?}");
-        assert_eq!(
-            url_host("http://user@host.invalid:80/x").as_deref(),
-            Some("host.invalid")
-        );
-        assert_eq!(url_host("https://"), None);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   failures, zones offered, instance changes) and [`provider::ControllerLink`],
 //!   the way a provider reports back to the controller.
 //! - [`secrets`]: secrets, how they are made, hashed and checked.
+//! - [`addresses`]: the host a URL names, and whether it is loopback.
 
+pub mod addresses;
 pub mod provider;
 pub mod secrets;

@@ -18,6 +18,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::contracts::addresses::{is_localhost_name, url_host};
 use crate::providers::ec2::config::Ec2Config;
 
 /// How long the agent binary's URL has to answer.
@@ -55,22 +56,6 @@ impl PreflightError {
     }
 }
 
-/// The host part of an `http(s)://host[:port][/path]` URL (without the
-/// brackets of an IPv6 literal), or `None` if `url` is not one.
-fn url_host(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split_once(']')?.0
-    } else {
-        authority.split(':').next()?
-    };
-    (!host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c.is_control())).then_some(host)
-}
-
 /// Checks `controller_url` (or, when it is not set, the `listen` address
 /// the controller would tell instances instead) by its form alone.
 ///
@@ -85,14 +70,17 @@ pub fn check_controller_url(
     let Some(url) = controller_url else {
         return Err(PreflightError::NoControllerUrl(listen.to_string()));
     };
-    let host = url_host(url).ok_or_else(|| PreflightError::BadControllerUrl(url.to_string()))?;
+    let host = Some(url)
+        .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
+        .and_then(url_host)
+        .ok_or_else(|| PreflightError::BadControllerUrl(url.to_string()))?;
     let unreachable = |why| {
         Err(PreflightError::UnreachableControllerUrl {
             url: url.to_string(),
             why,
         })
     };
-    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
+    if is_localhost_name(host) {
         return unreachable("localhost");
     }
     match host.parse::<IpAddr>() {

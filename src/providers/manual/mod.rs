@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::contracts::addresses::{is_loopback, url_host};
 use crate::contracts::provider::{AgentBootstrap, FailureClass, ProviderError};
 use crate::domain::base::Base;
 use crate::domain::constraints::Constraints;
@@ -153,26 +154,6 @@ pub struct ManualHosts {
 
 fn permanent(message: String) -> ProviderError {
     ProviderError::new(FailureClass::Permanent, message)
-}
-
-/// The host of `scheme://[user@]host[:port][/...]` (an IPv6 address
-/// without its brackets), or `None` if `url` names none.
-fn url_host(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split_once(']')?.0,
-        None => authority.split(':').next()?,
-    };
-    (!host.is_empty()).then_some(host)
-}
-
-/// Whether `host`, a name or an address, is a loopback one.
-fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.to_ascii_lowercase().ends_with(".localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Checks `url`, where the agent on `host` would be told to reach the
@@ -499,32 +480,6 @@ mod tests {
         ] {
             assert_eq!(check_controller_url(url, "127.0.0.1"), Ok(()), "{url}");
         }
-    }
-
-    #[test]
-    fn hosts_are_loopback_by_name_or_address() {
-        for host in [
-            "localhost",
-            "LOCALHOST",
-            "berth.localhost",
-            "127.0.0.1",
-            "127.8.9.10",
-            "::1",
-        ] {
-            assert!(is_loopback(host), "{host}");
-        }
-        for host in [
-            "db1.example.com",
-            "10.0.0.3",
-            "0.0.0.0",
-            "::",
-            "localhost.example.com",
-        ] {
-            assert!(!is_loopback(host), "{host}");
-        }
-        assert_eq!(url_host("https://[::1]:17070/x"), Some("::1"));
-        assert_eq!(url_host("http://user@localhost"), Some("localhost"));
-        assert_eq!(url_host("http://"), None);
     }
 
     #[tokio::test]
