@@ -326,76 +326,65 @@ impl Beats<'_> {
         io: &mut Io<'_>,
         clock: &mut dyn Clock,
     ) -> Result<(), CliError> {
-        heartbeats(self, credential, source, io, clock)
-    }
-}
-
-/// Sends heartbeats until the clock stops the agent.
-fn heartbeats(
-    beats: &Beats<'_>,
-    credential: &str,
-    source: &Source<'_>,
-    io: &mut Io<'_>,
-    clock: &mut dyn Clock,
-) -> Result<(), CliError> {
-    let Beats {
-        client,
-        machine,
-        interval,
-        ..
-    } = *beats;
-    let mut backoff = beats.backoff.clone();
-    let path = format!("/v1/agents/{machine}/heartbeat");
-    let mut last_status: Option<String> = None;
-    loop {
-        let delay = match client.post_bare_as::<HeartbeatResponse>(&path, Auth::Bearer(credential))
-        {
-            Ok(beat) => {
-                if last_status.as_deref() != Some(beat.status.as_str()) {
-                    writeln!(
-                        io.out,
-                        "machine {machine}: heartbeat accepted, {}",
-                        beat.status
-                    )?;
-                    last_status = Some(beat.status);
-                }
-                backoff.reset();
-                interval
-            }
-            Err(e) if e.is_transient() => {
-                let delay = backoff.next_delay();
-                writeln!(
-                    io.err,
-                    "WARNING machine {machine}: heartbeat failed: {e}; retrying in {:.1}s",
-                    delay.as_secs_f64()
-                )?;
-                last_status = None;
-                delay
-            }
-            Err(CliError::Api {
-                status: 401,
-                message,
-            }) => {
-                let hint = match source {
-                    Source::Password => String::new(),
-                    Source::File(file) => format!(
+        let Beats {
+            client,
+            machine,
+            interval,
+            ..
+        } = *self;
+        let mut backoff = self.backoff.clone();
+        let path = format!("/v1/agents/{machine}/heartbeat");
+        let mut last_status: Option<String> = None;
+        loop {
+            let delay =
+                match client.post_bare_as::<HeartbeatResponse>(&path, Auth::Bearer(credential)) {
+                    Ok(beat) => {
+                        if last_status.as_deref() != Some(beat.status.as_str()) {
+                            writeln!(
+                                io.out,
+                                "machine {machine}: heartbeat accepted, {}",
+                                beat.status
+                            )?;
+                            last_status = Some(beat.status);
+                        }
+                        backoff.reset();
+                        interval
+                    }
+                    Err(e) if e.is_transient() => {
+                        let delay = backoff.next_delay();
+                        writeln!(
+                            io.err,
+                            "WARNING machine {machine}: heartbeat failed: {e}; retrying in {:.1}s",
+                            delay.as_secs_f64()
+                        )?;
+                        last_status = None;
+                        delay
+                    }
+                    Err(CliError::Api {
+                        status: 401,
+                        message,
+                    }) => {
+                        let hint = match source {
+                            Source::Password => String::new(),
+                            Source::File(file) => format!(
                         " (the credential came from {}; delete it to check in again with a new \
                          one-time password)",
                         file.display()
                     ),
-                };
-                return Err(CliError::Api {
-                    status: 401,
-                    message: format!(
+                        };
+                        return Err(CliError::Api {
+                            status: 401,
+                            message: format!(
                         "the controller refused machine {machine}'s credential: {message}{hint}"
                     ),
-                });
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+            io.out.flush()?;
+            if clock.sleep(delay).is_break() {
+                return Ok(());
             }
-            Err(e) => return Err(e),
-        };
-        io.out.flush()?;
-        if clock.sleep(delay).is_break() {
-            return Ok(());
         }
     }
 }
