@@ -1071,12 +1071,7 @@ async fn a_machine_heard_after_the_silent_read_is_not_shown_down(store: Store) {
     store.agent_connect(ids[0], otp).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let before = berth::store::now_ms();
-    let mut silent: Vec<MachineId> = store
-        .silent_agents(before)
-        .unwrap()
-        .into_iter()
-        .map(|record| record.id)
-        .collect();
+    let mut silent = store.silent_agents(before).unwrap();
     silent.sort();
     assert_eq!(silent, vec![heard, ids[0]]);
     tokio::time::sleep(Duration::from_millis(5)).await;

@@ -1072,11 +1072,10 @@ impl Provisioner {
         ctx.spawn(
             async move {
                 let silent = store.blocking(move |s| s.silent_agents(before)).await?;
-                let ids = silent.into_iter().map(|record| record.id).collect();
                 // Written only if still silent: a heartbeat since the read
                 // keeps its machine started.
                 store
-                    .agents_lost(ids, before, "agent is not responding".into())
+                    .agents_lost(silent, before, "agent is not responding".into())
                     .await
             }
             .into_actor(self)

@@ -869,19 +869,20 @@ impl Store {
         Ok(self.engine_machines(Some(&[record.id]))?.into_iter().next())
     }
 
-    /// Started machines whose agent was last heard from before `before_ms`.
+    /// The started machines whose agent was last heard from before
+    /// `before_ms` (see [`Store::agents_lost`], which shows them down).
     ///
     /// # Errors
     ///
     /// [`StoreError::Database`] or [`StoreError::Invariant`].
-    pub fn silent_agents(&self, before_ms: i64) -> Result<Vec<MachineRecord>, StoreError> {
+    pub fn silent_agents(&self, before_ms: i64) -> Result<Vec<MachineId>, StoreError> {
         self.read(|conn| {
-            let rows: Vec<MachineRow> = machines::table
+            let ids: Vec<String> = machines::table
                 .filter(machines::state.eq(MachineState::Started.as_str()))
                 .filter(machines::last_heartbeat_ms.lt(before_ms))
-                .select(MachineRow::as_select())
+                .select(machines::id)
                 .load(conn)?;
-            rows.into_iter().map(MachineRecord::try_from).collect()
+            ids.iter().map(|id| stored("machine id", id)).collect()
         })
     }
 }
