@@ -803,38 +803,33 @@ impl Store {
     ) -> Result<(), StoreError> {
         let policy = self.policy();
         let heard_within = millis(heard_within);
-        let writes = ids.chunks(VOUCHED_PER_WRITE).map(|chunk| {
-            let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
-            self.write(move |tx| {
-                tx.set_origin(Origin::Agent);
-                let heard_since = tx.now_ms.saturating_sub(heard_within);
-                diesel::update(
-                    machines::table.filter(machines::id.eq_any(&keys)).filter(
-                        machines::last_heartbeat_ms
-                            .is_null()
-                            .or(machines::last_heartbeat_ms.le(heard_since)),
-                    ),
-                )
-                .set(machines::last_heartbeat_ms.eq(tx.now_ms))
-                .execute(tx.conn)?;
-                let down: Vec<String> = machines::table
-                    .filter(machines::id.eq_any(&keys))
-                    .filter(machines::state.eq(MachineState::Down.as_str()))
-                    .select(machines::id)
-                    .load(tx.conn)?;
-                for id in down {
-                    let id: MachineId = stored("machine id", &id)?;
-                    apply_tx(tx, MachineEvent::new(id, Event::AgentConnected), &policy)?;
-                }
-                Ok(())
-            })
-        });
-        futures_util::future::try_join_all(writes).await?;
+        self.write_in_chunks(&ids, move |tx, keys| {
+            tx.set_origin(Origin::Agent);
+            let heard_since = tx.now_ms.saturating_sub(heard_within);
+            diesel::update(
+                machines::table.filter(machines::id.eq_any(keys)).filter(
+                    machines::last_heartbeat_ms
+                        .is_null()
+                        .or(machines::last_heartbeat_ms.le(heard_since)),
+                ),
+            )
+            .set(machines::last_heartbeat_ms.eq(tx.now_ms))
+            .execute(tx.conn)?;
+            let down: Vec<String> = machines::table
+                .filter(machines::id.eq_any(keys))
+                .filter(machines::state.eq(MachineState::Down.as_str()))
+                .select(machines::id)
+                .load(tx.conn)?;
+            for id in down {
+                let id: MachineId = stored("machine id", &id)?;
+                apply_tx(tx, MachineEvent::new(id, Event::AgentConnected), &policy)?;
+            }
+            Ok(Vec::<()>::new())
+        })
+        .await?;
         Ok(())
     }
-}
 
-impl Store {
     /// Machines `ids`, read as silent since `before_ms`, are shown down
     /// with `message`: those still `started` and still unheard since then
     /// when the write comes (a heartbeat between the read and the write
@@ -850,28 +845,39 @@ impl Store {
         message: String,
     ) -> Result<Vec<MachineId>, StoreError> {
         let policy = self.policy();
+        self.write_in_chunks(&ids, move |tx, keys| {
+            let silent: Vec<String> = machines::table
+                .filter(machines::id.eq_any(keys))
+                .filter(machines::state.eq(MachineState::Started.as_str()))
+                .filter(machines::last_heartbeat_ms.lt(before_ms))
+                .select(machines::id)
+                .load(tx.conn)?;
+            let mut down = Vec::with_capacity(silent.len());
+            for id in silent {
+                let id: MachineId = stored("machine id", &id)?;
+                let lost = MachineEvent {
+                    message: Some(message.clone()),
+                    ..MachineEvent::new(id, Event::AgentLost)
+                };
+                apply_tx(tx, lost, &policy)?;
+                down.push(id);
+            }
+            Ok(down)
+        })
+        .await
+    }
+
+    /// `write` of machines `ids`, [`VOUCHED_PER_WRITE`] of them (as keys)
+    /// to a write, the writes queued together; what each gives, in order.
+    async fn write_in_chunks<T, F>(&self, ids: &[MachineId], write: F) -> Result<Vec<T>, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Tx<'_>, &[String]) -> Result<Vec<T>, StoreError> + Clone + Send + 'static,
+    {
         let writes = ids.chunks(VOUCHED_PER_WRITE).map(|chunk| {
             let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
-            let message = message.clone();
-            self.write(move |tx| {
-                let silent: Vec<String> = machines::table
-                    .filter(machines::id.eq_any(&keys))
-                    .filter(machines::state.eq(MachineState::Started.as_str()))
-                    .filter(machines::last_heartbeat_ms.lt(before_ms))
-                    .select(machines::id)
-                    .load(tx.conn)?;
-                let mut down = Vec::with_capacity(silent.len());
-                for id in silent {
-                    let id: MachineId = stored("machine id", &id)?;
-                    let lost = MachineEvent {
-                        message: Some(message.clone()),
-                        ..MachineEvent::new(id, Event::AgentLost)
-                    };
-                    apply_tx(tx, lost, &policy)?;
-                    down.push(id);
-                }
-                Ok(down)
-            })
+            let write = write.clone();
+            self.write(move |tx| write(tx, &keys))
         });
         let written = futures_util::future::try_join_all(writes).await?;
         Ok(written.into_iter().flatten().collect())
