@@ -195,19 +195,13 @@ impl Application {
                 .unwrap_or_else(|| format!("{scheme}://{address}")),
             ca_cert: tls.as_ref().and_then(|identity| identity.ca_cert.clone()),
         };
-        if config.controller_url.is_none() && address.ip().is_unspecified() {
-            // Not a reason to stop: the cloud's agents may not use the
-            // URL (the simulated cloud's do not), and the manual provider
-            // refuses each ssh: host with this advice before touching it.
-            log::warn!(
-                "controller_url is not set, so agents are told to reach this controller at {}, \
-                 the address it listens on, which no host can connect to: hosts added with \
-                 ssh: are refused until controller_url (BERTH_CONTROLLER_URL) is set to an \
-                 address of this controller that they can reach",
-                controller.url
-            );
-        }
         let provider_info = ProviderInfo::of(provider.as_ref(), &controller.url);
+        if let Some(refused) = &provider_info.ssh_refused {
+            // Not a reason to stop: the cloud's agents may not use the
+            // URL (the simulated cloud's do not); only ssh: hosts, which
+            // are refused until it is set, need it.
+            log::warn!("{refused}: until then, hosts added with ssh: are refused");
+        }
         // The engine starts once the status is read: its own first read
         // of every machine and instance would take the cores and the
         // memory the status's read needs, and the API answers sooner.
