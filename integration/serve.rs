@@ -308,7 +308,23 @@ async fn without_the_ec2_feature_an_ec2_controller_refuses_to_start_and_says_why
 /// whose local port is `port`: the server's side of its connections, when
 /// the server runs in this process.
 fn send_buffers_of_connections_to(port: u16) -> Vec<usize> {
-    let mut buffers = Vec::new();
+    server_sides_of_connections_to(port)
+        .into_iter()
+        .map(|side| side.send_buffer)
+        .collect()
+}
+
+/// The server's side of one connection: its peer's port and its send
+/// buffer.
+#[derive(Debug)]
+struct ServerSide {
+    peer_port: u16,
+    send_buffer: usize,
+}
+
+/// This process's connected TCP sockets whose local port is `port`.
+fn server_sides_of_connections_to(port: u16) -> Vec<ServerSide> {
+    let mut sides = Vec::new();
     for entry in std::fs::read_dir("/proc/self/fd")
         .expect("own descriptors")
         .flatten()
@@ -352,11 +368,48 @@ fn send_buffers_of_connections_to(port: u16) -> Vec<usize> {
                 &mut length,
             ) == 0
             {
-                buffers.push(usize::try_from(buffer).unwrap_or(0));
+                sides.push(ServerSide {
+                    peer_port: u16::from_be(peer.sin_port),
+                    send_buffer: usize::try_from(buffer).unwrap_or(0),
+                });
             }
         }
     }
-    buffers
+    sides
+}
+
+/// The local ports of process `pid`'s TCP sockets over IPv4, from its
+/// descriptors' socket inodes and its `/proc/<pid>/net/tcp` table.
+fn local_tcp_ports_of(pid: u32) -> Vec<u16> {
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: std::collections::HashSet<String> = descriptors
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, inode) = (fields.get(1)?, fields.get(9)?);
+            if !inodes.contains(*inode) {
+                return None;
+            }
+            u16::from_str_radix(local.rsplit(':').next()?, 16).ok()
+        })
+        .collect()
 }
 
 /// Opens an event stream to the controller at `url` (listening on `port`)
@@ -462,13 +515,14 @@ async fn an_event_stream_over_http2_leaves_the_connection_it_shares_as_it_is() {
         .spawn()
         .expect("curl runs");
     let stdout = curl.stdout.take().expect("curl's output");
-    // The stream's first line has come: the handler has run.
-    let first = tokio::task::spawn_blocking(move || {
+    // The stream's first line has come: the handler has run. Its output is
+    // kept open to the end: curl ends, and its connection with it, when it
+    // cannot write what comes next.
+    let (first, _curls_output) = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read");
-        line
+        let mut output = std::io::BufReader::new(stdout);
+        output.read_line(&mut line).expect("read");
+        (line, output)
     })
     .await
     .expect("reader");
@@ -476,10 +530,31 @@ async fn an_event_stream_over_http2_leaves_the_connection_it_shares_as_it_is() {
         first.starts_with(": berth change log after revision 0"),
         "{first:?}"
     );
-    let buffers = send_buffers_of_connections_to(port);
+    // The server's side of curl's own connection: other tests in this
+    // process open and close sockets meanwhile, and one of an earlier
+    // server may still hold this port number.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (curls_ports, curls_connection) = loop {
+        let curls_ports = local_tcp_ports_of(curl.id());
+        let sides: Vec<ServerSide> = server_sides_of_connections_to(port)
+            .into_iter()
+            .filter(|side| curls_ports.contains(&side.peer_port))
+            .collect();
+        if !sides.is_empty() || std::time::Instant::now() > deadline {
+            break (curls_ports, sides);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let curl_ended = curl.try_wait();
     let _ = curl.kill();
     let _ = curl.wait();
     task.abort();
-    assert_eq!(buffers.len(), 1, "{buffers:?}");
+    assert_eq!(
+        curls_connection.len(),
+        1,
+        "curl's ports {curls_ports:?}, its end {curl_ended:?}, the server's sides {:?}",
+        server_sides_of_connections_to(port)
+    );
+    let buffers: Vec<usize> = curls_connection.iter().map(|c| c.send_buffer).collect();
     assert_eq!(bounded(&buffers), 0, "{buffers:?}");
 }
