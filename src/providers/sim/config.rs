@@ -83,8 +83,9 @@ impl SimConfig {
     ///
     /// A message naming the setting, what it holds and what was expected:
     /// a `failure_rate` outside 0..=1, no zones, an empty or repeated zone
-    /// name, or a `capacity` or `outages` entry naming a zone not in
-    /// `zones`.
+    /// name, a `capacity` or `outages` entry naming a zone not in `zones`,
+    /// or a `capacity` above [`super::faults::MAX_COUNT`], the most the
+    /// faults' API takes.
     pub fn validate(&self) -> Result<(), String> {
         check_failure_rate(self.failure_rate)?;
         if self.heartbeat_interval_ms == 0 {
@@ -113,8 +114,14 @@ impl SimConfig {
                 ));
             }
         }
-        for zone in self.capacity.keys() {
+        for (zone, capacity) in &self.capacity {
             self.check_listed("capacity", zone)?;
+            if *capacity > super::faults::MAX_COUNT as usize {
+                return Err(format!(
+                    "capacity of {zone:?} is {capacity}: expected at most {}",
+                    super::faults::MAX_COUNT
+                ));
+            }
         }
         for zone in &self.outages {
             self.check_listed("outages", zone)?;
@@ -288,5 +295,22 @@ mod tests {
                  expected one of sim-a, sim-b, sim-c"
                 .to_string())
         );
+    }
+
+    #[test]
+    fn a_capacity_above_what_the_faults_api_takes_is_refused() {
+        let c = SimConfig {
+            capacity: BTreeMap::from([("sim-b".to_string(), 2_147_483_648)]),
+            ..SimConfig::default()
+        };
+        assert_eq!(
+            c.validate(),
+            Err("capacity of \"sim-b\" is 2147483648: expected at most 2147483647".to_string())
+        );
+        let c = SimConfig {
+            capacity: BTreeMap::from([("sim-b".to_string(), 2_147_483_647)]),
+            ..SimConfig::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
     }
 }
