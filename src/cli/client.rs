@@ -10,8 +10,9 @@
 //!
 //! `http://` and `https://` URLs are spoken. An `https://` controller is
 //! verified with the CA certificate given ([`TrustedCa`]: `--ca-cert`, a
-//! saved controller's, or the data directory's `ca.crt`), else with the
-//! public roots; a certificate that does not verify ends the command.
+//! saved controller's, or for a controller not saved the data directory's
+//! `ca.crt`), else with the public roots; a certificate that does not
+//! verify ends the command.
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;

@@ -261,8 +261,32 @@ pub struct Target {
     pub url: String,
     /// The token to use ahead of the data directory's file.
     pub token: Option<String>,
-    /// The CA certificate saved with the controller, if any.
-    pub saved_ca: Option<String>,
+    /// What `berth login` kept of the certificate to verify it with.
+    pub saved_ca: SavedCa,
+}
+
+/// What `berth login` kept of the CA a controller is verified with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavedCa {
+    /// The controller is not saved.
+    NotSaved,
+    /// Saved without a CA: it verified with the public roots, and is
+    /// verified with them from then on.
+    PublicRoots,
+    /// Saved with this CA certificate (PEM).
+    Pem(String),
+}
+
+impl SavedCa {
+    fn of(saved: Option<&SavedController>) -> SavedCa {
+        match saved {
+            None => SavedCa::NotSaved,
+            Some(SavedController {
+                ca_cert: Some(pem), ..
+            }) => SavedCa::Pem(pem.clone()),
+            Some(_) => SavedCa::PublicRoots,
+        }
+    }
 }
 
 /// The controller a command talks to: `--url` / `BERTH_URL` when given
@@ -293,7 +317,7 @@ pub fn resolve(
         return Ok(Target {
             url: url.to_string(),
             token: given_token.or_else(|| saved.as_ref().map(|saved| saved.token.clone())),
-            saved_ca: saved.and_then(|saved| saved.ca_cert),
+            saved_ca: SavedCa::of(saved.as_ref()),
         });
     }
     let controllers = Controllers::load(controllers_file)?;
@@ -301,37 +325,43 @@ pub fn resolve(
         Some((_, saved)) => Target {
             url: saved.url.clone(),
             token: given_token.or_else(|| Some(saved.token.clone())),
-            saved_ca: saved.ca_cert.clone(),
+            saved_ca: SavedCa::of(Some(saved)),
         },
         None => Target {
             url: DEFAULT_URL.to_string(),
             token: given_token,
-            saved_ca: None,
+            saved_ca: SavedCa::NotSaved,
         },
     })
 }
 
 /// The CA certificate an `https://` controller is verified with: the one
-/// given (`--ca-cert` / `BERTH_CA_CERT`), else the one saved with the
-/// controller, else the data directory's `ca.crt` (the local controller's
-/// own CA) when there is one; `None`: the public roots.
+/// given (`--ca-cert` / `BERTH_CA_CERT`), else what `berth login` saved
+/// with the controller (its CA, or the public roots it was verified
+/// with), else for a controller not saved the data directory's `ca.crt`
+/// (the local controller's own CA) when there is one; `None`: the public
+/// roots.
 ///
 /// # Errors
 ///
 /// [`CliError::File`] when the given file cannot be read.
 pub fn trusted_ca(
     given: Option<&Path>,
-    saved: Option<&str>,
+    saved: &SavedCa,
     data_dir: &Path,
 ) -> Result<Option<TrustedCa>, CliError> {
     if let Some(path) = given {
         return TrustedCa::read(path, "--ca-cert").map(Some);
     }
-    if let Some(pem) = saved {
-        return Ok(Some(TrustedCa {
-            pem: pem.as_bytes().to_vec(),
-            origin: "the CA certificate saved by 'berth login'".into(),
-        }));
+    match saved {
+        SavedCa::Pem(pem) => {
+            return Ok(Some(TrustedCa {
+                pem: pem.as_bytes().to_vec(),
+                origin: "the CA certificate saved by 'berth login'".into(),
+            }))
+        }
+        SavedCa::PublicRoots => return Ok(None),
+        SavedCa::NotSaved => {}
     }
     let local = data_dir.join(crate::tls::CA_CERT_FILE);
     if local.is_file() {
@@ -382,7 +412,7 @@ pub fn login(
     ca_cert_used(&url, ca_cert)?;
     let token = token::discover(token, data_dir)?;
     let ca = if names_https(&url) {
-        trusted_ca(ca_cert, None, data_dir)?
+        trusted_ca(ca_cert, &SavedCa::NotSaved, data_dir)?
     } else {
         None
     };
@@ -553,7 +583,7 @@ mod tests {
             Target {
                 url: DEFAULT_URL.into(),
                 token: None,
-                saved_ca: None
+                saved_ca: SavedCa::NotSaved
             }
         );
         two().save(&path).unwrap();
@@ -563,7 +593,7 @@ mod tests {
             Target {
                 url: "http://127.0.0.1:1002".into(),
                 token: Some("token-b".into()),
-                saved_ca: None
+                saved_ca: SavedCa::PublicRoots
             }
         );
         assert_eq!(target(None, Some("given")).token.as_deref(), Some("given"));
@@ -573,7 +603,7 @@ mod tests {
             Target {
                 url: "http://127.0.0.1:1001/".into(),
                 token: Some("token-a".into()),
-                saved_ca: None
+                saved_ca: SavedCa::PublicRoots
             }
         );
         assert_eq!(
@@ -581,7 +611,7 @@ mod tests {
             Target {
                 url: "http://127.0.0.1:9".into(),
                 token: None,
-                saved_ca: None
+                saved_ca: SavedCa::NotSaved
             }
         );
         assert_eq!(
@@ -598,25 +628,32 @@ mod tests {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
         // Nothing anywhere: the public roots.
-        assert_eq!(trusted_ca(None, None, &data).unwrap(), None);
+        let not_saved = &SavedCa::NotSaved;
+        assert_eq!(trusted_ca(None, not_saved, &data).unwrap(), None);
         std::fs::write(data.join(crate::tls::CA_CERT_FILE), "local").unwrap();
-        let local = trusted_ca(None, None, &data).unwrap().unwrap();
+        let local = trusted_ca(None, not_saved, &data).unwrap().unwrap();
         assert_eq!(local.pem, b"local");
         assert!(
             local.origin.starts_with("the data directory's"),
             "{}",
             local.origin
         );
-        let saved = trusted_ca(None, Some("saved"), &data).unwrap().unwrap();
+        let saved_pem = &SavedCa::Pem("saved".into());
+        let saved = trusted_ca(None, saved_pem, &data).unwrap().unwrap();
         assert_eq!(saved.pem, b"saved");
+        // Saved without a CA: the public roots it was verified with, not a
+        // data directory's CA that appeared since.
+        assert_eq!(
+            trusted_ca(None, &SavedCa::PublicRoots, &data).unwrap(),
+            None
+        );
         let file = dir.path().join("given.pem");
         std::fs::write(&file, "given").unwrap();
-        let given = trusted_ca(Some(&file), Some("saved"), &data)
-            .unwrap()
-            .unwrap();
+        let given = trusted_ca(Some(&file), saved_pem, &data).unwrap().unwrap();
         assert_eq!(given.pem, b"given");
         assert_eq!(given.origin, format!("--ca-cert {}", file.display()));
-        let missing = trusted_ca(Some(&dir.path().join("missing.pem")), None, &data).unwrap_err();
+        let missing =
+            trusted_ca(Some(&dir.path().join("missing.pem")), not_saved, &data).unwrap_err();
         assert!(
             missing
                 .to_string()
@@ -645,12 +682,12 @@ mod tests {
             &path,
         )
         .unwrap();
-        assert_eq!(by_url.saved_ca.as_deref(), Some("PEM"));
+        assert_eq!(by_url.saved_ca, SavedCa::Pem("PEM".into()));
         assert_eq!(by_url.token.as_deref(), Some("given"));
         controllers.current = Some("tls".into());
         controllers.save(&path).unwrap();
         let current = resolve(None, None, &path).unwrap();
-        assert_eq!(current.saved_ca.as_deref(), Some("PEM"));
+        assert_eq!(current.saved_ca, SavedCa::Pem("PEM".into()));
         assert_eq!(Controllers::load(&path).unwrap(), controllers);
     }
 

@@ -119,8 +119,8 @@ pub struct Cli {
     // placeholder, not HTML.
     #[allow(rustdoc::invalid_html_tags)]
     /// The CA certificate (PEM) to verify an https:// controller with; by
-    /// default the one saved by `berth login`, else <data-dir>/ca.crt when
-    /// there is one, else the public roots.
+    /// default what `berth login` saved (its CA, or the public roots), else
+    /// <data-dir>/ca.crt when there is one, else the public roots.
     #[arg(long, global = true, env = "BERTH_CA_CERT", value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
 }
@@ -541,11 +541,7 @@ pub fn execute(cli: Cli, io: &mut Io<'_>) -> u8 {
         command => controllers::resolve(cli.url.as_deref(), token, &saved).and_then(|target| {
             controllers::ca_cert_used(&target.url, cli.ca_cert.as_deref())?;
             let ca = if controllers::names_https(&target.url) {
-                controllers::trusted_ca(
-                    cli.ca_cert.as_deref(),
-                    target.saved_ca.as_deref(),
-                    &data_dir,
-                )?
+                controllers::trusted_ca(cli.ca_cert.as_deref(), &target.saved_ca, &data_dir)?
             } else {
                 None
             };
