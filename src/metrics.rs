@@ -55,10 +55,13 @@ impl Histogram {
         } else {
             0.0
         };
-        if let Some(i) = LATENCY_BUCKETS.iter().position(|&le| seconds <= le) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
+        // The count first, and the bucket after it with Release: a scrape
+        // that sees the bucket's increment sees the count's, so no bucket
+        // it shows is above the count (`+Inf`).
         self.count.fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|&le| seconds <= le) {
+            self.buckets[i].fetch_add(1, Ordering::Release);
+        }
         // `as` saturates for floats: a huge value cannot wrap.
         let micros = (seconds * 1e6).round() as u64;
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
@@ -358,9 +361,10 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn render_histogram(out: &mut String, name: &str, kind: &str, h: &Histogram) {
+    // The buckets before the count, with Acquire: see `Histogram::observe`.
     let mut cumulative = 0;
     for (le, n) in LATENCY_BUCKETS.iter().zip(&h.buckets) {
-        cumulative += n.load(Ordering::Relaxed);
+        cumulative += n.load(Ordering::Acquire);
         let _ = writeln!(
             out,
             "{name}_bucket{{kind=\"{kind}\",le=\"{le}\"}} {cumulative}"
@@ -479,6 +483,47 @@ mod tests {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}");
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
         }
+    }
+
+    #[test]
+    fn a_scrape_while_calls_are_observed_never_shows_a_bucket_above_the_count() {
+        use std::sync::atomic::AtomicBool;
+        let histogram = Arc::new(Histogram::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let observers: Vec<_> = (0..2)
+            .map(|_| {
+                let (histogram, stop) = (Arc::clone(&histogram), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        histogram.observe(0.001);
+                    }
+                })
+            })
+            .collect();
+        let mut uneven = Vec::new();
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            render_histogram(&mut text, "d", "launch", &histogram);
+            let values: Vec<u64> = text
+                .lines()
+                .filter(|line| line.starts_with("d_bucket"))
+                .map(|line| line.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            // Cumulative buckets, the last (+Inf) being the count.
+            if values.windows(2).any(|pair| pair[0] > pair[1]) {
+                uneven.push(values);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for observer in observers {
+            observer.join().unwrap();
+        }
+        assert!(
+            uneven.is_empty(),
+            "{} of 20000 scrapes uneven, the first {:?}",
+            uneven.len(),
+            uneven.first()
+        );
     }
 
     #[test]
