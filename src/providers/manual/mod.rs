@@ -28,6 +28,8 @@
 //! ([`check_controller_url`]): a controller that agents are told to reach
 //! at the unspecified address (`0.0.0.0`, `::`: what it listens on when
 //! `controller_url` is not set) is refused without connecting to the host.
+//! One told to reach a loopback address is refused after the probe, before
+//! anything is copied, when the host is another machine ([`check_reach`]).
 //!
 //! Every failure is a provisioning error that names its cause (unreachable,
 //! host key refused, login refused, no `sudo`, no space, does not fit);
@@ -52,7 +54,7 @@ use crate::domain::instance::{Instance, InstanceState, MANUAL_INSTANCE_PREFIX};
 use crate::domain::names::MachineId;
 use crate::domain::placement::SshTarget;
 
-use probe::{misfits, HostFacts, Init, Privilege};
+use probe::{misfits, HostFacts, Init, Privilege, SshEnds};
 use scripts::AgentPaths;
 use ssh::{last_line, SshClient};
 
@@ -180,6 +182,31 @@ pub fn check_controller_url(url: &str, host: &str) -> Result<(), ProviderError> 
     }
 }
 
+/// Refuses a host that is another machine when its agent would be told
+/// to reach the controller at a loopback `url`: there it would reach its
+/// own loopback. Whether it is another machine is read off the SSH
+/// connection's ends as the host saw them (`reached`): neither its
+/// loopback nor the address berth connected from. Without them the host
+/// is not refused.
+///
+/// # Errors
+///
+/// A permanent [`ProviderError`] naming both ends, `url`, and
+/// `controller_url` as the setting that fixes it.
+pub fn check_reach(url: &str, host: &str, reached: Option<&SshEnds>) -> Result<(), ProviderError> {
+    match reached {
+        Some(ends) if url_host(url).is_some_and(is_loopback) && !ends.is_this_machine() => {
+            Err(permanent(format!(
+                "{host} is another machine (reached at {} from {}), so its agent cannot reach \
+                 the controller at {url}, a loopback address; set controller_url \
+                 (BERTH_CONTROLLER_URL) to an address of this controller that {host} can reach",
+                ends.host, ends.client
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl ManualHosts {
     pub fn new(config: &ManualConfig, model_uuid: &str) -> ManualHosts {
         let known_hosts = config.known_hosts.clone().unwrap_or_else(|| {
@@ -266,14 +293,6 @@ impl ManualHosts {
         // worth installing, and the host is left as it was.
         let controller_url = &request.agent.controller_url;
         check_controller_url(controller_url, host)?;
-        if url_host(controller_url).is_some_and(is_loopback) && !is_loopback(host) {
-            log::warn!(
-                "machine {}: its agent is told to reach the controller at {controller_url}, a \
-                 loopback address; unless {host} is this controller's own host, the agent \
-                 cannot check in: set controller_url to an address {host} can reach",
-                request.machine
-            );
-        }
         let paths = self.paths(request.machine);
         let probe = self
             .ssh
@@ -288,6 +307,19 @@ impl ManualHosts {
         }
         let facts = HostFacts::parse(&probe.stdout)
             .map_err(|e| permanent(format!("reading {host} failed: {e}")))?;
+        check_reach(controller_url, host, facts.reached.as_ref())?;
+        if facts.reached.is_none()
+            && url_host(controller_url).is_some_and(is_loopback)
+            && !is_loopback(host)
+        {
+            log::warn!(
+                "machine {}: its agent is told to reach the controller at {controller_url}, a \
+                 loopback address, and {host} did not say where it was reached (no \
+                 SSH_CONNECTION); unless {host} is this controller's own host, the agent \
+                 cannot check in: set controller_url to an address {host} can reach",
+                request.machine
+            );
+        }
         match facts.privilege {
             Privilege::Root | Privilege::Sudo => {}
             Privilege::SudoNeedsPassword => {
@@ -480,6 +512,93 @@ mod tests {
         ] {
             assert_eq!(check_controller_url(url, "127.0.0.1"), Ok(()), "{url}");
         }
+    }
+
+    fn ends(value: &str) -> SshEnds {
+        SshEnds::parse(value).unwrap()
+    }
+
+    #[test]
+    fn another_machine_is_refused_a_loopback_controller_url() {
+        let other = ends("198.51.100.7 50022 203.0.113.9 22");
+        for url in [
+            "http://127.0.0.1:17070",
+            "https://[::1]:17070",
+            "http://localhost:17070",
+        ] {
+            let refused = check_reach(url, "db1.invalid", Some(&other)).unwrap_err();
+            assert_eq!(refused.class, FailureClass::Permanent, "{url}");
+            assert_eq!(
+                refused.message,
+                format!(
+                    "db1.invalid is another machine (reached at 203.0.113.9 from 198.51.100.7), \
+                     so its agent cannot reach the controller at {url}, a loopback address; set \
+                     controller_url (BERTH_CONTROLLER_URL) to an address of this controller \
+                     that db1.invalid can reach"
+                )
+            );
+        }
+        // This machine, a controller URL it can reach, or ends unknown.
+        let url = "http://127.0.0.1:17070";
+        let this = ends("127.0.0.1 50022 127.0.0.1 22");
+        assert_eq!(check_reach(url, "db1.invalid", Some(&this)), Ok(()));
+        let own = ends("203.0.113.9 50022 203.0.113.9 22");
+        assert_eq!(check_reach(url, "db1.invalid", Some(&own)), Ok(()));
+        assert_eq!(check_reach(url, "db1.invalid", None), Ok(()));
+        let reachable = "https://controller.invalid:17070";
+        assert_eq!(check_reach(reachable, "db1.invalid", Some(&other)), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn another_machine_is_refused_a_loopback_controller_url_before_anything_is_copied() {
+        // An SSH client that answers the probe as a host reached at a
+        // documentation address would, and fails anything else: an
+        // install would fail in its own words, not with the refusal.
+        let dir = tempfile::tempdir().unwrap();
+        let ssh = dir.path().join("ssh");
+        std::fs::write(
+            &ssh,
+            "#!/bin/sh\n\
+             while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
+             case \"$2\" in\n\
+             *'uname -m'*) printf '%s\\n' arch=x86_64 cores=2 mem_kib=4194304 \
+             root_kib=41943040 free_kib=20971520 uid=0 user=root sudo=root init=other \
+             os.ID=ubuntu os.VERSION_ID=22.04 \
+             'ssh_connection=198.51.100.7 50022 203.0.113.9 22' ;;\n\
+             *) echo 'not the probe' >&2; exit 1 ;;\n\
+             esac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let hosts = ManualHosts::new(
+            &ManualConfig {
+                ssh_program: ssh,
+                ..ManualConfig::default()
+            },
+            "model",
+        );
+        let request = EnlistRequest {
+            machine: MachineId::new(0),
+            target: "ubuntu@db1.invalid".parse().unwrap(),
+            constraints: Constraints::default(),
+            base: None,
+            agent: AgentBootstrap {
+                controller_url: "http://127.0.0.1:17070".into(),
+                ca_cert: None,
+                one_time_password: Secret::new("password"),
+            },
+        };
+        let refused = hosts.enlist(&request).await.unwrap_err();
+        assert_eq!(
+            refused,
+            check_reach(
+                "http://127.0.0.1:17070",
+                "db1.invalid",
+                Some(&ends("198.51.100.7 50022 203.0.113.9 22"))
+            )
+            .unwrap_err()
+        );
     }
 
     #[tokio::test]

@@ -4,10 +4,12 @@
 //! The probe is one POSIX shell script that needs nothing but a standard
 //! Linux userland (`uname`, `nproc`/`getconf`, `/proc/meminfo`, `df`,
 //! `/etc/os-release`) and changes nothing. It prints `key=value` lines,
-//! which [`HostFacts::parse`] reads.
+//! which [`HostFacts::parse`] reads. It also prints the session's
+//! `SSH_CONNECTION`, the two ends of the connection as the host saw them.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 
 use crate::domain::base::Base;
 use crate::domain::constraints::{Amount, Arch, Constraints, Setting};
@@ -33,6 +35,7 @@ elif command -v sudo >/dev/null 2>&1; then echo "sudo=password"
 else echo "sudo=missing"; fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo "init=systemd"; else echo "init=other"; fi
 if [ -r /etc/os-release ]; then sed -e 's/^/os./' /etc/os-release; fi
+echo "ssh_connection=${{SSH_CONNECTION:-}}"
 "#,
         dir = super::ssh::shell_quote(dir)
     )
@@ -75,6 +78,40 @@ pub struct HostFacts {
     /// The host's base, or what its `/etc/os-release` says when berth does
     /// not know it.
     pub base: Result<Base, String>,
+    /// The SSH connection's ends as the host saw them; `None` when its
+    /// SSH server did not say.
+    pub reached: Option<SshEnds>,
+}
+
+/// The two ends of an SSH connection, from the host's `SSH_CONNECTION`
+/// (`client-address client-port host-address host-port`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SshEnds {
+    /// The address berth connected from.
+    pub client: IpAddr,
+    /// The host's own address that berth connected to.
+    pub host: IpAddr,
+}
+
+impl SshEnds {
+    /// Reads `SSH_CONNECTION`; `None` for anything else (empty, an
+    /// address with a zone, a missing field).
+    pub fn parse(value: &str) -> Option<SshEnds> {
+        let fields: Vec<&str> = value.split_whitespace().collect();
+        let [client, _, host, _] = fields.as_slice() else {
+            return None;
+        };
+        Some(SshEnds {
+            client: client.parse::<IpAddr>().ok()?.to_canonical(),
+            host: host.parse::<IpAddr>().ok()?.to_canonical(),
+        })
+    }
+
+    /// Whether the host was reached over its loopback, or from its own
+    /// address: it is the machine berth runs on.
+    pub fn is_this_machine(&self) -> bool {
+        self.host.is_loopback() || self.client == self.host
+    }
 }
 
 /// The probe's output was not what it prints.
@@ -166,6 +203,9 @@ impl HostFacts {
             privilege,
             init,
             base,
+            reached: values
+                .get("ssh_connection")
+                .and_then(|value| SshEnds::parse(value)),
         })
     }
 
@@ -314,6 +354,37 @@ os.ID=debian
             host.hardware().to_string(),
             "arch=amd64 cores=2 mem=24063M root-disk=257006M"
         );
+    }
+
+    #[test]
+    fn the_probe_reads_the_ssh_connections_ends_when_the_server_gives_them() {
+        assert_eq!(facts(DEBIAN_ROOT).reached, None);
+        let with = |value: &str| facts(&format!("{DEBIAN_ROOT}ssh_connection={value}\n")).reached;
+        assert_eq!(with(""), None);
+        let ends = with("198.51.100.7 50022 203.0.113.9 22").unwrap();
+        assert_eq!(ends.client, "198.51.100.7".parse::<IpAddr>().unwrap());
+        assert_eq!(ends.host, "203.0.113.9".parse::<IpAddr>().unwrap());
+        assert!(!ends.is_this_machine());
+        // Over loopback, or from the host's own address: this machine.
+        assert!(with("127.0.0.1 50022 127.0.0.1 22")
+            .unwrap()
+            .is_this_machine());
+        assert!(with("::1 50022 ::1 2222").unwrap().is_this_machine());
+        assert!(with("::ffff:127.0.0.1 5 ::ffff:127.0.0.1 22")
+            .unwrap()
+            .is_this_machine());
+        assert!(with("203.0.113.9 50022 203.0.113.9 22")
+            .unwrap()
+            .is_this_machine());
+        // Anything else is not read: the check it serves is left out.
+        for bad in [
+            "203.0.113.9 50022 203.0.113.10",
+            "fe80::1%eth0 50022 fe80::2%eth0 22",
+            "host.invalid 1 host.invalid 22",
+            "203.0.113.9 50022 203.0.113.10 22 extra",
+        ] {
+            assert_eq!(with(bad), None, "{bad}");
+        }
     }
 
     #[test]
