@@ -514,6 +514,35 @@ mod tests {
         }
     }
 
+    /// Enlists `target` as machine 0 with the SSH client `ssh_program`,
+    /// its agent to be told `controller_url`.
+    async fn enlist_with(
+        ssh_program: PathBuf,
+        target: &str,
+        controller_url: &str,
+    ) -> Result<Enlisted, ProviderError> {
+        let hosts = ManualHosts::new(
+            &ManualConfig {
+                ssh_program,
+                ..ManualConfig::default()
+            },
+            "model",
+        );
+        hosts
+            .enlist(&EnlistRequest {
+                machine: MachineId::new(0),
+                target: target.parse().unwrap(),
+                constraints: Constraints::default(),
+                base: None,
+                agent: AgentBootstrap {
+                    controller_url: controller_url.into(),
+                    ca_cert: None,
+                    one_time_password: Secret::new("password"),
+                },
+            })
+            .await
+    }
+
     fn ends(value: &str) -> SshEnds {
         SshEnds::parse(value).unwrap()
     }
@@ -571,25 +600,9 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let hosts = ManualHosts::new(
-            &ManualConfig {
-                ssh_program: ssh,
-                ..ManualConfig::default()
-            },
-            "model",
-        );
-        let request = EnlistRequest {
-            machine: MachineId::new(0),
-            target: "ubuntu@db1.invalid".parse().unwrap(),
-            constraints: Constraints::default(),
-            base: None,
-            agent: AgentBootstrap {
-                controller_url: "http://127.0.0.1:17070".into(),
-                ca_cert: None,
-                one_time_password: Secret::new("password"),
-            },
-        };
-        let refused = hosts.enlist(&request).await.unwrap_err();
+        let refused = enlist_with(ssh, "ubuntu@db1.invalid", "http://127.0.0.1:17070")
+            .await
+            .unwrap_err();
         assert_eq!(
             refused,
             check_reach(
@@ -605,25 +618,13 @@ mod tests {
     async fn a_host_is_not_contacted_when_its_agent_could_not_reach_the_controller() {
         // An SSH client that cannot run: any session would fail in its
         // own words, not with the refusal.
-        let hosts = ManualHosts::new(
-            &ManualConfig {
-                ssh_program: PathBuf::from("/nonexistent/ssh"),
-                ..ManualConfig::default()
-            },
-            "model",
-        );
-        let request = EnlistRequest {
-            machine: MachineId::new(0),
-            target: "ubuntu@host.invalid".parse().unwrap(),
-            constraints: Constraints::default(),
-            base: None,
-            agent: AgentBootstrap {
-                controller_url: "https://0.0.0.0:17070".into(),
-                ca_cert: None,
-                one_time_password: Secret::new("password"),
-            },
-        };
-        let refused = hosts.enlist(&request).await.unwrap_err();
+        let refused = enlist_with(
+            PathBuf::from("/nonexistent/ssh"),
+            "ubuntu@host.invalid",
+            "https://0.0.0.0:17070",
+        )
+        .await
+        .unwrap_err();
         assert_eq!(
             refused,
             check_controller_url("https://0.0.0.0:17070", "host.invalid").unwrap_err()
