@@ -69,7 +69,13 @@ pub fn as_root(script: &str) -> String {
 }
 
 /// Stops whatever agent of these paths runs: its systemd service, or its
-/// supervisor and the agent under it (one process group).
+/// supervisor and the agent under it (one process group), and any agent
+/// still running its binary without them.
+///
+/// The supervisor's process group is signalled only while its leader runs
+/// this directory's `supervise.sh`: a pid file that outlived its
+/// supervisor (the host rebooted, the supervisor was killed) may name
+/// another process group by now.
 fn stop_agent(paths: &AgentPaths) -> String {
     format!(
         r#"if command -v systemctl >/dev/null 2>&1 && [ -f {unit_file} ]; then
@@ -79,13 +85,25 @@ fn stop_agent(paths: &AgentPaths) -> String {
 fi
 if [ -f {pid} ]; then
   pgid=$(cat {pid})
-  case "$pgid" in ''|*[!0-9]*) ;; *) kill -TERM "-$pgid" 2>/dev/null || true ;; esac
+  case "$pgid" in
+    ''|*[!0-9]*) ;;
+    *) if {{ tr '\0' '\n' < "/proc/$pgid/cmdline"; }} 2>/dev/null | grep -qxF -- {script}; then
+         kill -TERM "-$pgid" 2>/dev/null || true
+       fi ;;
+  esac
   rm -f {pid}
 fi
+for proc in /proc/[0-9]*; do
+  case "$(readlink "$proc/exe" 2>/dev/null)" in
+    {bin}|{bin}' (deleted)') kill -TERM "${{proc#/proc/}}" 2>/dev/null || true ;;
+  esac
+done
 "#,
         unit_file = shell_quote(&paths.systemd_unit_file()),
         unit = shell_quote(&paths.unit),
         pid = shell_quote(&paths.supervisor_pid()),
+        script = shell_quote(&paths.supervisor()),
+        bin = shell_quote(&paths.binary()),
     )
 }
 
@@ -287,6 +305,82 @@ mod tests {
             );
         }
         assert!(systemd_unit(&p).contains("Restart=always"));
+    }
+
+    /// A directory for one machine's agent under a fresh `agent_dir`.
+    fn local_paths(agent_dir: &std::path::Path) -> AgentPaths {
+        let paths = AgentPaths::new(agent_dir.to_str().unwrap(), "model", "0");
+        std::fs::create_dir_all(&paths.dir).unwrap();
+        paths
+    }
+
+    fn run(script: &str) {
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A process of its own process group: `program` sleeping.
+    fn sleeper(program: &str) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(program)
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_supervisor_pid_left_behind_stops_no_other_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = local_paths(dir.path());
+        // The supervisor is gone and its pid now leads another group.
+        let mut other = sleeper("sleep");
+        std::fs::write(paths.supervisor_pid(), other.id().to_string()).unwrap();
+        run(&remove(&paths));
+        let survived = other.try_wait().unwrap().is_none();
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(survived, "the other process group was signalled");
+        assert!(!std::path::Path::new(&paths.dir).exists());
+    }
+
+    #[test]
+    fn an_agent_left_without_its_supervisor_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = local_paths(dir.path());
+        // The agent's binary, running on after its supervisor died.
+        let sleep = std::process::Command::new("sh")
+            .args(["-c", "command -v sleep"])
+            .output()
+            .unwrap();
+        let sleep = String::from_utf8(sleep.stdout).unwrap();
+        std::fs::copy(sleep.trim(), paths.binary()).unwrap();
+        let mut agent = sleeper(&paths.binary());
+        // And one that is not this agent's: left running.
+        let mut other = sleeper("sleep");
+        run(&remove(&paths));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stopped = loop {
+            match agent.try_wait().unwrap() {
+                Some(status) => break Some(status),
+                None if std::time::Instant::now() > deadline => break None,
+                None => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        };
+        let other_survived = other.try_wait().unwrap().is_none();
+        let _ = other.kill();
+        let _ = other.wait();
+        let _ = agent.kill();
+        let _ = agent.wait();
+        assert!(stopped.is_some(), "the agent still runs");
+        assert!(other_survived, "another sleep was stopped");
     }
 
     #[test]
