@@ -357,19 +357,22 @@ impl ManualHosts {
                 facts.free_mib, self.agent_dir
             )));
         }
-        self.run_as_root(
-            target,
-            "installing the agent",
-            &scripts::install(&paths),
-            &binary,
-        )
-        .await?;
-        // From here a failure would leave the agent's binary, settings
-        // (with the one-time password) and perhaps a running agent on the
-        // host: they are removed again, and the error says whether they
-        // were.
+        // From here a failure would leave the agent's directory, binary,
+        // settings (with the one-time password) and perhaps a running
+        // agent on the host: they are removed again, and the error says
+        // whether they were.
         let systemd = facts.init == Init::Systemd;
-        if let Err(failed) = self.configure_and_start(request, &paths, systemd).await {
+        let installed = async {
+            self.run_as_root(
+                target,
+                "installing the agent",
+                &scripts::install(&paths),
+                &binary,
+            )
+            .await?;
+            self.configure_and_start(request, &paths, systemd).await
+        };
+        if let Err(failed) = installed.await {
             let undone = self
                 .run_as_root(
                     target,
@@ -611,6 +614,56 @@ mod tests {
                 Some(&ends("198.51.100.7 50022 203.0.113.9 22"))
             )
             .unwrap_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_install_that_fails_after_the_copy_removes_what_it_put_on_the_host() {
+        // An SSH client that answers the probe as this machine reached over
+        // loopback, fails the install as a binary built for another
+        // architecture does, and records every script it is given.
+        let dir = tempfile::tempdir().unwrap();
+        let (ssh, log) = (dir.path().join("ssh"), dir.path().join("scripts.log"));
+        std::fs::write(
+            &ssh,
+            format!(
+                "#!/bin/sh\n\
+                 while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
+                 cat > /dev/null\n\
+                 case \"$2\" in\n\
+                 *'uname -m'*) echo probe >> {log}; printf '%s\\n' arch=x86_64 cores=2 \
+                 mem_kib=4194304 root_kib=41943040 free_kib=20971520 uid=0 user=root \
+                 sudo=root init=other os.ID=ubuntu os.VERSION_ID=22.04 \
+                 'ssh_connection=127.0.0.1 50022 127.0.0.1 22' ;;\n\
+                 *'--version'*) echo install >> {log}; \
+                 echo 'berth: cannot execute binary file: Exec format error' >&2; exit 126 ;;\n\
+                 *'rm -rf'*) echo remove >> {log} ;;\n\
+                 *) echo other >> {log}; exit 1 ;;\n\
+                 esac\n",
+                log = log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let failed = enlist_with(ssh, "root@127.0.0.1", "http://127.0.0.1:17070")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "probe\ninstall\nremove\n"
+        );
+        assert!(
+            failed
+                .message
+                .starts_with("installing the agent on 127.0.0.1 failed (exit 126): "),
+            "{failed}"
+        );
+        assert!(
+            failed
+                .message
+                .ends_with("; berth removed what it had installed on 127.0.0.1"),
+            "{failed}"
         );
     }
 
