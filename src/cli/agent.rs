@@ -135,7 +135,17 @@ pub fn store_credential(file: &Path, credential: &str) -> Result<(), CliError> {
         .map_err(|e| {
             let _ = std::fs::remove_file(&partial);
             fail(e)
-        })
+        })?;
+    // The rename is in the directory: synced too, so that a power cut
+    // after the check-in does not bring back a directory without the
+    // credential while the controller has spent the password.
+    let directory = match file.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(directory)
+        .and_then(|directory| directory.sync_all())
+        .map_err(fail)
 }
 
 /// Where the agent's credential came from, for messages.
