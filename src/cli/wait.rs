@@ -29,6 +29,10 @@ use crate::status::view::{MachineView, Status};
 /// How long `wait` waits by default, as `juju wait-for` does.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
 
+/// The longest `--timeout`: a year (a deadline further off than the
+/// clock can count to would end the command with a panic).
+pub const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 60 * 60;
+
 /// The width of the progress bar, in characters.
 const BAR_WIDTH: usize = 30;
 
@@ -39,8 +43,13 @@ const LEAST_READ_TIME: Duration = Duration::from_secs(5);
 /// `berth wait`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct WaitArgs {
-    /// Give up (exit 1) after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_SECS)]
+    /// Give up (exit 1) after this many seconds, at most 31536000 (a year).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = DEFAULT_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
+    )]
     pub timeout: u64,
 }
 
@@ -502,5 +511,21 @@ mod tests {
                 .exit_code(),
             2
         );
+    }
+
+    #[test]
+    fn a_timeout_beyond_a_year_is_refused_before_anything_is_read() {
+        let Command::Wait(args) = command(&["wait", "--timeout", "31536000"]) else {
+            panic!()
+        };
+        assert_eq!(args.timeout, MAX_TIMEOUT_SECS);
+        for beyond in ["31536001", "18446744073709551615"] {
+            let refused = parse(&["wait", "--timeout", beyond]).unwrap_err();
+            assert_eq!(refused.exit_code(), 2, "{beyond}");
+            assert!(
+                refused.to_string().contains("is not in 0..=31536000"),
+                "{refused}"
+            );
+        }
     }
 }
