@@ -460,10 +460,14 @@ pub fn pack_charm_dir(dir: &Path) -> Result<Vec<u8>, CharmLoadError> {
     Ok(archive.into_inner())
 }
 
-/// Whether a `deploy` argument names a charm directory rather than a
-/// charm: it has a `/`, starts with `.`, or is an existing directory.
+/// Whether a `deploy` argument names a charm directory or archive rather
+/// than a charm: it has a `/`, starts with `.`, ends with `.charm`, or is
+/// an existing directory.
 pub fn is_path(charm_arg: &str) -> bool {
-    charm_arg.contains('/') || charm_arg.starts_with('.') || Path::new(charm_arg).is_dir()
+    charm_arg.contains('/')
+        || charm_arg.starts_with('.')
+        || charm_arg.ends_with(".charm")
+        || Path::new(charm_arg).is_dir()
 }
 
 /// The charm a `deploy` argument means: the charm directory at that path
@@ -909,6 +913,9 @@ mod tests {
         assert!(is_path("charms/wordpress"));
         assert!(is_path(".hidden"));
         assert!(is_path("/"));
+        // An archive in the working directory, there or not (a name has
+        // no dot).
+        assert!(is_path("wordpress.charm"));
         assert!(!is_path("wordpress-that-is-no-directory-here"));
         assert!(matches!(
             resolve("./no-such-charm-dir"),
