@@ -1,6 +1,8 @@
 //! `berth sim-faults`: show, replace or clear the simulated cloud's faults
 //! (`/v1/sim/faults`).
 
+use std::collections::BTreeMap;
+
 use clap::{Args, Subcommand};
 
 use crate::cli::error::CliError;
@@ -58,15 +60,28 @@ pub struct SetFaultsArgs {
 
 impl SetFaultsArgs {
     /// The fault set these flags describe.
-    pub fn fault_set(&self) -> FaultSet {
-        FaultSet {
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a zone given two capacities.
+    pub fn fault_set(&self) -> Result<FaultSet, CliError> {
+        let mut zone_capacity = BTreeMap::new();
+        for (zone, n) in &self.zone_capacity {
+            if let Some(earlier) = zone_capacity.insert(zone.clone(), *n) {
+                return Err(CliError::Usage(format!(
+                    "--zone-capacity gives zone {zone:?} twice ({earlier} and {n}): expected \
+                     each zone once"
+                )));
+            }
+        }
+        Ok(FaultSet {
             zones_down: self.zones_down.iter().cloned().collect(),
-            zone_capacity: self.zone_capacity.iter().cloned().collect(),
+            zone_capacity,
             failure_rate: self.failure_rate.unwrap_or(0.0),
             hang: self.hang,
             throttle: self.throttle,
             silent_agents: self.silent_agents.unwrap_or(0.0),
-        }
+        })
     }
 }
 
@@ -155,7 +170,7 @@ pub fn run(args: &SimFaultsArgs, session: &mut Session, io: &mut Io<'_>) -> Resu
     let client = session.client()?;
     let faults: FaultSet = match &args.action {
         None => client.get(PATH)?,
-        Some(SimFaultsAction::Set(set)) => client.put(PATH, &set.fault_set())?,
+        Some(SimFaultsAction::Set(set)) => client.put(PATH, &set.fault_set()?)?,
         Some(SimFaultsAction::Clear) => client.delete_as(PATH)?,
     };
     write!(io.out, "{}", faults_text(&faults))?;
@@ -191,7 +206,7 @@ mod tests {
                 action: Some(SimFaultsAction::Clear)
             })
         ));
-        assert_eq!(set_args(&[]).fault_set(), FaultSet::default());
+        assert_eq!(set_args(&[]).fault_set().unwrap(), FaultSet::default());
     }
 
     #[test]
@@ -212,7 +227,7 @@ mod tests {
             "sim-b=0",
         ]);
         assert_eq!(
-            args.fault_set(),
+            args.fault_set().unwrap(),
             FaultSet {
                 zones_down: ["sim-b".to_string(), "sim-c".to_string()].into(),
                 zone_capacity: [("sim-a".to_string(), 3), ("sim-b".to_string(), 0)].into(),
@@ -224,6 +239,24 @@ mod tests {
                 }),
                 silent_agents: 0.1,
             }
+        );
+    }
+
+    #[test]
+    fn a_zone_given_two_capacities_is_refused() {
+        for args in [
+            &["--zone-capacity", "sim-a=3,sim-a=5"][..],
+            &["--zone-capacity", "sim-a=3", "--zone-capacity", "sim-a=3"],
+        ] {
+            let refused = set_args(args).fault_set().unwrap_err();
+            assert_eq!(refused.exit_code(), 2, "{args:?}");
+        }
+        assert_eq!(
+            set_args(&["--zone-capacity", "sim-a=3,sim-a=5"])
+                .fault_set()
+                .unwrap_err()
+                .to_string(),
+            "--zone-capacity gives zone \"sim-a\" twice (3 and 5): expected each zone once"
         );
     }
 
