@@ -27,7 +27,8 @@ pub enum PlanFormat {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Args)]
 pub struct PlanArgs {
     /// Print what the command would start and remove, where, at what price,
-    /// and the model's hourly cost before and after; change nothing.
+    /// and the model's hourly cost before and after; change nothing (but
+    /// for storing a local charm on the controller, for the plan to read).
     #[arg(long)]
     pub dry_run: bool,
     /// Carry the command out only if the model is still at this revision
