@@ -312,7 +312,15 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
     assert_eq!(plan["budgets"][0]["exceeded"], false);
 
     // Bad budgets are refused and change nothing.
+    let before = json(
+        app.send(Method::GET, "/v1/budgets", None).await,
+        StatusCode::OK,
+    )
+    .await;
     for bad in [
+        // A clearing says so: `"hourly": null`.
+        json!({}),
+        json!({"application": "wordpress"}),
         json!({"hourly": "-1"}),
         json!({"hourly": "1.1234567"}),
         json!({"hourly": "ten"}),
@@ -325,6 +333,12 @@ async fn budgets_refuse_above_and_allow_at_the_boundary(backend: Backend) {
         let response = app.send(Method::PUT, "/v1/budgets", Some(&bad)).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
     }
+    let after = json(
+        app.send(Method::GET, "/v1/budgets", None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(after, before);
     // The largest the document allows is taken.
     let largest = json!({"application": "wordpress", "hourly": "9999999999999.999999"});
     call(

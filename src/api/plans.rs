@@ -291,8 +291,14 @@ pub struct BudgetRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<String>,
     /// US dollars an hour, at most 13 digits before the point and 6
-    /// after (`"12.50"`); `null` clears the budget.
-    #[schema(example = "12.50", pattern = r"^[0-9]{1,13}(\.[0-9]{1,6})?$")]
+    /// after (`"12.50"`); `null` clears the budget. Required: a request
+    /// without it is refused rather than taken as a clearing.
+    #[serde(deserialize_with = "Option::deserialize")]
+    #[schema(
+        required = true,
+        example = "12.50",
+        pattern = r"^[0-9]{1,13}(\.[0-9]{1,6})?$"
+    )]
     pub hourly: Option<String>,
 }
 
