@@ -775,7 +775,7 @@ impl MachineActor {
                             log::warn!(
                                 "machine {}: giving up removing its agent from {host} after \
                                  {tries} tries ({}); the machine goes, and if the host comes \
-                                 back, stop and disable berth-agent there",
+                                 back, stop and remove that agent there",
                                 actor.id,
                                 e.message
                             );

@@ -459,7 +459,7 @@ impl ManualHosts {
     /// # Errors
     ///
     /// A [`ProviderError`] when the host cannot be reached or the removal
-    /// fails.
+    /// fails, saying where the agent is, for whoever removes it by hand.
     pub async fn remove(
         &self,
         machine: MachineId,
@@ -467,7 +467,19 @@ impl ManualHosts {
     ) -> Result<(), ProviderError> {
         let paths = self.paths(machine);
         self.run_as_root(target, "removing the agent", &scripts::remove(&paths), &[])
-            .await?;
+            .await
+            .map_err(|e| {
+                ProviderError::new(
+                    e.class,
+                    format!(
+                        "{}; the agent is in {}, run by {} under systemd or else by {}",
+                        e.message,
+                        paths.dir,
+                        paths.unit,
+                        paths.supervisor()
+                    ),
+                )
+            })?;
         log::info!(
             "machine {machine}: removed its agent from {}",
             target.host()
@@ -663,6 +675,39 @@ mod tests {
             failed
                 .message
                 .ends_with("; berth removed what it had installed on 127.0.0.1"),
+            "{failed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_removal_that_fails_says_where_the_agent_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let ssh = dir.path().join("ssh");
+        std::fs::write(
+            &ssh,
+            "#!/bin/sh\necho 'root@127.0.0.1: Permission denied (publickey).' >&2\nexit 255\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let hosts = ManualHosts::new(
+            &ManualConfig {
+                ssh_program: ssh,
+                ..ManualConfig::default()
+            },
+            "model",
+        );
+        let failed = hosts
+            .remove(MachineId::new(4), &"root@127.0.0.1".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(failed.class, FailureClass::Permanent);
+        assert!(
+            failed.message.ends_with(
+                "; the agent is in /var/lib/berth/agent-model-4, run by \
+                 berth-agent-model-4.service under systemd or else by \
+                 /var/lib/berth/agent-model-4/supervise.sh"
+            ),
             "{failed}"
         );
     }
