@@ -441,6 +441,18 @@ impl Client {
     }
 }
 
+/// Checks a `--url` (one URL, or several separated by commas) as
+/// [`Client::with_ca`] reads it, so that a bad one is refused before
+/// anything else is looked for.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] naming `url` and what was expected.
+pub fn check_url(url: &str) -> Result<(), CliError> {
+    url.split(',')
+        .try_for_each(|one| controller_base(url, one).map(drop))
+}
+
 /// One controller's base URL from `one`, a part of the `--url` the user
 /// gave (`given`, named in the error).
 fn controller_base(given: &str, one: &str) -> Result<String, CliError> {

@@ -410,6 +410,7 @@ pub fn login(
     let name = args.name.clone().unwrap_or_else(|| default_name(&url));
     check_name(&name)?;
     ca_cert_used(&url, ca_cert)?;
+    crate::cli::client::check_url(&url)?;
     let token = token::discover(token, data_dir)?;
     let ca = if names_https(&url) {
         trusted_ca(ca_cert, &SavedCa::NotSaved, data_dir)?
@@ -706,6 +707,37 @@ mod tests {
             "controller.invalid-8"
         );
         assert_eq!(default_name("http://[::1]:17070"), "1-17070");
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_before_the_token_is_looked_for() {
+        // No token anywhere: a good URL would be refused for that.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CONTROLLERS_FILE);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut io = Io {
+            out: &mut out,
+            err: &mut err,
+            tty: false,
+        };
+        let args = LoginArgs {
+            controller_url: "127.0.0.1:17070".into(),
+            name: Some("local".into()),
+        };
+        let refused = login(&args, None, None, dir.path(), &path, &mut io).unwrap_err();
+        assert_eq!(refused.exit_code(), 2, "{refused}");
+        assert!(
+            refused.to_string().starts_with("invalid controller URL"),
+            "{refused}"
+        );
+        let mut session = crate::cli::Session::new("127.0.0.1:17070", None, dir.path().into());
+        let refused = session.client().unwrap_err();
+        assert_eq!(refused.exit_code(), 2, "{refused}");
+        assert!(
+            refused.to_string().starts_with("invalid controller URL"),
+            "{refused}"
+        );
+        assert!(!path.exists(), "nothing saved");
     }
 
     #[test]

@@ -311,6 +311,9 @@ impl Session {
         Ok(match &mut self.client {
             Some(client) => client,
             empty => {
+                // The URL before the token: a bad URL is the user's error,
+                // whatever token there is.
+                client::check_url(&self.url)?;
                 let token = token::discover(self.token.as_deref(), &self.data_dir)?;
                 empty.insert(Client::with_ca(&self.url, Some(token), self.ca.as_ref())?)
             }
