@@ -545,7 +545,15 @@ async fn an_oversized_body_is_413_and_changes_nothing() {
     let app = spawn_app().await;
     let before = app.store().revision();
     let huge = format!("{{\"charm\": \"{}\"}}", "a".repeat(300 * 1024));
-    let response = app.send_raw(Method::POST, "/v1/applications", huge).await;
+    let response = app
+        .send_raw(Method::POST, "/v1/applications", huge.clone())
+        .await;
+    let message = error_of(response, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+    assert_eq!(message, "request body too large: the limit is 262144 bytes");
+    // A route that takes no body answers the same.
+    let response = app
+        .send_raw(Method::POST, "/v1/zones/sim-a/disable", huge)
+        .await;
     let message = error_of(response, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
     assert_eq!(message, "request body too large: the limit is 262144 bytes");
     assert_eq!(app.store().revision(), before);

@@ -135,10 +135,25 @@ impl actix_web::FromRequest for NoOptions {
         req: &actix_web::HttpRequest,
         payload: &mut actix_web::dev::Payload,
     ) -> Self::Future {
-        let body = actix_web::web::Bytes::from_request(req, payload);
+        use crate::api::errors::RequestError;
+        use futures_util::StreamExt as _;
+        // The JSON routes' limit, refused in the same words.
+        let limit = req
+            .app_data::<actix_web::web::Data<crate::api::Shared>>()
+            .map_or(crate::api::BODY_LIMIT_BYTES, |shared| {
+                shared.state.limits.body_bytes
+            });
+        let mut payload = payload.take();
         Box::pin(async move {
-            no_options(&body.await?)
-                .map_err(|e| crate::api::errors::RequestError::Body(e.to_string()))?;
+            let mut body = Vec::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|e| RequestError::Body(e.to_string()))?;
+                if body.len() + chunk.len() > limit {
+                    return Err(RequestError::TooLarge { limit }.into());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            no_options(&body).map_err(|e| RequestError::Body(e.to_string()))?;
             Ok(NoOptions)
         })
     }

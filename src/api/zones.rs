@@ -87,6 +87,7 @@ async fn set_enabled(
         (status = 200, description = "Enabled", body = ZoneView),
         (status = 400, description = "A query string, or a body other than an empty object: this route takes no options", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
@@ -112,6 +113,7 @@ pub async fn enable(
         (status = 200, description = "Disabled", body = ZoneView),
         (status = 400, description = "A query string, or a body other than an empty object: this route takes no options", body = ErrorBody),
         (status = 401, description = "No or wrong admin token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
         (status = 404, description = "Unknown zone", body = ErrorBody),
         (status = 503, description = UNAVAILABLE, body = ErrorBody),
     )
