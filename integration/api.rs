@@ -541,6 +541,26 @@ async fn a_revision_ahead_of_the_change_log_is_refused_rather_than_followed_in_s
 }
 
 #[tokio::test]
+async fn a_percent_encoded_machine_id_is_taken_in_a_path_and_refused_in_a_body() {
+    let app = spawn_app().await;
+    let before = app.store().revision();
+    // Percent-encoding is for a path's tail; in a body it is not an id.
+    let message = error_of(
+        app.retry(&json!({"machines": ["0%2Flxd%2F1"]})).await,
+        StatusCode::BAD_REQUEST,
+        "bad-request",
+    )
+    .await;
+    assert!(message.contains("0%2Flxd%2F1"), "{message}");
+    assert_eq!(app.store().revision(), before);
+    // In a path it names the container (none here).
+    let response = app
+        .send(Method::DELETE, "/v1/machines/0%2Flxd%2F1", None)
+        .await;
+    error_of(response, StatusCode::NOT_FOUND, "not-found").await;
+}
+
+#[tokio::test]
 async fn an_oversized_body_is_413_and_changes_nothing() {
     let app = spawn_app().await;
     let before = app.store().revision();

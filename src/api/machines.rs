@@ -255,7 +255,7 @@ pub async fn retry(
             let machines = body
                 .machines
                 .iter()
-                .map(|m| input::machine(m))
+                .map(|m| m.parse::<MachineId>().map_err(InputError::from))
                 .collect::<Result<Vec<_>, _>>()?;
             let machines = input::listed_once("machines", machines)?;
             store.retry(machines, constraints).await?
