@@ -161,6 +161,13 @@ impl SshClient {
     }
 }
 
+/// The port in OpenSSH's `connect to host H port P: Connection refused`:
+/// the one it tried, which its configuration may have chosen.
+fn refused_port(stderr: &str) -> Option<u16> {
+    let (before, _) = stderr.split_once(": Connection refused")?;
+    before.rsplit_once(" port ")?.1.trim().parse().ok()
+}
+
 /// Why the SSH client could not run a command on `target`, from what it
 /// printed: each cause named, so the operator knows what to fix before
 /// `retry-provisioning`.
@@ -201,7 +208,7 @@ pub fn connection_error(
             FailureClass::Permanent,
             format!(
                 "{host} is unreachable: nothing accepts SSH connections on port {}",
-                target.port().unwrap_or(22)
+                refused_port(stderr).unwrap_or(target.port().unwrap_or(22))
             ),
         )
     } else if has("timed out") || has("No route to host") || has("Network is unreachable") {
@@ -271,6 +278,26 @@ mod tests {
     fn shell_quoting_survives_single_quotes() {
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_port_ssh_tried() {
+        let kh = std::path::Path::new("/k/known_hosts");
+        // No port in the target: the SSH configuration chose 2222.
+        let error = connection_error(
+            &target("root@host.invalid"),
+            kh,
+            "ssh: connect to host host.invalid port 2222: Connection refused",
+        );
+        assert_eq!(
+            error.message,
+            "host.invalid is unreachable: nothing accepts SSH connections on port 2222"
+        );
+        let error = connection_error(&target("root@host.invalid"), kh, "Connection refused");
+        assert_eq!(
+            error.message,
+            "host.invalid is unreachable: nothing accepts SSH connections on port 22"
+        );
     }
 
     #[test]
