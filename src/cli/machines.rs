@@ -40,7 +40,9 @@ pub struct AddMachineArgs {
 /// `berth remove-machine ID...`.
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct RemoveMachineArgs {
-    /// Machine ids: 3, 0/lxd/1.
+    /// Machine ids: 3, 0/lxd/1. They are removed in this order, and the
+    /// command stops at the first the controller refuses; those before it
+    /// stay removed.
     #[arg(value_name = "ID", required = true)]
     pub machines: Vec<String>,
     /// Remove the machines with their units and containers.
