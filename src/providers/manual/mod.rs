@@ -558,6 +558,13 @@ mod tests {
             .await
     }
 
+    /// Writes the shell `script` to `path` as an executable SSH client.
+    fn ssh_client(path: &std::path::Path, script: impl AsRef<str>) {
+        std::fs::write(path, script.as_ref()).unwrap();
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+
     fn ends(value: &str) -> SshEnds {
         SshEnds::parse(value).unwrap()
     }
@@ -600,7 +607,7 @@ mod tests {
         // install would fail in its own words, not with the refusal.
         let dir = tempfile::tempdir().unwrap();
         let ssh = dir.path().join("ssh");
-        std::fs::write(
+        ssh_client(
             &ssh,
             "#!/bin/sh\n\
              while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
@@ -611,10 +618,7 @@ mod tests {
              'ssh_connection=198.51.100.7 50022 203.0.113.9 22' ;;\n\
              *) echo 'not the probe' >&2; exit 1 ;;\n\
              esac\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        );
         let refused = enlist_with(ssh, "ubuntu@db1.invalid", "http://127.0.0.1:17070")
             .await
             .unwrap_err();
@@ -636,7 +640,7 @@ mod tests {
         // architecture does, and records every script it is given.
         let dir = tempfile::tempdir().unwrap();
         let (ssh, log) = (dir.path().join("ssh"), dir.path().join("scripts.log"));
-        std::fs::write(
+        ssh_client(
             &ssh,
             format!(
                 "#!/bin/sh\n\
@@ -654,10 +658,7 @@ mod tests {
                  esac\n",
                 log = log.display()
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        );
         let failed = enlist_with(ssh, "root@127.0.0.1", "http://127.0.0.1:17070")
             .await
             .unwrap_err();
@@ -683,13 +684,10 @@ mod tests {
     async fn a_removal_that_fails_says_where_the_agent_is() {
         let dir = tempfile::tempdir().unwrap();
         let ssh = dir.path().join("ssh");
-        std::fs::write(
+        ssh_client(
             &ssh,
             "#!/bin/sh\necho 'root@127.0.0.1: Permission denied (publickey).' >&2\nexit 255\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        );
         let hosts = ManualHosts::new(
             &ManualConfig {
                 ssh_program: ssh,
