@@ -135,17 +135,25 @@ pub fn store_credential(file: &Path, credential: &str) -> Result<(), CliError> {
         .map_err(|e| {
             let _ = std::fs::remove_file(&partial);
             fail(e)
-        })?;
-    // The rename is in the directory: synced too, so that a power cut
-    // after the check-in does not bring back a directory without the
-    // credential while the controller has spent the password.
+        })
+}
+
+/// Syncs the directory of `file`, where its rename is recorded, so that a
+/// power cut after the check-in does not bring back a directory without
+/// the credential while the controller has spent the password.
+///
+/// # Errors
+///
+/// The file system's, naming the directory: some cannot sync one, and the
+/// file is written all the same.
+pub fn sync_directory_of(file: &Path) -> Result<(), String> {
     let directory = match file.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
     std::fs::File::open(directory)
         .and_then(|directory| directory.sync_all())
-        .map_err(fail)
+        .map_err(|e| format!("cannot sync {}: {e}", directory.display()))
 }
 
 /// Where the agent's credential came from, for messages.
@@ -236,6 +244,12 @@ pub fn run_with(
     let chosen = new_secret();
     if let Some(file) = &args.credential_file {
         store_credential(file, chosen.expose())?;
+        if let Err(e) = sync_directory_of(file) {
+            writeln!(
+                io.err,
+                "WARNING machine {machine}: {e}; a power cut now could lose the credential"
+            )?;
+        }
     }
     let checked_in = check_in(
         &client,
@@ -529,6 +543,14 @@ mod tests {
         }
         std::fs::write(&file, "\n").unwrap();
         assert_eq!(stored_credential(&file).unwrap(), None);
+    }
+
+    #[test]
+    fn the_credential_files_directory_is_synced_or_the_reason_given() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(sync_directory_of(&dir.path().join("credential")), Ok(()));
+        let e = sync_directory_of(Path::new("/nonexistent/dir/credential")).unwrap_err();
+        assert!(e.starts_with("cannot sync /nonexistent/dir: "), "{e}");
     }
 
     #[test]
