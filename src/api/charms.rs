@@ -5,13 +5,12 @@
 //! (`local:wordpress-3`), so the controller never reads the client's
 //! paths.
 
-use actix_web::web::BytesMut;
 use actix_web::{web, HttpResponse};
-use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::errors::{route_error, store_status, ErrorBody, UNAVAILABLE};
+use crate::api::input::{read_limited, BodyRead};
 use crate::api::Shared;
 use crate::charms::{load_charm_archive, CharmLoadError, MAX_ARCHIVE_BYTES};
 use crate::store::StoreError;
@@ -52,20 +51,13 @@ route_error!(CharmUploadError {
     CharmUploadError::Store(e) => store_status(e),
 });
 
-/// Reads the body, refusing it once it passes `limit` bytes.
-async fn read_archive(
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<Vec<u8>, CharmUploadError> {
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| CharmUploadError::Unreadable(e.to_string()))?;
-        if body.len() + chunk.len() > limit {
-            return Err(CharmUploadError::TooLarge { limit });
+impl From<BodyRead> for CharmUploadError {
+    fn from(read: BodyRead) -> CharmUploadError {
+        match read {
+            BodyRead::Unreadable(e) => CharmUploadError::Unreadable(e),
+            BodyRead::TooLarge { limit } => CharmUploadError::TooLarge { limit },
         }
-        body.extend_from_slice(&chunk);
     }
-    Ok(body.to_vec())
 }
 
 /// Uploads a charm: a zip archive of a charm directory, `metadata.yaml`
@@ -96,7 +88,7 @@ pub async fn add_charm(
     shared: web::Data<Shared>,
     payload: web::Payload,
 ) -> Result<HttpResponse, CharmUploadError> {
-    let archive = read_archive(payload, MAX_ARCHIVE_BYTES).await?;
+    let archive = read_limited(payload, MAX_ARCHIVE_BYTES).await?.to_vec();
     let loaded = actix_web::rt::task::spawn_blocking(move || load_charm_archive(&archive))
         .await
         .map_err(|_| StoreError::Invariant("reading the charm archive panicked".into()))??;

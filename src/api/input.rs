@@ -122,6 +122,37 @@ pub fn no_options(body: &[u8]) -> Result<(), InputError> {
     }
 }
 
+/// Why a request body could not be read whole.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyRead {
+    /// The connection failed while it was read.
+    Unreadable(String),
+    /// It passed the route's limit, in bytes.
+    TooLarge { limit: usize },
+}
+
+/// Reads a request body whole, refusing it once it passes `limit` bytes:
+/// the one reading for every route that takes its body as bytes.
+///
+/// # Errors
+///
+/// [`BodyRead`]: the connection's failure, or the limit passed.
+pub async fn read_limited<E: std::fmt::Display>(
+    mut payload: impl futures_util::Stream<Item = Result<actix_web::web::Bytes, E>> + Unpin,
+    limit: usize,
+) -> Result<actix_web::web::Bytes, BodyRead> {
+    use futures_util::StreamExt as _;
+    let mut body = actix_web::web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| BodyRead::Unreadable(e.to_string()))?;
+        if body.len() + chunk.len() > limit {
+            return Err(BodyRead::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
 /// The body of a route that takes no options, as an extractor: nothing,
 /// or an empty JSON object ([`no_options`]); anything else is refused with
 /// 400 before the handler runs.
@@ -136,23 +167,18 @@ impl actix_web::FromRequest for NoOptions {
         payload: &mut actix_web::dev::Payload,
     ) -> Self::Future {
         use crate::api::errors::RequestError;
-        use futures_util::StreamExt as _;
         // The JSON routes' limit, refused in the same words.
         let limit = req
             .app_data::<actix_web::web::Data<crate::api::Shared>>()
             .map_or(crate::api::BODY_LIMIT_BYTES, |shared| {
                 shared.state.limits.body_bytes
             });
-        let mut payload = payload.take();
+        let payload = payload.take();
         Box::pin(async move {
-            let mut body = Vec::new();
-            while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| RequestError::Body(e.to_string()))?;
-                if body.len() + chunk.len() > limit {
-                    return Err(RequestError::TooLarge { limit }.into());
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = read_limited(payload, limit).await.map_err(|e| match e {
+                BodyRead::Unreadable(e) => RequestError::Body(e),
+                BodyRead::TooLarge { limit } => RequestError::TooLarge { limit },
+            })?;
             no_options(&body).map_err(|e| RequestError::Body(e.to_string()))?;
             Ok(NoOptions)
         })

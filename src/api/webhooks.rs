@@ -27,15 +27,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header::HeaderMap;
 use actix_web::http::StatusCode;
-use actix_web::web::{Bytes, BytesMut};
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures_util::StreamExt as _;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use utoipa::ToSchema;
 
 use crate::api::errors::{route_error, ErrorBody};
+use crate::api::input::{read_limited, BodyRead};
 use crate::api::Shared;
 use crate::contracts::provider::InstanceStateChange;
 use crate::domain::instance::InstanceState;
@@ -415,16 +414,13 @@ pub fn parse_sim(body: &[u8]) -> Result<InstanceStateChange, WebhookError> {
         .map_err(|e| WebhookError::Body(e.to_string()))
 }
 
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, WebhookError> {
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| WebhookError::Unreadable(e.to_string()))?;
-        if body.len() + chunk.len() > limit {
-            return Err(WebhookError::TooLarge { limit });
+impl From<BodyRead> for WebhookError {
+    fn from(read: BodyRead) -> WebhookError {
+        match read {
+            BodyRead::Unreadable(e) => WebhookError::Unreadable(e),
+            BodyRead::TooLarge { limit } => WebhookError::TooLarge { limit },
         }
-        body.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
 }
 
 fn now_secs() -> i64 {
@@ -473,7 +469,7 @@ pub async fn receive(
         .ok_or(WebhookError::NotConfigured)?;
     let kind = WebhookKind::parse(&provider)
         .ok_or_else(|| WebhookError::UnknownProvider(provider.into_inner()))?;
-    let body = read_body(payload, shared.state.limits.body_bytes).await?;
+    let body = read_limited(payload, shared.state.limits.body_bytes).await?;
     let now = now_secs();
     let delivery = verify(secret.expose(), req.headers(), &body, now)?;
     let change = match kind {
