@@ -23,6 +23,7 @@ use berth::status::view::Status;
 use clap::Parser;
 use serde_json::{json, Value};
 
+use crate::support::app::free_port;
 use crate::support::charm_dir;
 use crate::support::controller::{start_controller, TestController};
 
@@ -900,6 +901,21 @@ fn scripted_controller(
     (url, served)
 }
 
+/// `berth wait --timeout SECS` against the controller at `url`, with a
+/// token it does not check.
+fn wait_at(url: &str, timeout: &str) -> Output {
+    run(&[
+        "berth",
+        "--url",
+        url,
+        "--token",
+        "t",
+        "wait",
+        "--timeout",
+        timeout,
+    ])
+}
+
 /// The controller's answer while it starts or sheds load.
 const UNAVAILABLE: (u16, &str) = (
     503,
@@ -909,16 +925,7 @@ const UNAVAILABLE: (u16, &str) = (
 #[test]
 fn wait_reads_the_status_again_when_the_controller_sheds_load() {
     let (url, served) = scripted_controller(vec![UNAVAILABLE, (200, EMPTY_STATUS)]);
-    let output = run(&[
-        "berth",
-        "--url",
-        &url,
-        "--token",
-        "t",
-        "wait",
-        "--timeout",
-        "60",
-    ]);
+    let output = wait_at(&url, "60");
     assert_eq!((output.code, output.err.as_str()), (0, ""), "{output:?}");
     assert_eq!(output.out, "0/0 machines started\n");
     assert_eq!(
@@ -956,16 +963,7 @@ fn wait_ends_at_once_when_the_controller_refuses_the_token() {
         401,
         r#"{"error":{"code":"unauthorized","message":"invalid admin token"}}"#,
     )]);
-    let output = run(&[
-        "berth",
-        "--url",
-        &url,
-        "--token",
-        "t",
-        "wait",
-        "--timeout",
-        "60",
-    ]);
+    let output = wait_at(&url, "60");
     assert_eq!(
         (output.code, output.err.as_str()),
         (1, "ERROR invalid admin token\n")
@@ -976,22 +974,8 @@ fn wait_ends_at_once_when_the_controller_refuses_the_token() {
 #[test]
 fn wait_for_a_controller_that_never_answers_times_out_naming_the_failure() {
     // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let output = run(&[
-        "berth",
-        "--url",
-        &url,
-        "--token",
-        "t",
-        "wait",
-        "--timeout",
-        "1",
-    ]);
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let output = wait_at(&url, "1");
     assert_eq!(output.code, 1);
     assert_eq!(output.out, "");
     assert_eq!(

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use berth::app::ADMIN_TOKEN_FILE;
 use berth::providers::sim::SimConfig;
 
-use crate::support::app::{berth_command, Backend, Site};
+use crate::support::app::{berth_command, free_port, Backend, Site};
 use crate::support::{all_started, assert_one_live_instance_each, eventually};
 
 const UNITS: usize = 500;
@@ -26,10 +26,7 @@ struct Serve {
 
 impl Serve {
     fn start(site: &Site) -> Serve {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let child = berth_command()
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--data-dir")

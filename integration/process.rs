@@ -144,10 +144,7 @@ async fn bad_input_prints_one_error_line_and_exits_non_zero() {
 #[test]
 fn a_client_without_a_controller_says_how_to_start_one() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = free_port();
     let out = berth_command()
         .args(["status"])
         .env("BERTH_URL", format!("http://127.0.0.1:{port}"))

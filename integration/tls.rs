@@ -233,10 +233,7 @@ fn a_tls_controller_on_loopback_is_verified_with_its_own_ca_and_refused_without_
     assert!(given.status.success(), "{}", stderr(&given));
     // In a list of controllers, the CA is used for the HTTPS one even when
     // a plain HTTP address (here one that nothing answers) comes first.
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let closed = free_port();
     let listed = berth_command()
         .args(["status", "--token", &token, "--ca-cert"])
         .arg(&ca)
