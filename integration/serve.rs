@@ -322,25 +322,27 @@ struct ServerSide {
     send_buffer: usize,
 }
 
+/// The socket descriptors of `process` (`self`, or a pid), each with its
+/// inode, from `/proc/<process>/fd`.
+fn sockets_of(process: &str) -> std::io::Result<Vec<(i32, String)>> {
+    Ok(std::fs::read_dir(format!("/proc/{process}/fd"))?
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            let inode = target
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?;
+            Some((fd, inode.to_string()))
+        })
+        .collect())
+}
+
 /// This process's connected TCP sockets whose local port is `port`.
 fn server_sides_of_connections_to(port: u16) -> Vec<ServerSide> {
     let mut sides = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd")
-        .expect("own descriptors")
-        .flatten()
-    {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let is_socket = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
-        if !is_socket {
-            continue;
-        }
+    for (fd, _) in sockets_of("self").expect("own descriptors") {
         // SAFETY: plain reads of a socket's names and options into values
         // of the lengths given; a descriptor closed meanwhile only makes
         // a call fail.
@@ -381,21 +383,10 @@ fn server_sides_of_connections_to(port: u16) -> Vec<ServerSide> {
 /// The local ports of process `pid`'s TCP sockets over IPv4, from its
 /// descriptors' socket inodes and its `/proc/<pid>/net/tcp` table.
 fn local_tcp_ports_of(pid: u32) -> Vec<u16> {
-    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return Vec::new();
-    };
-    let inodes: std::collections::HashSet<String> = descriptors
-        .flatten()
-        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_string_lossy();
-            Some(
-                target
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')?
-                    .to_string(),
-            )
-        })
+    let inodes: std::collections::HashSet<String> = sockets_of(&pid.to_string())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, inode)| inode)
         .collect();
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
     table
