@@ -565,6 +565,40 @@ mod tests {
             .unwrap();
     }
 
+    /// An SSH client in `dir` that answers the probe as an Ubuntu host
+    /// whose `SSH_CONNECTION` is `ssh_connection`, runs the shell `case`
+    /// arms `cases` on any other script, and fails the rest. It writes the
+    /// first word of each arm it takes to its log (`$LOG` in `cases`):
+    /// `probe`, then what `cases` write, `other` for the rest. Returns the
+    /// client and its log.
+    fn probed_ssh_client(
+        dir: &std::path::Path,
+        ssh_connection: &str,
+        cases: &str,
+    ) -> (PathBuf, PathBuf) {
+        let (ssh, log) = (dir.join("ssh"), dir.join("scripts.log"));
+        ssh_client(
+            &ssh,
+            format!(
+                "#!/bin/sh\n\
+                 LOG={log}\n\
+                 while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
+                 cat > /dev/null\n\
+                 case \"$2\" in\n\
+                 *'uname -m'*) echo probe >> \"$LOG\"; printf '%s\\n' arch=x86_64 cores=2 \
+                 mem_kib=4194304 root_kib=41943040 free_kib=20971520 uid=0 user=root \
+                 sudo=root init=other os.ID=ubuntu os.VERSION_ID=22.04 \
+                 'ssh_connection={ssh_connection}' ;;\n\
+                 {cases}\
+                 *) echo other >> \"$LOG\"; echo 'not a script this client answers' >&2; \
+                 exit 1 ;;\n\
+                 esac\n",
+                log = super::ssh::shell_quote(&log.display().to_string()),
+            ),
+        );
+        (ssh, log)
+    }
+
     fn ends(value: &str) -> SshEnds {
         SshEnds::parse(value).unwrap()
     }
@@ -606,19 +640,7 @@ mod tests {
         // documentation address would, and fails anything else: an
         // install would fail in its own words, not with the refusal.
         let dir = tempfile::tempdir().unwrap();
-        let ssh = dir.path().join("ssh");
-        ssh_client(
-            &ssh,
-            "#!/bin/sh\n\
-             while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
-             case \"$2\" in\n\
-             *'uname -m'*) printf '%s\\n' arch=x86_64 cores=2 mem_kib=4194304 \
-             root_kib=41943040 free_kib=20971520 uid=0 user=root sudo=root init=other \
-             os.ID=ubuntu os.VERSION_ID=22.04 \
-             'ssh_connection=198.51.100.7 50022 203.0.113.9 22' ;;\n\
-             *) echo 'not the probe' >&2; exit 1 ;;\n\
-             esac\n",
-        );
+        let (ssh, _) = probed_ssh_client(dir.path(), "198.51.100.7 50022 203.0.113.9 22", "");
         let refused = enlist_with(ssh, "ubuntu@db1.invalid", "http://127.0.0.1:17070")
             .await
             .unwrap_err();
@@ -639,25 +661,12 @@ mod tests {
         // loopback, fails the install as a binary built for another
         // architecture does, and records every script it is given.
         let dir = tempfile::tempdir().unwrap();
-        let (ssh, log) = (dir.path().join("ssh"), dir.path().join("scripts.log"));
-        ssh_client(
-            &ssh,
-            format!(
-                "#!/bin/sh\n\
-                 while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done\n\
-                 cat > /dev/null\n\
-                 case \"$2\" in\n\
-                 *'uname -m'*) echo probe >> {log}; printf '%s\\n' arch=x86_64 cores=2 \
-                 mem_kib=4194304 root_kib=41943040 free_kib=20971520 uid=0 user=root \
-                 sudo=root init=other os.ID=ubuntu os.VERSION_ID=22.04 \
-                 'ssh_connection=127.0.0.1 50022 127.0.0.1 22' ;;\n\
-                 *'--version'*) echo install >> {log}; \
-                 echo 'berth: cannot execute binary file: Exec format error' >&2; exit 126 ;;\n\
-                 *'rm -rf'*) echo remove >> {log} ;;\n\
-                 *) echo other >> {log}; exit 1 ;;\n\
-                 esac\n",
-                log = log.display()
-            ),
+        let (ssh, log) = probed_ssh_client(
+            dir.path(),
+            "127.0.0.1 50022 127.0.0.1 22",
+            "*'--version'*) echo install >> \"$LOG\"; \
+             echo 'berth: cannot execute binary file: Exec format error' >&2; exit 126 ;;\n\
+             *'rm -rf'*) echo remove >> \"$LOG\" ;;\n",
         );
         let failed = enlist_with(ssh, "root@127.0.0.1", "http://127.0.0.1:17070")
             .await
