@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use berth::cli::agent::{self, AgentArgs, Clock};
+use berth::cli::error::CliError;
 use berth::cli::follow::Backoff;
 use berth::cli::status::{watch, Format, PATH};
 use berth::cli::{client::Client, dispatch, run_args, Command, Io, Session};
@@ -836,26 +837,29 @@ fn wait_wakes_on_the_change_that_settles_the_last_machine() {
     receive_until(&chunks, "0/1 machine started, 1 in error\n");
 }
 
+/// `berth status --watch --format json` for `frames` frames, printed to
+/// `out` (piped).
+fn watch_json(client: &Client, out: &mut dyn Write, frames: usize) -> Result<(), CliError> {
+    watch(
+        client,
+        PATH,
+        Shown::Whole,
+        Format::Json,
+        &mut Io {
+            out,
+            err: &mut Vec::new(),
+            tty: false,
+        },
+        Some(frames),
+    )
+}
+
 #[test]
 fn status_watch_prints_again_after_a_change() {
     let controller = start_controller();
     let (sender, chunks) = mpsc::channel();
     let client = Client::new(&controller.address, Some(controller.token.clone())).unwrap();
-    let watcher = std::thread::spawn(move || {
-        let (mut out, mut err) = (Chunks(sender), Vec::new());
-        watch(
-            &client,
-            PATH,
-            Shown::Whole,
-            Format::Json,
-            &mut Io {
-                out: &mut out,
-                err: &mut err,
-                tty: false,
-            },
-            Some(2),
-        )
-    });
+    let watcher = std::thread::spawn(move || watch_json(&client, &mut Chunks(sender), 2));
     let first = receive_until(&chunks, "}\n");
     assert!(first.contains("\"applications\":{}"), "{first}");
     ok(&controller, &["deploy", "wordpress"]);
@@ -938,20 +942,8 @@ fn wait_reads_the_status_again_when_the_controller_sheds_load() {
 fn status_watch_reads_the_status_again_when_the_controller_sheds_load() {
     let (url, served) = scripted_controller(vec![UNAVAILABLE, (200, EMPTY_STATUS)]);
     let client = Client::new(&url, Some("t".into())).unwrap();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    watch(
-        &client,
-        PATH,
-        Shown::Whole,
-        Format::Json,
-        &mut Io {
-            out: &mut out,
-            err: &mut err,
-            tty: false,
-        },
-        Some(1),
-    )
-    .unwrap();
+    let mut out = Vec::new();
+    watch_json(&client, &mut out, 1).unwrap();
     let printed: Status = serde_json::from_slice(&out).unwrap();
     assert_eq!(printed.model.revision, 1);
     assert_eq!(served.join().unwrap().len(), 2);
